@@ -1,0 +1,1 @@
+"""The calibration service: FastAPI routes, codecs, persistence and operations."""

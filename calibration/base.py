@@ -1,0 +1,202 @@
+"""The calibrator interface shared by every method, and its plain-data serialisation.
+
+A calibrator is fitted on a labelled validation batch and maps new inputs of the same kind
+(see ``calibration.inputs``) to probability vectors. Fitted state lives in attributes ending
+in ``_``. ``to_dict()`` gives a JSON-safe dict (method, format version, options, parameters as
+numbers and lists, fit diagnostics); ``from_dict()`` rebuilds a calibrator that predicts
+bit-for-bit the same. Nothing is ever pickled.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .inputs import Scores, check_labels, to_scores
+from .options import INPUT_OPTION, Option, validate_options
+from .softmax import predicted_class
+
+FORMAT_VERSION = 1
+
+
+class ConvergenceWarning(UserWarning):
+    """A solver stopped before meeting its convergence criterion (see ``diagnostics_``)."""
+
+
+@dataclass
+class FitDiagnostics:
+    """How a fit ended: whether its solver met its criterion, after how many iterations."""
+
+    converged: bool
+    iterations: int
+    message: str
+    gradient_norm: float | None = None
+    objective: float | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        for key in ("gradient_norm", "objective"):
+            if out[key] is not None and not math.isfinite(out[key]):
+                out[key] = None
+        return out
+
+
+class Calibrator:
+    """Base of all methods. Subclasses set ``method``, ``options_spec`` and implement
+    ``_fit(scores, labels) -> FitDiagnostics``, ``_predict(scores) -> probabilities``,
+    ``_params() -> dict`` and ``_set_params(dict)``."""
+
+    method: ClassVar[str]
+    description: ClassVar[str]
+    options_spec: ClassVar[tuple[Option, ...]] = (INPUT_OPTION,)
+    accuracy_preserving: ClassVar[bool] = False
+
+    def __init__(self, **options: Any):
+        self.options = validate_options(self.method, self.options_spec, options)
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({given})"
+
+    @property
+    def input(self) -> str:
+        return self.options["input"]
+
+    # -- fitting and prediction -------------------------------------------------------------
+
+    def fit(self, x, labels) -> Calibrator:
+        """Fit on inputs ``x`` (of this calibrator's input kind) and integer ``labels``."""
+        scores = to_scores(x, self.input)
+        labels = check_labels(labels, scores.n, scores.k)
+        return self.fit_scores(scores, labels)
+
+    def fit_scores(self, scores: Scores, labels: np.ndarray) -> Calibrator:
+        """Fit on an already validated batch (used by compositions and model selection)."""
+        if scores.n < 2:
+            raise ValueError(f"at least 2 samples are needed to fit {self.method}, got {scores.n}")
+        start = time.perf_counter()
+        diagnostics = self._fit(scores, labels)
+        diagnostics.seconds = time.perf_counter() - start
+        self.n_classes_ = scores.k
+        self.n_samples_ = scores.n
+        self.diagnostics_ = diagnostics
+        if not diagnostics.converged:
+            warnings.warn(
+                f"{self.method} did not converge: {diagnostics.message}",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def predict_proba(self, x) -> np.ndarray:
+        """Calibrated probabilities, shape ``(n, k)``, each row summing to 1."""
+        return self.predict_scores(to_scores(x, self.input))
+
+    def predict_scores(self, scores: Scores) -> np.ndarray:
+        self._check_fitted()
+        if scores.k != self.n_classes_:
+            raise ValueError(
+                f"this calibrator was fitted on {self.n_classes_} classes; the input has {scores.k}"
+            )
+        return self._predict(scores)
+
+    def predict(self, x) -> np.ndarray:
+        """Predicted classes: argmax of the calibrated probabilities, ties broken by the input
+        ranking then the lowest index (see ``softmax.predicted_class``)."""
+        scores = to_scores(x, self.input)
+        return predicted_class(self.predict_scores(scores), getattr(scores, scores.source))
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "n_classes_"):
+            raise ValueError(f"this {self.method} calibrator is not fitted yet")
+
+    # -- readable parameters and serialisation --------------------------------------------
+
+    def summary(self) -> dict:
+        """The fitted parameters in readable form (by default, all of them)."""
+        self._check_fitted()
+        return self._params()
+
+    def to_dict(self) -> dict:
+        self._check_fitted()
+        return {
+            "method": self.method,
+            "format_version": FORMAT_VERSION,
+            "options": dict(self.options),
+            "n_classes": self.n_classes_,
+            "n_samples": self.n_samples_,
+            "params": self._params(),
+            "diagnostics": self.diagnostics_.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Calibrator:
+        if not isinstance(data, dict):
+            raise ValueError("a stored calibrator must be a dict")
+        if data.get("method") != cls.method:
+            raise ValueError(f"expected method {cls.method!r}, got {data.get('method')!r}")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"unsupported format_version {data.get('format_version')!r} "
+                f"(this library reads version {FORMAT_VERSION})"
+            )
+        try:
+            calibrator = cls(**data["options"])
+            calibrator.n_classes_ = int(data["n_classes"])
+            calibrator.n_samples_ = int(data["n_samples"])
+            calibrator._set_params(data["params"])
+            calibrator.diagnostics_ = FitDiagnostics(**data["diagnostics"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed stored {cls.method} calibrator: {exc}") from exc
+        return calibrator
+
+    def _params(self) -> dict:
+        raise NotImplementedError
+
+    def _set_params(self, params: dict) -> None:
+        raise NotImplementedError
+
+    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+        raise NotImplementedError
+
+    def _predict(self, scores: Scores) -> np.ndarray:
+        raise NotImplementedError
+
+
+def param_array(params: dict, key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A stored parameter as a float64 array of the expected shape, finite."""
+    try:
+        value = np.asarray(params[key], dtype=np.float64)
+    except KeyError as exc:
+        raise ValueError(f"stored parameters lack {key!r}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"stored parameter {key!r} is not an array of numbers") from exc
+    if value.shape != shape:
+        raise ValueError(f"stored parameter {key!r} has shape {value.shape}, expected {shape}")
+    if not np.isfinite(value).all():
+        raise ValueError(f"stored parameter {key!r} is not finite")
+    return value
+
+
+def param_float(params: dict, key: str, positive: bool = False) -> float:
+    value = param_array(params, key, ())
+    if positive and not value > 0:
+        raise ValueError(f"stored parameter {key!r} must be positive")
+    return float(value)
+
+
+def normalise_rows(values: np.ndarray) -> np.ndarray:
+    """Rows divided by their sums; a row summing to 0 becomes uniform."""
+    sums = values.sum(axis=1, keepdims=True)
+    empty = sums[:, 0] <= 0
+    if empty.any():
+        values = values.copy()
+        values[empty] = 1.0
+        sums = values.sum(axis=1, keepdims=True)
+    return values / sums

@@ -1,0 +1,1 @@
+"""One module per calibration method (or per family sharing one model)."""

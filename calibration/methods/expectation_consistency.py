@@ -1,0 +1,101 @@
+"""Expectation consistency (Clarté, Loureiro, Krzakala, Zdeborová, "Expectation consistent
+calibration of classifiers", 2023).
+
+``p = softmax(z / T)`` with ``T`` chosen so that on the validation set the mean top-N
+confidence equals the top-N accuracy:
+
+    mean_i sum_{j in top-N(i)} softmax(z_i / T)_j  =  mean_i [rank_i(y_i) < N]
+
+(N = 1 is the paper's method: mean max-probability = accuracy). Ranks order logits from the
+highest, ties broken by the lower class index. The mean top-N confidence increases with
+``beta = 1/T`` from ``N/k`` (T = inf) to its T -> 0 limit, so a solution exists iff the
+top-N accuracy lies strictly between those two; otherwise ``fit`` raises ``ValueError``.
+The root is found by safeguarded Newton in ``beta`` with the analytic derivative.
+Accuracy-preserving, as temperature scaling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base import FitDiagnostics
+from ..inputs import Scores
+from ..metrics.scores import label_ranks
+from ..options import INPUT_OPTION, Option
+from ..solvers import increasing_root
+from .temperature import BETA_LIMITS, WARM_START_ROWS, ShiftedLogits, TemperatureCalibrator
+
+
+class _TopConfidence:
+    """Mean top-N confidence of ``softmax(beta d)`` minus the top-N accuracy, with its slope."""
+
+    def __init__(self, shifted: ShiftedLogits, top_n: int, target: float):
+        self.shifted, self.target = shifted, target
+        # the N largest entries of each row of d (their order does not matter)
+        self.top = None if top_n == 1 else -np.partition(-shifted.d, top_n - 1, axis=1)[:, :top_n]
+
+    def __call__(self, beta: float) -> tuple[float, float]:
+        s0, s1 = self.shifted.moments(beta, 1)
+        if self.top is None:  # the top entry of d is 0, so its weight exp(0) = 1
+            return float(np.mean(1.0 / s0)) - self.target, float(np.mean(-s1 / s0**2))
+        e = np.exp(self.top * beta)
+        a, a1 = e.sum(axis=1), (e * self.top).sum(axis=1)
+        return float(np.mean(a / s0)) - self.target, float(np.mean((a1 * s0 - a * s1) / s0**2))
+
+    def limit_at_zero_temperature(self) -> float:
+        ties = (self.shifted.d == 0).sum(axis=1)
+        n_top = 1 if self.top is None else self.top.shape[1]
+        return float(np.mean(np.minimum(n_top, ties) / ties))
+
+
+class ExpectationConsistency(TemperatureCalibrator):
+    """Expectation-consistent temperature (Clarté et al. 2023); see the module docstring."""
+
+    method = "expectation_consistency"
+    description = (
+        "Expectation consistency (Clarté et al. 2023): the T at which mean top-N confidence "
+        "equals top-N accuracy on the validation set."
+    )
+    options_spec = (
+        INPUT_OPTION,
+        Option("top_n", int, 1, "N: match mean top-N confidence to top-N accuracy.", minimum=1),
+    )
+
+    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+        top_n = self.options["top_n"]
+        if top_n >= scores.k:
+            raise ValueError(f"top_n must be below the number of classes ({scores.k}), got {top_n}")
+        accuracy = float(np.mean(label_ranks(scores.logits, labels) < top_n))
+        what = "accuracy" if top_n == 1 else f"top-{top_n} accuracy"
+        shifted = ShiftedLogits(scores.logits, labels)
+        gap = _TopConfidence(shifted, top_n, accuracy)
+        if accuracy <= top_n / scores.k:
+            raise ValueError(
+                f"expectation consistency has no solution: the {what} {accuracy:.6g} is at most "
+                f"{top_n}/{scores.k}, the confidence of uniform predictions (T = infinity)"
+            )
+        ceiling = gap.limit_at_zero_temperature()
+        if accuracy >= ceiling:
+            raise ValueError(
+                f"expectation consistency has no solution: the {what} {accuracy:.6g} is not below "
+                f"{ceiling:.6g}, the highest mean confidence any temperature reaches (T -> 0)"
+            )
+        beta0 = 1.0
+        if shifted.n > 4 * WARM_START_ROWS:
+            warm_shifted = shifted.subsample(WARM_START_ROWS)
+            warm = _TopConfidence(warm_shifted, top_n, accuracy)
+            if top_n / scores.k < accuracy < warm.limit_at_zero_temperature():
+                guess = increasing_root(warm, 1.0, *BETA_LIMITS, rtol=1e-3)
+                beta0 = guess.x if guess.converged else 1.0
+        root = increasing_root(gap, beta0, *BETA_LIMITS)
+        self.temperature_ = 1.0 / root.x
+        return FitDiagnostics(
+            converged=root.converged,
+            iterations=root.iterations,
+            message=root.message,
+            gradient_norm=abs(root.value),
+            objective=abs(root.value),
+        )
+
+    def summary(self) -> dict:
+        return {"temperature": self.temperature_, "top_n": self.options["top_n"]}

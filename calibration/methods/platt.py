@@ -1,0 +1,100 @@
+"""Platt scaling (Platt, "Probabilistic outputs for support vector machines", 1999).
+
+Binary (k = 2, including binary ``scores``): ``P(y = 1 | s) = σ(a s + b)`` with ``s`` the
+log-odds ``z_1 - z_0``. ``a, b`` minimise the cross-entropy against Platt's smoothed targets
+``t+ = (N+ + 1)/(N+ + 2)`` for positives and ``t- = 1/(N- + 2)`` for negatives, which keeps
+the optimum finite on separable data. Both classes must occur in the labels.
+
+k > 2: one-vs-rest. For each class j the score is its log-odds
+``s_j = log p_j - log(1 - p_j)`` (p = softmax(z); computed without cancellation), a pair
+``(a_j, b_j)`` is fitted as above on ``[y = j]``, and the outputs ``σ(a_j s_j + b_j)`` are
+divided by their row sum. Not accuracy-preserving.
+
+All pairs are fitted together by L-BFGS-B with the analytic gradient, from ``a = 1, b = 0``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from ..base import Calibrator, FitDiagnostics, normalise_rows, param_array
+from ..inputs import Scores
+from ..softmax import log_softmax
+from ..solvers import minimize_smooth
+
+
+def class_log_odds(logits: np.ndarray) -> np.ndarray:
+    """``log p_j - log(1 - p_j)`` for every entry of ``softmax(logits)``, accurately also
+    where ``p_j`` is close to 1 (the top entry: its complement is summed directly)."""
+    n, k = logits.shape
+    if k == 2:
+        s = logits[:, 1] - logits[:, 0]
+        return np.column_stack([-s, s])
+    log_p = log_softmax(logits)
+    with np.errstate(divide="ignore"):  # the top entry may have p = 1; it is replaced below
+        log_rest = np.log1p(-np.exp(log_p))
+    top = log_p.argmax(axis=1)
+    rows = np.arange(n)
+    others = logits.copy()
+    others[rows, top] = -np.inf
+    m = logits.max(axis=1)
+    lse_all = m + np.log(np.exp(logits - m[:, None]).sum(axis=1))
+    m_others = others.max(axis=1)
+    lse_others = m_others + np.log(np.exp(others - m_others[:, None]).sum(axis=1))
+    log_rest[rows, top] = lse_others - lse_all
+    return log_p - log_rest
+
+
+class PlattScaling(Calibrator):
+    """Platt scaling, binary or one-vs-rest; see the module docstring."""
+
+    method = "platt"
+    description = (
+        "Platt scaling (Platt 1999): sigmoid(a*s + b) on the log-odds with smoothed targets; "
+        "one-vs-rest and renormalised for k > 2."
+    )
+
+    def _scores(self, scores: Scores) -> np.ndarray:
+        s = class_log_odds(scores.logits)
+        return s[:, 1:] if scores.k == 2 else s
+
+    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+        s = self._scores(scores)
+        n, m = s.shape
+        if scores.k == 2:
+            positive = (labels == 1)[:, None].astype(np.float64)
+            if positive.all() or not positive.any():
+                raise ValueError(
+                    f"platt needs samples of both classes; all labels are {int(labels[0])}"
+                )
+        else:
+            positive = np.zeros((n, m))
+            positive[np.arange(n), labels] = 1.0
+        n_pos = positive.sum(axis=0)
+        target = np.where(positive > 0, (n_pos + 1) / (n_pos + 2), 1 / (n - n_pos + 2))
+
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            a, b = theta[:m], theta[m:]
+            f = a * s + b
+            loss = float(np.sum(np.mean(np.logaddexp(0.0, f) - target * f, axis=0)))
+            residual = (expit(f) - target) / n
+            return loss, np.concatenate([np.einsum("ij,ij->j", residual, s), residual.sum(axis=0)])
+
+        theta, diagnostics = minimize_smooth(objective, np.concatenate([np.ones(m), np.zeros(m)]))
+        self.slope_, self.intercept_ = theta[:m], theta[m:]
+        return diagnostics
+
+    def _predict(self, scores: Scores) -> np.ndarray:
+        f = self.slope_ * self._scores(scores) + self.intercept_
+        if scores.k == 2:
+            return np.column_stack([expit(-f[:, 0]), expit(f[:, 0])])
+        return normalise_rows(expit(f))
+
+    def _params(self) -> dict:
+        return {"slope": self.slope_.tolist(), "intercept": self.intercept_.tolist()}
+
+    def _set_params(self, params: dict) -> None:
+        m = 1 if self.n_classes_ == 2 else self.n_classes_
+        self.slope_ = param_array(params, "slope", (m,))
+        self.intercept_ = param_array(params, "intercept", (m,))

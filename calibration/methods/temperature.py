@@ -1,0 +1,231 @@
+"""Temperature scaling (Guo et al., "On Calibration of Modern Neural Networks", ICML 2017).
+
+``p = softmax(z / T)`` with one temperature ``T > 0`` chosen on a validation set:
+
+* ``objective="nll"`` (default): ``T`` minimises the mean negative log-likelihood. Writing
+  ``beta = 1/T`` and ``d = z - max(z)``, ``NLL(beta) = mean(log sum_j exp(beta d_j) - beta d_y)``
+  is convex in ``beta`` with ``NLL' = mean(E_p[d] - d_y)`` and ``NLL'' = mean(Var_p[d]) >= 0``, so
+  the optimum is the unique root of ``NLL'``, found by safeguarded Newton on a bracket
+  ``T in [1e-6, 1e6]`` to a relative step of sqrt(eps). An optimum exists iff
+  ``NLL'(0) < 0 < NLL'(inf)``; otherwise, or if it lies outside the bracket, the fit raises
+  ``ValueError`` saying which way it runs.
+* ``objective="brier"``: ``T`` minimises the mean squared error ``mean ||p - y||^2`` (as
+  Mix-n-Match fits it); not convex, so a log-spaced grid over ``[T_nll/10, 10 T_nll]`` (moved
+  outwards while its minimum sits on an edge) finds the basin and Brent's method finds the
+  root of the analytic derivative in it.
+* ``objective="ece"``: ``T`` minimises the 15-bin top-label ECE on the validation set; ECE is
+  piecewise constant in ``T``, so the minimum of the same grid is refined by bounded Brent
+  search.
+
+Accuracy-preserving: dividing by ``T > 0`` keeps the order of every row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.optimize import brentq, minimize_scalar
+
+from ..base import Calibrator, FitDiagnostics, param_float
+from ..inputs import Scores
+from ..metrics.binned import ece
+from ..options import INPUT_OPTION, Option
+from ..softmax import softmax
+from ..solvers import increasing_root
+
+BETA_LIMITS = (1e-6, 1e6)
+GRID_FACTORS = np.logspace(-1, 1, 21)  # the grid of the non-convex objectives, around T_nll
+CHUNK_ELEMENTS = 1 << 16
+WARM_START_ROWS = 4096
+
+
+class ShiftedLogits:
+    """``d = z - max_j z`` in float64, computed once, and row sums over ``exp(beta * d)``.
+
+    Sums run over blocks of rows small enough to stay in cache; a pass costs about half of
+    one max-shifted softmax pass over the same array.
+    """
+
+    def __init__(self, logits: np.ndarray, labels: np.ndarray):
+        self.d = logits - logits.max(axis=1, keepdims=True)
+        self.labels = labels
+        self.d_label = self.d[np.arange(len(labels)), labels]
+        self.n, self.k = self.d.shape
+        self.rows = max(1, CHUNK_ELEMENTS // self.k)
+
+    def subsample(self, rows: int) -> ShiftedLogits:
+        step = max(1, self.n // rows)
+        sub = object.__new__(ShiftedLogits)
+        sub.d, sub.labels, sub.d_label = self.d[::step], self.labels[::step], self.d_label[::step]
+        sub.n, sub.k, sub.rows = sub.d.shape[0], self.k, self.rows
+        return sub
+
+    def moments(self, beta: float, order: int) -> list[np.ndarray]:
+        """``[sum e, sum e d, sum e d^2][:order + 1]`` per row, with ``e = exp(beta d)``."""
+        out = [np.empty(self.n) for _ in range(order + 1)]
+        for start in range(0, self.n, self.rows):
+            block = self.d[start:start + self.rows]
+            e = np.exp(block * beta)
+            out[0][start:start + len(block)] = e.sum(axis=1)
+            if order >= 1:
+                ed = e * block
+                out[1][start:start + len(block)] = ed.sum(axis=1)
+                if order >= 2:
+                    out[2][start:start + len(block)] = np.einsum("ij,ij->i", ed, block)
+        return out
+
+    def nll_gradient(self, beta: float) -> tuple[float, float]:
+        """First and second derivative of the mean NLL with respect to ``beta = 1/T``."""
+        s0, s1, s2 = self.moments(beta, 2)
+        mean_d = s1 / s0
+        return float(np.mean(mean_d - self.d_label)), float(np.mean(s2 / s0 - mean_d**2))
+
+    def nll(self, beta: float) -> float:
+        (s0,) = self.moments(beta, 0)
+        return float(np.mean(np.log(s0) - beta * self.d_label))
+
+
+def solve_nll_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics]:
+    """The NLL-optimal temperature (see the module docstring)."""
+    at_zero = float(np.mean(shifted.d.mean(axis=1) - shifted.d_label))
+    if not at_zero < 0:
+        raise ValueError(
+            "temperature scaling has no finite optimum: the NLL keeps falling as T grows "
+            "(the logits carry no information about the labels, or point away from them)"
+        )
+    if not np.any(shifted.d_label < 0):
+        raise ValueError(
+            "temperature scaling has no finite optimum: every label is a top-scoring class, "
+            "so the NLL keeps falling as T shrinks to 0"
+        )
+    beta0 = 1.0
+    if shifted.n > 4 * WARM_START_ROWS:
+        warm = shifted.subsample(WARM_START_ROWS)
+        if np.any(warm.d_label < 0):
+            guess = increasing_root(warm.nll_gradient, 1.0, *BETA_LIMITS, rtol=1e-3)
+            beta0 = guess.x if guess.converged else 1.0
+    root = increasing_root(shifted.nll_gradient, beta0, *BETA_LIMITS)
+    if "lies" in root.message:
+        raise ValueError(f"the NLL-optimal temperature is outside [1e-6, 1e6]: the inverse "
+                         f"temperature's {root.message}")
+    return 1.0 / root.x, FitDiagnostics(
+        converged=root.converged,
+        iterations=root.iterations,
+        message=root.message,
+        gradient_norm=abs(root.value),
+        objective=shifted.nll(root.x) if root.converged else None,
+    )
+
+
+def _brier_and_slope(shifted: ShiftedLogits, beta: float) -> tuple[float, float]:
+    """Mean squared error of ``softmax(beta d)`` and its derivative in ``beta``."""
+    loss = slope = 0.0
+    rows = np.arange(shifted.n)
+    for start in range(0, shifted.n, shifted.rows):
+        block = shifted.d[start:start + shifted.rows]
+        p = softmax(block * beta)
+        mean_d = np.einsum("ij,ij->i", p, block)
+        y = shifted.labels[start:start + len(block)]
+        p_y = p[rows[: len(block)], y]
+        sq = np.einsum("ij,ij->i", p, p)
+        loss += float(np.sum(sq - 2 * p_y + 1))
+        d_sq = 2 * (np.einsum("ij,ij,ij->i", p, p, block) - sq * mean_d)
+        d_py = p_y * (shifted.d_label[start:start + len(block)] - mean_d)
+        slope += float(np.sum(d_sq - 2 * d_py))
+    return loss / shifted.n, slope / shifted.n
+
+
+def grid_minimum(objective, centre: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """A log-spaced grid of temperatures around ``centre`` whose minimum is interior: the grid
+    ``centre * GRID_FACTORS`` moves outwards (up to T in [1e-6, 1e6]) while its minimum is on an
+    edge. Returns the grid, the objective on it and the index of the minimum."""
+    grid = centre * GRID_FACTORS
+    values = np.array([objective(t) for t in grid])
+    while True:
+        best = int(np.argmin(values))
+        if 0 < best < len(grid) - 1:
+            return grid, values, best
+        step = grid[1] / grid[0]
+        new = grid[0] / step if best == 0 else grid[-1] * step
+        if not 1e-6 <= new <= 1e6:
+            side = "below" if best == 0 else "above"
+            raise ValueError(f"the optimal temperature lies {side} the searched range [1e-6, 1e6]")
+        value = objective(new)
+        grid = np.insert(grid, 0, new) if best == 0 else np.append(grid, new)
+        values = np.insert(values, 0, value) if best == 0 else np.append(values, value)
+
+
+def solve_brier_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics]:
+    centre, _ = solve_nll_temperature(shifted)
+    grid, _, best = grid_minimum(lambda t: _brier_and_slope(shifted, 1.0 / t)[0], centre)
+    betas = 1.0 / grid
+    lo, hi = sorted((betas[best - 1], betas[best + 1]))
+    slope_lo, slope_hi = (_brier_and_slope(shifted, b)[1] for b in (lo, hi))
+    evaluations = len(betas) + 2
+    if slope_lo < 0 < slope_hi:
+        beta, result = brentq(lambda b: _brier_and_slope(shifted, b)[1], lo, hi,
+                              xtol=1e-300, rtol=4 * np.finfo(float).eps, full_output=True)
+        converged, iterations, message = result.converged, evaluations + result.function_calls, result.flag
+    else:
+        beta, converged, iterations = betas[best], False, evaluations
+        message = "the derivative does not change sign around the grid minimum"
+    loss, slope = _brier_and_slope(shifted, beta)
+    return 1.0 / beta, FitDiagnostics(converged, iterations, message, abs(slope), loss)
+
+
+def solve_ece_temperature(scores: Scores, labels: np.ndarray) -> tuple[float, FitDiagnostics]:
+    def objective(log_t: float) -> float:
+        return ece(softmax(scores.logits / math.exp(log_t)), labels)
+
+    centre, _ = solve_nll_temperature(ShiftedLogits(scores.logits, labels))
+    grid, values, best = grid_minimum(lambda t: objective(math.log(t)), centre)
+    log_grid = np.log(grid)
+    lo, hi = log_grid[best - 1], log_grid[best + 1]
+    result = minimize_scalar(objective, bounds=(lo, hi), method="bounded",
+                             options={"xatol": 1e-10})
+    log_t, value = (result.x, result.fun) if result.fun <= values[best] else (log_grid[best], values[best])
+    return math.exp(log_t), FitDiagnostics(
+        converged=bool(result.success),
+        iterations=len(log_grid) + int(result.nfev),
+        message="grid search refined by bounded Brent (ECE is piecewise constant in T)",
+        objective=float(value),
+    )
+
+
+class TemperatureCalibrator(Calibrator):
+    """Shared model of the methods that divide logits by one temperature ``temperature_``."""
+
+    accuracy_preserving = True
+
+    def _predict(self, scores: Scores) -> np.ndarray:
+        return softmax(scores.logits / self.temperature_)
+
+    def _params(self) -> dict:
+        return {"temperature": self.temperature_}
+
+    def _set_params(self, params: dict) -> None:
+        self.temperature_ = param_float(params, "temperature", positive=True)
+
+
+class TemperatureScaling(TemperatureCalibrator):
+    """Temperature scaling, ``softmax(z / T)`` (Guo et al. 2017); see the module docstring."""
+
+    method = "temperature"
+    description = "Temperature scaling (Guo et al. 2017): softmax(z / T), one T for all classes."
+    options_spec = (
+        INPUT_OPTION,
+        Option("objective", str, "nll", "Validation loss that T minimises.",
+               choices=("nll", "brier", "ece")),
+    )
+
+    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+        objective = self.options["objective"]
+        if objective == "ece":
+            self.temperature_, diagnostics = solve_ece_temperature(scores, labels)
+            return diagnostics
+        shifted = ShiftedLogits(scores.logits, labels)
+        solve = solve_nll_temperature if objective == "nll" else solve_brier_temperature
+        self.temperature_, diagnostics = solve(shifted)
+        return diagnostics
+

@@ -1,0 +1,164 @@
+"""Binned calibration errors and reliability diagrams.
+
+Binning convention (one for all functions here, as in Guo et al.'s code): ``n_bins``
+equal-width bins with edges ``linspace(0, 1, n_bins + 1)``; bin ``b`` holds the confidences
+with ``lo_b < c <= hi_b``, except that a confidence of exactly 0 belongs to the first bin.
+A confidence of exactly 1 is in the last bin; there is no hidden extra bin.
+
+With ``S_b = sum over bin b of (confidence - correct)`` and ``n_b`` its count:
+
+* ``ece`` (Guo et al. 2017), top-label: L1 ``sum_b |S_b| / n`` = ``sum_b (n_b/n)|conf_b - acc_b|``;
+  L2 ``sqrt(sum_b (n_b/n)(conf_b - acc_b)^2)`` (the root is taken).
+* ``mce``: ``max_b |conf_b - acc_b|`` over non-empty bins.
+* ``adaptive_ece``: as ``ece`` but with equal-count bins: the confidences sorted (stably) and
+  split with ``np.array_split`` (the first ``n % n_bins`` bins hold one more). This is the
+  equal-mass ECE of Nixon et al. 2019 / Kumar et al. 2019 ("ECE-EM"), not netcal's ``ACE``.
+* ``classwise_ece`` (Kull et al. 2019): for each class j, the L1 binned error of
+  ``p_j`` against ``[y = j]`` over all rows; the mean of these over classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._inputs import probabilities_and_labels, top_label
+
+
+def equal_width_bin(values: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin index of each value in [0, 1] under the ``(lo, hi]`` convention."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    return np.clip(np.searchsorted(edges, values, side="left") - 1, 0, n_bins - 1)
+
+
+def equal_count_bin(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bin index (``array_split`` of the stable sort) of each value, and the sort order."""
+    order = np.argsort(values, kind="stable")
+    n = len(values)
+    sizes = np.full(n_bins, n // n_bins)
+    sizes[: n % n_bins] += 1
+    index = np.empty(n, dtype=np.int64)
+    index[order] = np.repeat(np.arange(n_bins), sizes)
+    return index, order
+
+
+def _check_bins(n_bins: int) -> None:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, int | np.integer) or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+
+
+def _check_norm(norm) -> None:
+    if norm not in (1, 2):
+        raise ValueError(f"norm must be 1 or 2, got {norm!r}")
+
+
+def _binned_error(index, confidence, correct, n_bins: int, norm: int) -> float:
+    n = len(confidence)
+    gaps = np.bincount(index, weights=confidence - correct, minlength=n_bins)
+    if norm == 1:
+        return float(np.abs(gaps).sum() / n)
+    counts = np.bincount(index, minlength=n_bins)
+    full = counts > 0
+    return float(np.sqrt(np.sum(gaps[full] ** 2 / counts[full]) / n))
+
+
+def ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
+    """Top-label expected calibration error, equal-width bins (see the module docstring)."""
+    _check_bins(n_bins)
+    _check_norm(norm)
+    p, y = probabilities_and_labels(probs, labels)
+    confidence, correct = top_label(p, y)
+    return _binned_error(equal_width_bin(confidence, n_bins), confidence, correct, n_bins, norm)
+
+
+def adaptive_ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
+    """Top-label ECE with equal-count bins (see the module docstring)."""
+    _check_bins(n_bins)
+    _check_norm(norm)
+    p, y = probabilities_and_labels(probs, labels)
+    confidence, correct = top_label(p, y)
+    index, _ = equal_count_bin(confidence, n_bins)
+    return _binned_error(index, confidence, correct, n_bins, norm)
+
+
+def mce(probs, labels, n_bins: int = 15) -> float:
+    """Maximum calibration error: the largest ``|conf_b - acc_b|`` over non-empty bins."""
+    _check_bins(n_bins)
+    p, y = probabilities_and_labels(probs, labels)
+    confidence, correct = top_label(p, y)
+    index = equal_width_bin(confidence, n_bins)
+    gaps = np.bincount(index, weights=confidence - correct, minlength=n_bins)
+    counts = np.bincount(index, minlength=n_bins)
+    full = counts > 0
+    return float(np.max(np.abs(gaps[full]) / counts[full]))
+
+
+def classwise_ece(probs, labels, n_bins: int = 15) -> float:
+    """Classwise ECE (Kull et al. 2019): mean over classes of each class's L1 binned error."""
+    _check_bins(n_bins)
+    p, y = probabilities_and_labels(probs, labels)
+    n, k = p.shape
+    flat = p.ravel()
+    residual = flat.copy()
+    residual[np.arange(n) * k + y] -= 1.0
+    cell = np.tile(np.arange(k) * n_bins, n) + equal_width_bin(flat, n_bins)
+    gaps = np.bincount(cell, weights=residual, minlength=k * n_bins)
+    return float(np.abs(gaps).sum() / (n * k))
+
+
+@dataclass
+class ReliabilityDiagram:
+    """Per-bin statistics of top-label confidence; statistics of empty bins are NaN."""
+
+    strategy: str
+    bin_lower: np.ndarray
+    bin_upper: np.ndarray
+    count: np.ndarray
+    mean_confidence: np.ndarray
+    accuracy: np.ndarray
+
+    @property
+    def gap(self) -> np.ndarray:
+        """``mean_confidence - accuracy`` (positive where over-confident)."""
+        return self.mean_confidence - self.accuracy
+
+    def to_dict(self) -> dict:
+        def plain(values):
+            return [None if np.isnan(v) else float(v) for v in values]
+
+        return {
+            "strategy": self.strategy,
+            "bin_lower": plain(self.bin_lower),
+            "bin_upper": plain(self.bin_upper),
+            "count": self.count.tolist(),
+            "mean_confidence": plain(self.mean_confidence),
+            "accuracy": plain(self.accuracy),
+            "gap": plain(self.gap),
+        }
+
+
+def reliability_diagram(probs, labels, n_bins: int = 15, strategy: str = "uniform") -> ReliabilityDiagram:
+    """Counts, mean confidence and accuracy per bin: ``strategy="uniform"`` uses the equal-width
+    bins of ``ece`` (bounds are the bin edges), ``"quantile"`` the equal-count bins of
+    ``adaptive_ece`` (bounds are the smallest and largest confidence in each bin)."""
+    _check_bins(n_bins)
+    p, y = probabilities_and_labels(probs, labels)
+    confidence, correct = top_label(p, y)
+    if strategy == "uniform":
+        index = equal_width_bin(confidence, n_bins)
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+        lower, upper = edges[:-1], edges[1:]
+    elif strategy == "quantile":
+        index, _ = equal_count_bin(confidence, n_bins)
+        lower = np.full(n_bins, np.nan)
+        upper = np.full(n_bins, np.nan)
+        np.fmin.at(lower, index, confidence)
+        np.fmax.at(upper, index, confidence)
+    else:
+        raise ValueError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
+    count = np.bincount(index, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_confidence = np.bincount(index, weights=confidence, minlength=n_bins) / count
+        accuracy = np.bincount(index, weights=correct, minlength=n_bins) / count
+    return ReliabilityDiagram(strategy, lower, upper, count, mean_confidence, accuracy)

@@ -1,0 +1,74 @@
+"""Proper scores and summary statistics of probabilistic predictions.
+
+* ``brier``: ``mean_i sum_j (p_ij - [y_i = j])^2``, summed over classes as in the
+  expectation-consistency paper and scikit-learn (pycalib divides this by k).
+* ``nll``: ``-mean_i log p_{i, y_i}`` (natural log); ``inf`` if a label's probability is exactly
+  0. No clipping.
+* ``accuracy``: fraction of rows whose argmax (first index among ties) is the label.
+* ``top_n_accuracy``: fraction of rows whose label ranks among the ``n`` highest
+  probabilities, ties ranked by the lower class index.
+* ``mean_confidence``: mean of the highest probability of each row.
+* ``expectation_consistency_gap``: ``mean_confidence - accuracy`` (Clarté et al. 2023).
+* ``calibration_gain``: ``brier(raw) - brier(calibrated)`` on one evaluation set, the ΔECE²
+  of Mix-n-Match (Zhang et al. 2020, eq. 8): for a map that keeps the ranking of predictions
+  it is the drop in squared calibration error; positive means the map helped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._inputs import probabilities_and_labels, top_label
+
+
+def label_ranks(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Rank of each label in its row (0 = highest), ties broken by the lower class index."""
+    v_y = values[np.arange(len(labels)), labels][:, None]
+    higher = (values > v_y).sum(axis=1)
+    tied_before = ((values == v_y) & (np.arange(values.shape[1]) < labels[:, None])).sum(axis=1)
+    return higher + tied_before
+
+
+def brier(probs, labels) -> float:
+    p, y = probabilities_and_labels(probs, labels)
+    p_y = p[np.arange(p.shape[0]), y]
+    return float(np.mean(np.einsum("ij,ij->i", p, p) - 2.0 * p_y + 1.0))
+
+
+def nll(probs, labels) -> float:
+    p, y = probabilities_and_labels(probs, labels)
+    with np.errstate(divide="ignore"):
+        return float(-np.mean(np.log(p[np.arange(p.shape[0]), y])))
+
+
+def accuracy(probs, labels) -> float:
+    p, y = probabilities_and_labels(probs, labels)
+    return float(np.mean(p.argmax(axis=1) == y))
+
+
+def top_n_accuracy(probs, labels, n: int = 5) -> float:
+    p, y = probabilities_and_labels(probs, labels)
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    return float(np.mean(label_ranks(p, y) < n))
+
+
+def mean_confidence(probs, labels=None) -> float:
+    """Labels are accepted (and checked) for a uniform signature, not used."""
+    p, _ = probabilities_and_labels(probs, labels)
+    return float(np.mean(p.max(axis=1)))
+
+
+def expectation_consistency_gap(probs, labels) -> float:
+    p, y = probabilities_and_labels(probs, labels)
+    confidence, correct = top_label(p, y)
+    return float(np.mean(confidence) - np.mean(correct))
+
+
+def calibration_gain(raw_probs, calibrated_probs, labels) -> float:
+    if np.shape(raw_probs) != np.shape(calibrated_probs):
+        raise ValueError(
+            f"raw and calibrated probabilities differ in shape: {np.shape(raw_probs)} vs "
+            f"{np.shape(calibrated_probs)}"
+        )
+    return brier(raw_probs, labels) - brier(calibrated_probs, labels)

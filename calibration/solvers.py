@@ -1,0 +1,101 @@
+"""Solvers that converge and say when they do not.
+
+* ``increasing_root``: the root of an increasing 1-D function on a positive bracket, by
+  Newton's method safeguarded with bisection in log space. Used for the inverse temperature
+  of temperature scaling (the NLL derivative is increasing: the NLL is convex in 1/T) and of
+  expectation consistency (mean confidence is increasing in 1/T). The tolerance comes from
+  the dtype: the last Newton step is below sqrt(eps) relative, so the error after it is of
+  order eps (quadratic convergence).
+* ``minimize_smooth``: L-BFGS-B with an analytic gradient, run to a tight gradient tolerance;
+  the fit counts as converged when the final gradient's largest entry is below ``gtol``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+
+from .base import FitDiagnostics
+
+RTOL = math.sqrt(np.finfo(np.float64).eps)
+
+
+@dataclass
+class RootResult:
+    x: float
+    iterations: int
+    converged: bool
+    value: float
+    message: str
+
+
+def increasing_root(
+    g: Callable[[float], tuple[float, float]],
+    x0: float,
+    lo: float,
+    hi: float,
+    rtol: float = RTOL,
+    maxiter: int = 100,
+) -> RootResult:
+    """Root of an increasing ``g`` on ``[lo, hi]`` (``0 < lo < hi``); ``g(x)`` returns the value
+    and the derivative. The caller must know that ``g(lo) < 0 < g(hi)``; a root that is not
+    inside the bracket ends with ``converged=False``."""
+    a, b = lo, hi
+    seen_negative = seen_positive = False
+    x = min(max(x0, a), b)
+    value = math.nan
+    for iteration in range(1, maxiter + 1):
+        value, slope = g(x)
+        if value == 0.0:
+            return RootResult(x, iteration, True, value, "exact root")
+        if value < 0:
+            a, seen_negative = x, True
+        else:
+            b, seen_positive = x, True
+        newton = x - value / slope if slope > 0 else math.nan
+        if a < newton < b:
+            if abs(newton - x) <= rtol * newton:
+                return RootResult(newton, iteration, True, value, "Newton step below tolerance")
+            x = newton
+        else:
+            x = math.sqrt(a * b)
+            if b / a - 1.0 <= rtol:
+                if seen_negative and seen_positive:
+                    return RootResult(x, iteration, True, value, "bracket below tolerance")
+                side = "below" if seen_positive else "above"
+                return RootResult(x, iteration, False, value, f"the root lies {side} [{lo:g}, {hi:g}]")
+    return RootResult(x, maxiter, False, value, f"no convergence in {maxiter} iterations")
+
+
+def minimize_smooth(
+    fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
+    x0: np.ndarray,
+    *,
+    gtol: float = 1e-6,
+    maxiter: int = 20000,
+) -> tuple[np.ndarray, FitDiagnostics]:
+    """Minimise a smooth function given with its analytic gradient."""
+    result = minimize(
+        fun,
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": maxiter, "maxfun": 2 * maxiter, "gtol": gtol * 1e-3, "ftol": 0.0,
+                 "maxcor": 30},
+    )
+    gradient_norm = float(np.max(np.abs(result.jac))) if result.jac.size else 0.0
+    converged = gradient_norm <= gtol
+    message = str(result.message)
+    if not converged:
+        message = f"gradient {gradient_norm:.3g} above {gtol:g} after {result.nit} iterations: {message}"
+    return result.x, FitDiagnostics(
+        converged=converged,
+        iterations=int(result.nit),
+        message=message,
+        gradient_norm=gradient_norm,
+        objective=float(result.fun),
+    )

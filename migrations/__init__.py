@@ -1,0 +1,1 @@
+"""Alembic environment of the service's database schema (shipped as app.migrations)."""

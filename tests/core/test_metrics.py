@@ -1,0 +1,190 @@
+"""Metrics: hand-computed cases, edge cases, other libraries' conventions, KDE-ECE accuracy."""
+
+import numpy as np
+import pytest
+from scipy.integrate import quad
+from scipy.special import expit
+from scipy.stats import norm
+from sklearn.metrics import brier_score_loss, log_loss
+
+import calibration as cal
+
+BINNED = [cal.ece, cal.mce, cal.adaptive_ece, cal.classwise_ece]
+ALL = [*BINNED, cal.brier, cal.nll, cal.accuracy, cal.kde_ece, cal.expectation_consistency_gap]
+
+
+def test_ece_hand_computed_with_gaps_of_both_signs():
+    probs = np.array([[0.2, 0.8], [0.7, 0.3], [0.55, 0.45], [0.9, 0.1], [1.0, 0.0]])
+    labels = np.array([1, 0, 1, 0, 0])
+    conf = probs.max(axis=1)
+    correct = probs.argmax(axis=1) == labels
+    assert conf.tolist() == [0.8, 0.7, 0.55, 0.9, 1.0]
+    assert correct.tolist() == [True, True, False, True, True]
+    # 4 bins (lo, hi]: (.5, .75] holds .7 (1), .55 (0); (.75, 1] holds .8, .9, 1.0 (all right)
+    gap_mid = (0.7 + 0.55) - 1.0
+    gap_top = (0.8 + 0.9 + 1.0) - 3.0
+    assert cal.ece(probs, labels, n_bins=4) == pytest.approx((abs(gap_mid) + abs(gap_top)) / 5)
+    assert cal.mce(probs, labels, n_bins=4) == pytest.approx(max(abs(gap_mid) / 2, abs(gap_top) / 3))
+    l2 = np.sqrt((gap_mid**2 / 2 + gap_top**2 / 3) / 5)
+    assert cal.ece(probs, labels, n_bins=4, norm=2) == pytest.approx(l2)
+
+
+def test_zero_confidence_is_in_the_first_bin_and_one_in_the_last():
+    diagram = cal.reliability_diagram(np.array([0.0, 1.0]), [0, 1], n_bins=4)
+    # binary input: top-label confidence of [1, 0] and [0, 1] is 1.0 for both
+    assert diagram.count.tolist() == [0, 0, 0, 2]
+    assert cal.classwise_ece(np.array([0.0, 1.0]), [0, 1], n_bins=4) == 0.0
+
+
+def test_adaptive_ece_uses_array_split_of_the_sorted_confidences():
+    probs = np.array([0.9, 0.6, 0.8, 0.7, 0.95])
+    labels = np.array([1, 1, 0, 1, 1])
+    # sorted confidences .6 .7 .8 .9 .95 split into 2 bins: [.6 .7 .8] and [.9 .95]
+    expected = (abs(0.6 + 0.7 + 0.8 - 2) + abs(0.9 + 0.95 - 2)) / 5
+    assert cal.adaptive_ece(probs, labels, n_bins=2) == pytest.approx(expected)
+
+
+def test_brier_and_nll_agree_with_scikit_learn(reference):
+    logits, labels = reference
+    probs = cal.softmax(logits)
+    assert cal.nll(probs, labels) == pytest.approx(log_loss(labels, probs), rel=1e-12)
+    binary = probs[:, :2] / probs[:, :2].sum(axis=1, keepdims=True)
+    y = (labels[:] % 2)
+    # scikit-learn's binary Brier is per positive-class probability; ours sums both classes
+    assert cal.brier(binary[:, 1], y) == pytest.approx(2 * brier_score_loss(y, binary[:, 1]), rel=1e-12)
+
+
+def test_top_n_accuracy_breaks_ties_by_lower_index():
+    probs = np.array([[0.25, 0.25, 0.25, 0.25]])
+    assert cal.top_n_accuracy(probs, [1], n=2) == 1.0
+    assert cal.top_n_accuracy(probs, [2], n=2) == 0.0
+    assert cal.accuracy(probs, [0]) == 1.0
+
+
+def test_calibration_gain_is_the_drop_in_brier(reference):
+    logits, labels = reference
+    raw, calibrated = cal.softmax(logits), cal.softmax(logits / 1.97)
+    gain = cal.calibration_gain(raw, calibrated, labels)
+    assert gain == pytest.approx(cal.brier(raw, labels) - cal.brier(calibrated, labels))
+    assert gain > 0
+
+
+@pytest.mark.parametrize("metric", ALL)
+@pytest.mark.parametrize(
+    ("probs", "labels"),
+    [
+        (np.array([[0.3, 0.7]]), [1]),  # one sample
+        (np.array([[0.9, 0.1], [0.2, 0.8]]), [0, 1]),  # all correct
+        (np.array([[0.9, 0.1], [0.2, 0.8]]), [1, 0]),  # all wrong
+        (np.array([[0.5, 0.3, 0.2], [0.6, 0.2, 0.2]]), [0, 1]),  # class 2 absent
+        (np.array([0.1, 0.8, 0.6]), [0, 1, 1]),  # binary scores (n,)
+        (np.array([[1.0, 0.0], [0.0, 1.0]]), [0, 1]),  # exact zeros and ones
+        (np.array([[0.25, 0.75], [0.5, 0.5]], dtype=np.float16), [1, 0]),  # float16
+    ],
+    ids=["one-sample", "all-correct", "all-wrong", "absent-class", "binary", "zeros-ones", "float16"],
+)
+def test_edge_cases_give_defined_values(metric, probs, labels):
+    value = metric(probs, labels)
+    assert not np.isnan(value)
+
+
+def test_nll_of_an_impossible_label_is_infinite_not_nan():
+    assert cal.nll(np.array([[1.0, 0.0]]), [1]) == np.inf
+
+
+@pytest.mark.parametrize("metric", ALL)
+def test_metric_errors(metric):
+    with pytest.raises(ValueError, match="empty"):
+        metric(np.zeros((0, 3)), np.zeros(0, dtype=int))
+    with pytest.raises(ValueError, match="rows must sum to 1"):
+        metric(np.array([[0.5, 0.6]]), [0])
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        metric(np.array([[np.nan, 0.5]]), [0])
+    with pytest.raises(ValueError, match="labels must be in"):
+        metric(np.array([[0.5, 0.5]]), [2])
+
+
+def test_reliability_diagram_sums_to_ece(reference):
+    logits, labels = reference
+    probs = cal.softmax(logits / 1.5)
+    for strategy, metric in [("uniform", cal.ece), ("quantile", cal.adaptive_ece)]:
+        d = cal.reliability_diagram(probs, labels, strategy=strategy)
+        full = d.count > 0
+        assert d.count.sum() == len(labels)
+        weighted = np.sum(d.count[full] / len(labels) * np.abs(d.gap[full]))
+        assert weighted == pytest.approx(metric(probs, labels), abs=1e-12)
+        as_dict = d.to_dict()
+        assert len(as_dict["count"]) == 15 and as_dict["strategy"] == strategy
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_estimate(reference):
+    logits, labels = reference
+    probs = cal.softmax(logits / 1.9)
+    a = cal.bootstrap_interval(cal.ece, probs, labels, n_resamples=200, seed=1)
+    b = cal.bootstrap_interval(cal.ece, probs, labels, n_resamples=200, seed=1)
+    assert a == b
+    assert a.low < a.estimate < a.high
+    assert a.estimate == cal.ece(probs, labels)
+    gain = cal.bootstrap_interval(cal.calibration_gain, cal.softmax(logits), probs, labels,
+                                  n_resamples=100)
+    assert gain.low > 0
+
+
+def _synthetic_binary(rng, n, b0, b1):
+    """Mix-n-Match Appendix E: P(Y=1) = P(Y=2) = 1/2, x | y ~ N(-1, 1) / N(+1, 1),
+    model z1 = sigmoid(b0 + b1 x) for class 1 (index 0 here)."""
+    y = rng.integers(0, 2, n)
+    x = rng.standard_normal(n) + np.where(y == 0, -1.0, 1.0)
+    z1 = expit(b0 + b1 * x)
+    return np.column_stack([z1, 1 - z1]), y
+
+
+def _true_binary_ece(b0, b1):
+    """E|z1 - P(class 1 | z1)|, with P(class 1 | x) = sigmoid(-2x), by quadrature."""
+    def integrand(x):
+        return abs(expit(b0 + b1 * x) - expit(-2 * x)) * 0.5 * (norm.pdf(x, -1) + norm.pdf(x, 1))
+
+    return quad(integrand, -12, 12, limit=400, points=[0])[0]
+
+
+@pytest.mark.parametrize(("b0", "b1"), [(0.5, -1.5), (0.2, -1.9)])
+def test_kde_ece_is_closer_to_the_truth_than_binning(b0, b1):
+    """A seeded, smaller version of benchmarks/kde_ece_accuracy.py (1000 repetitions there)."""
+    truth = _true_binary_ece(b0, b1)
+    rng = np.random.default_rng(2024)
+    for n in (64, 256):
+        kde_error = bin_error = 0.0
+        for _ in range(150):
+            probs, labels = _synthetic_binary(rng, n, b0, b1)
+            kde_error += abs(cal.kde_ece(probs, labels) - truth)
+            # the 15-bin histogram estimator of the same (class-1) quantity
+            bin_error += abs(cal.classwise_ece(probs, labels) - truth)
+        assert kde_error < bin_error
+
+
+def test_kde_ece_converges_to_the_true_value():
+    truth = _true_binary_ece(0.5, -1.5)
+    probs, labels = _synthetic_binary(np.random.default_rng(0), 200_000, 0.5, -1.5)
+    assert cal.kde_ece(probs, labels) == pytest.approx(truth, abs=2e-3)
+
+
+def test_kde_ece_of_a_calibrated_model_is_small():
+    rng = np.random.default_rng(3)
+    conf = rng.uniform(0.5, 1.0, 20000)
+    correct = rng.random(20000) < conf
+    probs = np.column_stack([conf, 1 - conf])
+    labels = np.where(correct, 0, 1)
+    assert cal.kde_ece(np.column_stack([probs, np.zeros(20000)]), labels) < 0.01
+
+
+@pytest.mark.parametrize(("fmt", "signature"), [("png", b"\x89PNG"), ("svg", b"<?xml")])
+def test_reliability_figure_draws_before_and_after(reference, fmt, signature):
+    from calibration.plot import reliability_figure
+
+    logits, labels = reference
+    image = reliability_figure({"before": cal.softmax(logits), "after": cal.softmax(logits / 1.97)},
+                               labels, format=fmt)
+    assert image.startswith(signature) and len(image) > 5000
+    if fmt == "svg":
+        after = cal.ece(cal.softmax(logits / 1.97), labels)
+        assert b"before (ECE 21.45%)" in image and f"after (ECE {100 * after:.2f}%)".encode() in image
