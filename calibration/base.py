@@ -76,8 +76,9 @@ class Calibrator:
         labels = check_labels(labels, scores.n, scores.k)
         return self.fit_scores(scores, labels)
 
-    def fit_scores(self, scores: Scores, labels: np.ndarray) -> Calibrator:
-        """Fit on an already validated batch (used by compositions and model selection)."""
+    def fit_scores(self, scores: Scores, labels: np.ndarray, warn: bool = True) -> Calibrator:
+        """Fit on an already validated batch (used by compositions, model selection and the
+        service). ``warn=False`` leaves non-convergence to ``diagnostics_`` alone."""
         if scores.n < 2:
             raise ValueError(f"at least 2 samples are needed to fit {self.method}, got {scores.n}")
         start = time.perf_counter()
@@ -86,7 +87,7 @@ class Calibrator:
         self.n_classes_ = scores.k
         self.n_samples_ = scores.n
         self.diagnostics_ = diagnostics
-        if not diagnostics.converged:
+        if warn and not diagnostics.converged:
             warnings.warn(
                 f"{self.method} did not converge: {diagnostics.message}",
                 ConvergenceWarning,

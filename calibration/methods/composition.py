@@ -60,7 +60,7 @@ class Composition(Calibrator):
         total = FitDiagnostics(True, 0, "")
         messages = []
         for step in self.steps:
-            step.fit_scores(scores, labels)
+            step.fit_scores(scores, labels, warn=False)
             scores = Scores(probabilities=step._predict(scores))
             total.converged &= step.diagnostics_.converged
             total.iterations += step.diagnostics_.iterations

@@ -1,0 +1,103 @@
+"""Request and response bodies: JSON decoded with orjson straight into numpy arrays, and
+binary ``.npy`` / ``.npz`` bodies parsed without ever unpickling.
+
+``.npy`` is read by hand from its header (``numpy.lib.format``): only plain numeric dtypes
+(bool, integers, floats) are accepted, the header must describe exactly the bytes that follow,
+and the data is viewed with ``numpy.frombuffer``. Object arrays (pickles) are refused before
+any of their bytes are interpreted. ``.npz`` members are read the same way, with their
+uncompressed sizes capped.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import orjson
+
+from .problems import Problem, bad_request, invalid
+
+NPY_TYPE = "application/x-npy"
+NPZ_TYPE = "application/x-npz"
+JSON_TYPE = "application/json"
+ALLOWED_KINDS = "biuf"
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+def parse_json(body: bytes) -> dict:
+    if not body:
+        raise bad_request("the request body is empty; send a JSON object")
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"malformed JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise bad_request("the request body must be a JSON object")
+    return value
+
+
+def read_npy(data: bytes, name: str = "array") -> np.ndarray:
+    """A numeric array from ``.npy`` bytes; anything else is a 422 naming the problem."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"unsupported .npy format version {version}")
+    except (ValueError, EOFError, SyntaxError, TypeError) as exc:
+        raise invalid(f"{name} is not a valid .npy array: {exc}") from exc
+    if dtype.hasobject or dtype.kind not in ALLOWED_KINDS or dtype.fields is not None:
+        raise invalid(f"{name} has dtype {dtype}; only numeric arrays are accepted (no objects, no pickles)")
+    if len(shape) > 2:
+        raise invalid(f"{name} must have 1 or 2 dimensions, got shape {shape}")
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    offset = stream.tell()
+    if len(data) - offset != expected:
+        raise invalid(f"{name}: the .npy header promises {expected} bytes of data for shape {shape}, "
+                      f"the body holds {len(data) - offset}")
+    array = np.frombuffer(data, dtype=dtype, offset=offset, count=int(np.prod(shape, dtype=np.int64)))
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def read_npz(data: bytes, limit: int) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` body, each parsed by ``read_npy``; total size capped."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        members = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise invalid(f"the body is not a valid .npz archive: {exc}") from exc
+    if sum(member.file_size for member in members) > limit:
+        raise Problem(413, f"the .npz archive expands beyond the {limit}-byte limit")
+    arrays = {}
+    for member in members:
+        if not member.filename.endswith(".npy"):
+            raise invalid(f".npz member {member.filename!r} is not a .npy array")
+        name = member.filename[:-4]
+        try:
+            raw = archive.read(member)
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+            raise invalid(f".npz member {member.filename!r} cannot be read: {exc}") from exc
+        arrays[name] = read_npy(raw, name)
+    return arrays
+
+
+def write_npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def dump_json(value) -> bytes:
+    """JSON bytes; numpy arrays are serialised natively, NaN and infinity become null."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def wants(accept: str | None, media: str) -> bool:
+    return media in (accept or "").lower()

@@ -1,0 +1,83 @@
+"""Database engines: SQLite (WAL, busy timeout, immediate write transactions) or Postgres.
+
+Writes go through ``Database.write()``: on SQLite it opens the transaction with
+``BEGIN IMMEDIATE`` so concurrent writers queue on the busy timeout instead of failing with
+"database is locked" when a read transaction tries to upgrade; on Postgres the statements
+themselves take the row locks they need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def normalise_url(url: str) -> URL:
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(url: str, timeout: float = 30.0) -> Engine:
+    parsed = normalise_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _configure(dbapi_connection, _record):
+            dbapi_connection.isolation_level = None  # transactions are begun explicitly below
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(connection):
+            mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+            connection.exec_driver_sql(f"BEGIN {mode}")
+
+        return engine
+    return create_engine(
+        parsed,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        connect_args={"connect_timeout": max(1, int(timeout))},
+    )
+
+
+class Database:
+    """An engine with a read session factory and a write session factory."""
+
+    def __init__(self, url: str, timeout: float = 30.0):
+        self.url = url
+        self.engine = make_engine(url, timeout)
+        writer = self.engine
+        if self.engine.dialect.name == "sqlite":
+            writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(writer, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._read() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        with self._write() as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,96 @@
+"""One ASGI middleware for every request: a request id, the body size limit (413 from the
+Content-Length header, or while the body streams in), an access log line and Prometheus
+metrics. Written as plain ASGI so it adds no buffering to the hot path."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from .problems import Problem
+
+log = logging.getLogger("app.access")
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+class BodyTooLarge(Problem):
+    def __init__(self, limit: int):
+        super().__init__(413, f"the request body exceeds the limit of {limit} bytes "
+                              "(CALIBRATION_MAX_BODY_BYTES)")
+
+
+def _json_problem(status: int, detail: str, request_id: str) -> bytes:
+    import orjson
+
+    return orjson.dumps({"type": "about:blank", "title": "Content Too Large", "status": status,
+                         "detail": detail, "request_id": request_id})
+
+
+class RequestMiddleware:
+    def __init__(self, app, max_body_bytes: int, registry: CollectorRegistry):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.requests = Counter("calibration_requests_total", "HTTP requests",
+                                ["method", "route", "status"], registry=registry)
+        self.latency = Histogram("calibration_request_seconds", "HTTP request latency",
+                                 ["method", "route"], registry=registry,
+                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        headers = dict(scope["headers"])
+        given_id = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = given_id if REQUEST_ID.match(given_id) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        status_holder = {"status": 500}
+        limit = self.max_body_bytes
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            body = _json_problem(413, f"the request body exceeds the limit of {limit} bytes "
+                                      "(CALIBRATION_MAX_BODY_BYTES)", request_id)
+            await send_with_id({"type": "http.response.start", "status": 413,
+                                "headers": [(b"content-type", b"application/problem+json"),
+                                            (b"content-length", str(len(body)).encode()),
+                                            (b"connection", b"close")]})
+            await send_with_id({"type": "http.response.body", "body": body})
+            self._record(scope, 413, start, request_id)
+            return
+
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send_with_id)
+        finally:
+            self._record(scope, status_holder["status"], start, request_id)
+
+    def _record(self, scope, status: int, start: float, request_id: str) -> None:
+        elapsed = time.perf_counter() - start
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        self.requests.labels(scope["method"], route, str(status)).inc()
+        self.latency.labels(scope["method"], route).observe(elapsed)
+        log.info("request", extra={"method": scope["method"], "path": scope["path"], "route": route,
+                                   "status": status, "duration_ms": round(elapsed * 1000, 3),
+                                   "request_id": request_id})

@@ -1,0 +1,129 @@
+"""Errors as RFC 9457 problem details (``application/problem+json``) on /v1 and elsewhere,
+and as ``{"error": "..."}`` on /v2, as the Open Inference Protocol specifies."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+log = logging.getLogger("app.errors")
+PROBLEM_TYPE = "about:blank"
+
+
+class Problem(Exception):
+    """An error the client can act on: status, a short title and a precise detail."""
+
+    def __init__(self, status: int, detail: str, title: str | None = None,
+                 headers: dict[str, str] | None = None, **extra):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.title = title or HTTPStatus(status).phrase
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def not_found(detail: str) -> Problem:
+    return Problem(404, detail)
+
+
+def conflict(detail: str) -> Problem:
+    return Problem(409, detail)
+
+
+def invalid(detail: str) -> Problem:
+    return Problem(422, detail, title="Invalid input")
+
+
+def bad_request(detail: str) -> Problem:
+    return Problem(400, detail)
+
+
+def unavailable(detail: str = "the database is unreachable; retry shortly") -> Problem:
+    return Problem(503, detail, headers={"Retry-After": "5"})
+
+
+def unmigrated() -> Problem:
+    return unavailable("the database schema is missing or behind: run `calibration-service migrate`")
+
+
+def _missing_schema(exc: DBAPIError) -> bool:
+    message = str(exc.orig).lower()
+    return "no such table" in message or ("relation" in message and "does not exist" in message)
+
+
+def render(request: Request, problem: Problem) -> Response:
+    headers = dict(problem.headers)
+    if request.url.path.startswith("/v2"):
+        body = orjson.dumps({"error": problem.detail})
+        return Response(body, status_code=problem.status, media_type="application/json", headers=headers)
+    payload = {"type": PROBLEM_TYPE, "title": problem.title, "status": problem.status,
+               "detail": problem.detail, "instance": request.url.path, **problem.extra}
+    request_id = request.headers.get("x-request-id") or getattr(request.state, "request_id", None)
+    if request_id:
+        payload["request_id"] = request_id
+    return Response(orjson.dumps(payload), status_code=problem.status,
+                    media_type="application/problem+json", headers=headers)
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        parts.append(f"{where}: {error.get('msg')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem):
+        return render(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        return render(request, invalid(_validation_detail(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no such endpoint: {request.method} {request.url.path}"
+        return render(request, Problem(exc.status_code, detail, headers=getattr(exc, "headers", None)))
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(request: Request, exc: OperationalError):
+        if _missing_schema(exc):
+            return render(request, unmigrated())
+        log.warning("database unavailable: %s", str(exc).splitlines()[0])
+        return render(request, unavailable())
+
+    @app.exception_handler(ProgrammingError)
+    async def _database_programming(request: Request, exc: ProgrammingError):
+        if _missing_schema(exc):
+            return render(request, unmigrated())
+        log.exception("database error")
+        return render(request, Problem(500, "internal database error"))
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(request: Request, exc: IntegrityError):
+        log.info("integrity conflict: %s", str(exc.orig).splitlines()[0] if exc.orig else exc)
+        return render(request, conflict("the request conflicts with a concurrent change; retry it"))
+
+    @app.exception_handler(DBAPIError)
+    async def _database_error(request: Request, exc: DBAPIError):
+        if exc.connection_invalidated:
+            return render(request, unavailable())
+        log.exception("database error")
+        return render(request, Problem(500, "internal database error"))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error")
+        return render(request, Problem(500, "internal error; the request id identifies it in the logs"))

@@ -1,0 +1,78 @@
+"""Calibration reports: the core's metrics before and after calibration, reliability bins and,
+on request, bootstrap intervals. Every number comes from a function of ``calibration``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import calibration as cal
+
+METRICS = {
+    "ece": cal.ece,
+    "mce": cal.mce,
+    "adaptive_ece": cal.adaptive_ece,
+    "classwise_ece": cal.classwise_ece,
+    "kde_ece": cal.kde_ece,
+    "brier": cal.brier,
+    "nll": cal.nll,
+    "accuracy": cal.accuracy,
+    "mean_confidence": cal.mean_confidence,
+    "expectation_consistency_gap": cal.expectation_consistency_gap,
+}
+BINNED = {"ece", "mce", "adaptive_ece", "classwise_ece"}
+
+
+def finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def metric_values(probs: np.ndarray, labels: np.ndarray, n_bins: int) -> dict[str, float | None]:
+    """Every metric of ``METRICS``; an infinite NLL (a label given probability 0) is null."""
+    return {
+        name: finite_or_none(fn(probs, labels, n_bins=n_bins) if name in BINNED else fn(probs, labels))
+        for name, fn in METRICS.items()
+    }
+
+
+def intervals(probs: np.ndarray, labels: np.ndarray, n_bins: int, n_resamples: int,
+              confidence: float, seed: int) -> dict[str, dict]:
+    out = {}
+    for name, fn in METRICS.items():
+        kwargs = {"n_bins": n_bins} if name in BINNED else {}
+        interval = cal.bootstrap_interval(fn, probs, labels, n_resamples=n_resamples,
+                                          confidence=confidence, seed=seed, **kwargs)
+        out[name] = {k: finite_or_none(v) if isinstance(v, float) else v
+                     for k, v in interval.to_dict().items()}
+    return out
+
+
+def evaluation(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, bootstrap: int = 0,
+               confidence: float = 0.95, seed: int = 0) -> dict:
+    """Metrics, reliability bins and optional intervals of one set of probabilities."""
+    out = {
+        "metrics": metric_values(probs, labels, n_bins),
+        "reliability_diagram": cal.reliability_diagram(probs, labels, n_bins=n_bins).to_dict(),
+    }
+    if bootstrap:
+        out["intervals"] = intervals(probs, labels, n_bins, bootstrap, confidence, seed)
+    return out
+
+
+def comparison(raw: np.ndarray, calibrated: np.ndarray, labels: np.ndarray, n_bins: int = 15,
+               bootstrap: int = 0, confidence: float = 0.95, seed: int = 0) -> dict:
+    """Before and after calibration on one labelled set, and the calibration gain."""
+    report = {
+        "n_samples": int(labels.shape[0]),
+        "n_classes": int(raw.shape[1]),
+        "n_bins": n_bins,
+        "before": evaluation(raw, labels, n_bins, bootstrap, confidence, seed),
+        "after": evaluation(calibrated, labels, n_bins, bootstrap, confidence, seed),
+        "calibration_gain": finite_or_none(cal.calibration_gain(raw, calibrated, labels)),
+    }
+    if bootstrap:
+        gain = cal.bootstrap_interval(cal.calibration_gain, raw, calibrated, labels,
+                                      n_resamples=bootstrap, confidence=confidence, seed=seed)
+        report["calibration_gain_interval"] = gain.to_dict()
+    return report

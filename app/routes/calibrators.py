@@ -1,0 +1,186 @@
+"""The native API (/v1): calibrators, versions, aliases, calibrate and report."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from .. import store
+from ..codecs import JSON_TYPE, NPY_TYPE, NPZ_TYPE, dump_json
+from ..openapi import body, problems
+from ..schemas import (
+    AliasOut,
+    AliasRequest,
+    CalibrateOut,
+    CalibrateRequest,
+    CalibratorList,
+    CalibratorOut,
+    FitRequest,
+    ReportOut,
+    ReportRequest,
+    VersionList,
+    VersionOut,
+)
+from ..service import Incoming
+
+router = APIRouter(prefix="/v1", tags=["calibrators"])
+
+NAME = Path(description="Calibrator name", examples=["demo"])
+REF = Path(description="`name` (latest version) or `name@alias`", examples=["demo", "demo@production"])
+VERSION = Path(ge=1, le=2**31 - 1, description="Version number", examples=[1])
+ALIAS = Path(description="Alias, e.g. production", examples=["production"])
+PAGE_SIZE = Query(50, ge=1, le=store.MAX_PAGE_SIZE)
+PAGE_TOKEN = Query(None, max_length=1000)
+
+
+def _service(request: Request):
+    return request.app.state.service
+
+
+def _json(value, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(dump_json(value), status_code=status, media_type=JSON_TYPE, headers=headers)
+
+
+def parse_ref(ref: str) -> tuple[str, None, str | None]:
+    name, _, alias = ref.partition("@")
+    store.check_name(name)
+    if alias:
+        store.check_alias(alias)
+    return name, None, alias or None
+
+
+async def incoming(request: Request) -> Incoming:
+    """The body (read under the size limit) with the headers that say how to decode it."""
+    return Incoming(await request.body(), request.headers.get("content-type"),
+                    request.headers.get("accept"), dict(request.query_params))
+
+
+async def _call(request: Request, method, *args):
+    return await run_in_threadpool(method, *args, await incoming(request))
+
+
+@router.post(
+    "/calibrators/{name}/versions",
+    status_code=201,
+    summary="Fit a new version",
+    response_model=VersionOut,
+    responses=problems(400, 404, 413, 415, 422),
+    openapi_extra=body(FitRequest, NPZ_TYPE),
+)
+async def fit(request: Request, name: str = NAME):
+    """Fit `method` on the labelled arrays and store it as the next version of `name` (created on
+    first fit). Returns the version with its parameters, fit diagnostics and a validation report
+    (metrics before and after calibration on the fitting data)."""
+    view = await _call(request, _service(request).fit, name)
+    return _json(view, 201, {"Location": f"/v1/calibrators/{name}/versions/{view['version']}",
+                             "ETag": f'"{view["checksum"]}"'})
+
+
+@router.get("/calibrators", summary="List calibrators", response_model=CalibratorList,
+            responses=problems(422))
+async def list_calibrators(request: Request, page_size: int = PAGE_SIZE, page_token: str | None = PAGE_TOKEN):
+    return _json(await run_in_threadpool(_service(request).list_calibrators, page_size, page_token))
+
+
+@router.get("/calibrators/{name}", summary="Get a calibrator", response_model=CalibratorOut,
+            responses=problems(404, 422))
+async def get_calibrator(request: Request, name: str = NAME):
+    store.check_name(name)
+    return _json(await run_in_threadpool(_service(request).get_calibrator, name))
+
+
+@router.delete("/calibrators/{name}", status_code=204, summary="Delete a calibrator and all its versions",
+               responses=problems(404, 422))
+async def delete_calibrator(request: Request, name: str = NAME):
+    store.check_name(name)
+    await run_in_threadpool(_service(request).delete_calibrator, name)
+    return Response(status_code=204)
+
+
+@router.get("/calibrators/{name}/versions", summary="List versions, newest first",
+            response_model=VersionList, responses=problems(404, 422))
+async def list_versions(request: Request, name: str = NAME, page_size: int = PAGE_SIZE,
+                        page_token: str | None = PAGE_TOKEN):
+    store.check_name(name)
+    return _json(await run_in_threadpool(_service(request).list_versions, name, page_size, page_token))
+
+
+@router.get("/calibrators/{name}/versions/{version}", summary="Get a version", response_model=VersionOut,
+            responses={304: {"description": "Not modified (If-None-Match)"}, **problems(404, 422)})
+async def get_version(request: Request, name: str = NAME, version: int = VERSION):
+    store.check_name(name)
+    view = await run_in_threadpool(_service(request).get_version, name, version)
+    etag = f'"{view["checksum"]}"'
+    if request.headers.get("if-none-match") in (etag, "*"):
+        return Response(status_code=304, headers={"ETag": etag})
+    return _json(view, headers={"ETag": etag})
+
+
+@router.delete("/calibrators/{name}/versions/{version}", status_code=204, summary="Delete a version",
+               responses=problems(404, 409, 422))
+async def delete_version(request: Request, name: str = NAME, version: int = VERSION):
+    store.check_name(name)
+    await run_in_threadpool(_service(request).delete_version, name, version)
+    return Response(status_code=204)
+
+
+@router.put("/calibrators/{name}/aliases/{alias}", summary="Point an alias at a version",
+            response_model=AliasOut, responses=problems(400, 404, 415, 422), openapi_extra=body(AliasRequest))
+async def set_alias(request: Request, name: str = NAME, alias: str = ALIAS):
+    store.check_name(name)
+    return _json(await _call(request, _service(request).set_alias, name, alias))
+
+
+@router.delete("/calibrators/{name}/aliases/{alias}", status_code=204, summary="Delete an alias",
+               responses=problems(404, 422))
+async def delete_alias(request: Request, name: str = NAME, alias: str = ALIAS):
+    store.check_name(name)
+    store.check_alias(alias)
+    await run_in_threadpool(_service(request).delete_alias, name, alias)
+    return Response(status_code=204)
+
+
+CALIBRATE_DOC = dict(
+    response_model=CalibrateOut,
+    responses={200: {"content": {NPY_TYPE: {}}, "description": "Calibrated probabilities (JSON or .npy "
+                                                                "with `Accept: application/x-npy`)"},
+               **problems(400, 404, 413, 415, 422)},
+    openapi_extra=body(CalibrateRequest, NPY_TYPE),
+)
+REPORT_DOC = dict(
+    response_model=ReportOut,
+    responses={200: {"content": {"image/png": {}, "image/svg+xml": {}},
+                     "description": "Metrics before and after calibration, or a reliability diagram "
+                                    "(`Accept: image/png` or `image/svg+xml`)"},
+               **problems(400, 404, 413, 415, 422)},
+    openapi_extra=body(ReportRequest, NPZ_TYPE),
+)
+
+
+@router.post("/calibrators/{ref}/calibrate", summary="Calibrate a batch (latest or alias)", **CALIBRATE_DOC)
+async def calibrate(request: Request, ref: str = REF):
+    content, media = await _call(request, _service(request).calibrate, parse_ref(ref))
+    return Response(content, media_type=media)
+
+
+@router.post("/calibrators/{name}/versions/{version}/calibrate", summary="Calibrate a batch (pinned version)",
+             **CALIBRATE_DOC)
+async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
+    store.check_name(name)
+    content, media = await _call(request, _service(request).calibrate, (name, version, None))
+    return Response(content, media_type=media)
+
+
+@router.post("/calibrators/{ref}/report", summary="Report on a labelled batch (latest or alias)", **REPORT_DOC)
+async def report(request: Request, ref: str = REF):
+    content, media = await _call(request, _service(request).report, parse_ref(ref))
+    return Response(content, media_type=media)
+
+
+@router.post("/calibrators/{name}/versions/{version}/report", summary="Report on a labelled batch (pinned)",
+             **REPORT_DOC)
+async def report_version(request: Request, name: str = NAME, version: int = VERSION):
+    store.check_name(name)
+    content, media = await _call(request, _service(request).report, (name, version, None))
+    return Response(content, media_type=media)

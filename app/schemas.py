@@ -1,0 +1,206 @@
+"""Request and response models. The array fields appear here for the OpenAPI docs only: the
+service decodes arrays straight from the JSON body into numpy (see ``app.codecs``) and
+validates the remaining small fields with these models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from calibration import METHODS
+
+ARRAY_FIELDS = ("logits", "probabilities", "scores", "labels")
+OUTPUTS = ("probabilities", "predicted_class", "confidence")
+
+EXAMPLE_LOGITS = [
+    [2.0, 0.5, -1.0], [0.3, 1.8, -0.2], [1.2, 1.0, 0.1], [-0.5, 0.2, 1.5],
+    [1.5, -0.3, 0.4], [0.1, 0.9, 1.1], [2.2, 1.9, -0.4], [-1.0, 0.4, 0.8],
+]
+EXAMPLE_LABELS = [0, 1, 1, 2, 2, 0, 1, 2]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Arrays(Strict):
+    logits: list[list[float]] | None = Field(None, description="(n, k) logits; or send probabilities or scores")
+    probabilities: list[list[float]] | None = Field(None, description="(n, k) probabilities, rows summing to 1")
+    scores: list[float] | None = Field(None, description="(n,) binary scores, the log-odds of class 1")
+
+
+class TensorNames(Strict):
+    inputs: list[str] | None = Field(None, description="Accepted /v2 input tensor names (default: any)")
+    probabilities: str = "probabilities"
+    predicted_class: str = "predicted_class"
+    confidence: str = "confidence"
+
+
+class FitFields(Strict):
+    method: str = Field(description="A method from GET /v1/methods", json_schema_extra={"enum": list(METHODS)})
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of the method (see /v1/methods)")
+    class_names: list[str] | None = Field(None, description="One name per class, in label order")
+    description: str | None = Field(None, max_length=10_000)
+    tags: dict[str, str] | None = None
+    tensor_names: TensorNames | None = Field(None, description="Tensor names on the /v2 protocol")
+
+
+class FitRequest(FitFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"method": "temperature", "logits": EXAMPLE_LOGITS,
+                                         "labels": EXAMPLE_LABELS, "description": "demo fit"}]},
+    )
+    labels: list[int] = Field(description="(n,) integer class labels in [0, k)")
+
+
+class CalibrateFields(Strict):
+    outputs: list[Literal["probabilities", "predicted_class", "confidence"]] = Field(
+        default_factory=lambda: ["probabilities"],
+        description="Which outputs to return",
+    )
+
+
+class CalibrateRequest(CalibrateFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"logits": EXAMPLE_LOGITS[:2],
+                                         "outputs": ["probabilities", "predicted_class", "confidence"]}]},
+    )
+
+
+class EvaluationFields(Strict):
+    n_bins: int = Field(15, ge=1, le=1000, description="Bins of the binned metrics and diagrams")
+    bootstrap: int = Field(0, ge=0, le=2000, description="Bootstrap resamples for intervals (0: none)")
+    confidence: float = Field(0.95, gt=0, lt=1, description="Level of the bootstrap intervals")
+    seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling")
+
+
+class ReportRequest(EvaluationFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}]},
+    )
+    labels: list[int]
+
+
+class MetricsRequest(EvaluationFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"probabilities": [[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]],
+                                         "labels": [0, 1, 1]}]},
+    )
+    labels: list[int]
+
+
+class AliasRequest(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 1}]})
+    version: int = Field(ge=1)
+
+
+# -- responses (documentation; bodies are serialised with orjson) ----------------------------
+
+class Diagnostics(BaseModel):
+    converged: bool
+    iterations: int
+    message: str
+    gradient_norm: float | None = None
+    objective: float | None = None
+    seconds: float
+
+
+class VersionOut(BaseModel):
+    name: str
+    version: int
+    method: str
+    options: dict[str, Any]
+    input: Literal["logits", "probabilities", "scores"]
+    n_classes: int
+    n_samples: int
+    class_names: list[str] | None = None
+    parameters: dict[str, Any] = Field(description="Fitted parameters in readable form")
+    diagnostics: Diagnostics
+    report: dict[str, Any] = Field(description="Validation report: metrics before and after on the fit data")
+    description: str | None = None
+    tags: dict[str, str] | None = None
+    tensor_names: dict[str, Any] | None = None
+    aliases: list[str]
+    checksum: str
+    created_at: datetime
+
+
+class VersionList(BaseModel):
+    name: str
+    versions: list[VersionOut]
+    next_page_token: str | None = None
+
+
+class CalibratorOut(BaseModel):
+    name: str
+    created_at: datetime
+    latest_version: int | None
+    n_versions: int
+    aliases: dict[str, int]
+
+
+class CalibratorList(BaseModel):
+    calibrators: list[CalibratorOut]
+    next_page_token: str | None = None
+
+
+class AliasOut(BaseModel):
+    name: str
+    alias: str
+    version: int
+
+
+class CalibrateOut(BaseModel):
+    name: str
+    version: int
+    probabilities: list[list[float]] | None = None
+    predicted_class: list[int] | None = None
+    predicted_class_name: list[str] | None = None
+    confidence: list[float] | None = None
+
+
+class ReportOut(BaseModel):
+    name: str | None = None
+    version: int | None = None
+    n_samples: int
+    n_classes: int
+    n_bins: int
+    before: dict[str, Any]
+    after: dict[str, Any]
+    calibration_gain: float | None
+    calibration_gain_interval: dict[str, Any] | None = None
+
+
+class MetricsOut(BaseModel):
+    n_samples: int
+    n_classes: int
+    n_bins: int
+    metrics: dict[str, float | None]
+    reliability_diagram: dict[str, Any]
+    intervals: dict[str, Any] | None = None
+
+
+class MethodOut(BaseModel):
+    name: str
+    description: str
+    accuracy_preserving: bool | str
+    options: dict[str, Any]
+
+
+class MethodList(BaseModel):
+    methods: list[MethodOut]
+
+
+class ProblemOut(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    request_id: str | None = None

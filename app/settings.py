@@ -1,0 +1,37 @@
+"""Configuration from environment variables: ``DATABASE_URL`` and ``CALIBRATION_*``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite:///./calibration.db"
+
+
+class Settings(BaseSettings):
+    """Every setting the service reads; the README's configuration table lists the same."""
+
+    model_config = SettingsConfigDict(env_prefix="CALIBRATION_", extra="ignore")
+
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        validation_alias=AliasChoices("DATABASE_URL", "CALIBRATION_DATABASE_URL"),
+        description="SQLAlchemy URL; postgresql:// URLs use the psycopg 3 driver.",
+    )
+    host: str = Field("127.0.0.1", description="Address `serve` binds to.")
+    port: int = Field(8000, ge=1, le=65535, description="Port `serve` listens on.")
+    workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes.")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 above).")
+    cache_size: int = Field(256, ge=1, description="Fitted calibrators kept in memory per process.")
+    migrate_on_start: bool = Field(True, description="`serve` runs `alembic upgrade head` before starting.")
+    log_level: str = Field("info", description="Log level of the service's JSON logs.")
+    api_keys_enabled: bool = Field(False, description="Require API keys (see `keys create`).")
+    device: str = Field("cpu", description="Where calibrate and report run: cpu, or cuda with the torch extra.")
+    db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,245 @@
+"""Persistence of calibrators, versions and aliases (the registry model of MLflow).
+
+Every function takes a session from ``Database.read()`` or ``Database.write()``. A new version
+is numbered and inserted in one write transaction: the calibrator row is created if missing
+(``INSERT ... ON CONFLICT DO NOTHING``) and its ``last_version`` counter incremented with
+``UPDATE ... RETURNING``, which serialises concurrent fits of one name on its row lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import dataclass
+
+import orjson
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from .models import AliasRow, CalibratorRow, VersionRow, utcnow
+from .problems import conflict, invalid, not_found
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ALIAS_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+MAX_PAGE_SIZE = 1000
+
+
+def check_name(name: str) -> str:
+    if not NAME_PATTERN.match(name):
+        raise invalid(
+            f"invalid calibrator name {name[:80]!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_alias(alias: str) -> str:
+    if not ALIAS_PATTERN.match(alias) or alias == "latest":
+        raise invalid(
+            f"invalid alias {alias[:80]!r}: use 1-64 letters, digits, '_' or '-', starting with a "
+            "letter ('latest' is reserved)"
+        )
+    return alias
+
+
+def canonical_json(value) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def checksum(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A version a reference points at, with what is needed to load it."""
+
+    name: str
+    version: int
+    checksum: str
+    version_id: int
+
+
+def _calibrator(session: Session, name: str) -> CalibratorRow:
+    row = session.scalar(select(CalibratorRow).where(CalibratorRow.name == name))
+    if row is None:
+        raise not_found(f"no calibrator named {name!r}")
+    return row
+
+
+def _insert(session: Session):
+    return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert
+
+
+def create_version(session: Session, name: str, fields: dict) -> VersionRow:
+    """Store a new version of ``name`` (creating the name), numbered atomically."""
+    session.execute(
+        _insert(session)(CalibratorRow)
+        .values(name=name, last_version=0, created_at=utcnow())
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    calibrator_id, number = session.execute(
+        update(CalibratorRow)
+        .where(CalibratorRow.name == name)
+        .values(last_version=CalibratorRow.last_version + 1)
+        .returning(CalibratorRow.id, CalibratorRow.last_version)
+    ).one()
+    row = VersionRow(calibrator_id=calibrator_id, version=number, created_at=utcnow(), **fields)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def encode_token(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
+
+
+def decode_token(token: str) -> str:
+    try:
+        value = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid("invalid page_token") from exc
+    if encode_token(value) != token:
+        raise invalid("invalid page_token")
+    return value
+
+
+def list_calibrators(session: Session, page_size: int, page_token: str | None):
+    """Calibrators ordered by name, after the name in the token; returns rows and next token."""
+    query = select(CalibratorRow).order_by(CalibratorRow.name).limit(page_size + 1)
+    if page_token:
+        query = query.where(CalibratorRow.name > decode_token(page_token))
+    rows = list(session.scalars(query))
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    return rows, encode_token(rows[-1].name) if more and rows else None
+
+
+def calibrator_overview(session: Session, row: CalibratorRow) -> dict:
+    counts = session.execute(
+        select(func.count(VersionRow.id), func.max(VersionRow.version)).where(
+            VersionRow.calibrator_id == row.id
+        )
+    ).one()
+    return {
+        "name": row.name,
+        "created_at": row.created_at,
+        "latest_version": counts[1],
+        "n_versions": counts[0],
+        "aliases": aliases_of(session, row.id),
+    }
+
+
+def get_calibrator(session: Session, name: str) -> dict:
+    return calibrator_overview(session, _calibrator(session, name))
+
+
+def aliases_of(session: Session, calibrator_id: int) -> dict[str, int]:
+    rows = session.execute(
+        select(AliasRow.alias, AliasRow.version).where(AliasRow.calibrator_id == calibrator_id)
+        .order_by(AliasRow.alias)
+    )
+    return {alias: version for alias, version in rows}
+
+
+def list_versions(session: Session, name: str, page_size: int, page_token: str | None):
+    calibrator = _calibrator(session, name)
+    query = (select(VersionRow).where(VersionRow.calibrator_id == calibrator.id)
+             .order_by(VersionRow.version.desc()).limit(page_size + 1))
+    if page_token:
+        try:
+            before = int(decode_token(page_token))
+        except ValueError as exc:
+            raise invalid("invalid page_token") from exc
+        query = query.where(VersionRow.version < before)
+    rows = list(session.scalars(query))
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    token = encode_token(str(rows[-1].version)) if more and rows else None
+    return calibrator, rows, token
+
+
+def get_version(session: Session, name: str, version: int) -> VersionRow:
+    row = session.scalar(
+        select(VersionRow).join(CalibratorRow)
+        .where(CalibratorRow.name == name, VersionRow.version == version)
+    )
+    if row is None:
+        _calibrator(session, name)
+        raise not_found(f"calibrator {name!r} has no version {version}")
+    return row
+
+
+def resolve(session: Session, name: str, version: int | None = None, alias: str | None = None) -> Resolved:
+    """The version that ``name`` (latest), ``name@alias`` or ``name`` + pinned version means.
+
+    One indexed query per call, so every replica sees moves of aliases and new versions at once.
+    """
+    query = select(CalibratorRow.name, VersionRow.version, VersionRow.checksum, VersionRow.id).join(
+        CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id
+    ).where(CalibratorRow.name == name)
+    if alias is not None:
+        query = query.join(
+            AliasRow,
+            (AliasRow.calibrator_id == VersionRow.calibrator_id) & (AliasRow.version == VersionRow.version),
+        ).where(AliasRow.alias == alias)
+    elif version is not None:
+        query = query.where(VersionRow.version == version)
+    else:
+        query = query.order_by(VersionRow.version.desc()).limit(1)
+    row = session.execute(query).first()
+    if row is None:
+        calibrator = _calibrator(session, name)
+        if alias is not None:
+            raise not_found(f"calibrator {name!r} has no alias {alias!r}")
+        if version is not None:
+            raise not_found(f"calibrator {name!r} has no version {version}")
+        raise not_found(f"calibrator {calibrator.name!r} has no versions")
+    return Resolved(*row)
+
+
+def load_params(session: Session, version_id: int) -> tuple[str, str]:
+    return session.execute(
+        select(VersionRow.params_json, VersionRow.checksum).where(VersionRow.id == version_id)
+    ).one()
+
+
+def delete_calibrator(session: Session, name: str) -> None:
+    calibrator = _calibrator(session, name)
+    session.execute(delete(AliasRow).where(AliasRow.calibrator_id == calibrator.id))
+    session.execute(delete(VersionRow).where(VersionRow.calibrator_id == calibrator.id))
+    session.execute(delete(CalibratorRow).where(CalibratorRow.id == calibrator.id))
+
+
+def delete_version(session: Session, name: str, version: int) -> None:
+    row = get_version(session, name, version)
+    pointing = [a for a, v in aliases_of(session, row.calibrator_id).items() if v == version]
+    if pointing:
+        raise conflict(
+            f"version {version} of {name!r} is the target of alias(es) {', '.join(pointing)}; "
+            "move or delete them first"
+        )
+    session.execute(delete(VersionRow).where(VersionRow.id == row.id))
+
+
+def set_alias(session: Session, name: str, alias: str, version: int) -> dict:
+    row = get_version(session, name, version)
+    now = utcnow()
+    session.execute(
+        _insert(session)(AliasRow)
+        .values(calibrator_id=row.calibrator_id, alias=alias, version=version, updated_at=now)
+        .on_conflict_do_update(index_elements=["calibrator_id", "alias"],
+                               set_={"version": version, "updated_at": now})
+    )
+    return {"name": name, "alias": alias, "version": version}
+
+
+def delete_alias(session: Session, name: str, alias: str) -> None:
+    calibrator = _calibrator(session, name)
+    result = session.execute(
+        delete(AliasRow).where(AliasRow.calibrator_id == calibrator.id, AliasRow.alias == alias)
+    )
+    if result.rowcount == 0:
+        raise not_found(f"calibrator {name!r} has no alias {alias!r}")

@@ -1,0 +1,34 @@
+"""Alembic environment: the same database settings as the app (``DATABASE_URL``), unless the
+caller put a URL on the Alembic config (``app.migrate`` does). SQLite runs in batch mode."""
+
+from alembic import context
+
+from app.db import make_engine
+from app.models import Base
+from app.settings import get_settings
+
+config = context.config
+url = config.attributes.get("database_url") or get_settings().database_url
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=url, target_metadata=Base.metadata, literal_binds=True,
+                      render_as_batch=url.startswith("sqlite"))
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=Base.metadata,
+                          render_as_batch=connection.dialect.name == "sqlite")
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,116 @@
+"""The real server (uvicorn in a subprocess) on SQLite and on Postgres: end to end on real
+model outputs, restarts, concurrent fits and two instances sharing one database."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import httpx
+import numpy as np
+import pytest
+
+import calibration as cal
+from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from tests.helpers import load_split
+from tests.service.live import live_server
+
+FITS = [
+    # (data set, method, options)
+    ("cifar10_resnet50_cross_entropy", "temperature", {}),
+    ("cifar10_resnet50_cross_entropy", "expectation_consistency", {}),
+    ("cifar10_resnet50_cross_entropy", "ensemble_temperature", {}),
+    ("cifar10_resnet50_cross_entropy", "dirichlet", {"off_diagonal_l2": 1e-3, "bias_l2": 1e-3}),
+    ("cifar10_resnet50_cross_entropy", "isotonic_multiclass", {}),
+    ("cifar100_densenet-bc-100", "temperature", {}),
+    ("cifar100_densenet-bc-100", "isotonic_multiclass", {}),
+]
+
+
+def _post(client: httpx.Client, path: str, body: dict) -> dict:
+    response = client.post(path, json=body, timeout=120)
+    assert response.status_code in (200, 201), response.text
+    return response.json()
+
+
+def _serve_and_check(client: httpx.Client) -> dict[str, np.ndarray]:
+    outputs = {}
+    for position, (data, method, options) in enumerate(FITS):
+        kind, x_val, y_val = load_split(data, "val")
+        _, x_test, y_test = load_split(data, "test")
+        name = f"{method}-{position}"
+        version = _post(client, f"/v1/calibrators/{name}/versions",
+                        {"method": method, "options": options, kind: x_val.tolist(), "labels": y_val.tolist()})
+        local = cal.create(method, {**options, "input": kind}).fit(x_val, y_val)
+        assert version["diagnostics"]["converged"]
+        served = np.array(_post(client, f"/v1/calibrators/{name}/calibrate", {kind: x_test.tolist()})["probabilities"])
+        expected = local.predict_proba(x_test)
+        assert np.array_equal(served, expected), f"{name}: served probabilities differ from the core's"
+        report = _post(client, f"/v1/calibrators/{name}/report", {kind: x_test.tolist(), "labels": y_test.tolist()})
+        raw = cal.to_scores(x_test, kind).probabilities
+        for metric in ("ece", "adaptive_ece", "classwise_ece", "brier", "accuracy", "kde_ece"):
+            assert report["after"]["metrics"][metric] == getattr(cal, metric)(expected, y_test)
+            assert report["before"]["metrics"][metric] == getattr(cal, metric)(raw, y_test)
+        outputs[name] = served
+    return outputs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_end_to_end_on_real_data_and_restart(kind, request):
+    url = request.getfixturevalue(f"{kind}_url")
+    with live_server(url) as base, httpx.Client(base_url=base) as client:
+        before = _serve_and_check(client)
+    with live_server(url) as base, httpx.Client(base_url=base) as client:
+        for position, (data, _method, _options) in enumerate(FITS):
+            name = f"{_method}-{position}"
+            kind_, _, _ = load_split(data, "val")
+            _, x_test, _ = load_split(data, "test")
+            served = _post(client, f"/v1/calibrators/{name}/calibrate", {kind_: x_test.tolist()})
+            assert np.array_equal(np.array(served["probabilities"]), before[name]), f"{name} changed on restart"
+
+
+def _example_fit(base: str, name: str) -> int:
+    response = httpx.post(f"{base}/v1/calibrators/{name}/versions", timeout=60,
+                          json={"method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS})
+    assert response.status_code == 201, response.text
+    return response.json()["version"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_concurrent_fits_of_one_name_get_distinct_versions(kind, request):
+    url = request.getfixturevalue(f"{kind}_url")
+    with live_server(url, workers=2) as base, concurrent.futures.ThreadPoolExecutor(16) as pool:
+        versions = list(pool.map(lambda _: _example_fit(base, "contended"), range(50)))
+        assert sorted(versions) == list(range(1, 51))
+        listed = httpx.get(f"{base}/v1/calibrators/contended/versions?page_size=100").json()["versions"]
+        assert sorted(v["version"] for v in listed) == list(range(1, 51))
+        # concurrent alias moves end in one of the requested states, readable everywhere
+        moves = list(pool.map(lambda v: httpx.put(f"{base}/v1/calibrators/contended/aliases/production",
+                                                   json={"version": v}, timeout=30).status_code, range(1, 21)))
+        assert set(moves) == {200}
+        final = httpx.get(f"{base}/v1/calibrators/contended").json()["aliases"]["production"]
+        assert 1 <= final <= 20
+        served = httpx.post(f"{base}/v1/calibrators/contended@production/calibrate",
+                            json={"logits": EXAMPLE_LOGITS}).json()
+        assert served["version"] == final
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_two_instances_on_one_database_agree(kind, request):
+    url = request.getfixturevalue(f"{kind}_url")
+    with live_server(url) as a, live_server(url) as b:
+        batch = {"logits": EXAMPLE_LOGITS}
+        assert _example_fit(a, "shared") == 1
+        assert httpx.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 1
+        body = {"method": "ensemble_temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}
+        assert httpx.post(f"{a}/v1/calibrators/shared/versions", json=body).json()["version"] == 2
+        assert httpx.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 2
+        httpx.put(f"{a}/v1/calibrators/shared/aliases/production", json={"version": 1})
+        assert httpx.post(f"{b}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 1
+        httpx.put(f"{b}/v1/calibrators/shared/aliases/production", json={"version": 2})
+        assert httpx.post(f"{a}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 2
+        # a version deleted through one instance is gone from the other, cache or not
+        httpx.delete(f"{a}/v1/calibrators/shared/aliases/production")
+        assert httpx.delete(f"{a}/v1/calibrators/shared/versions/1").status_code == 204
+        gone = httpx.post(f"{b}/v1/calibrators/shared/versions/1/calibrate", json=batch)
+        assert gone.status_code == 404

@@ -1,0 +1,88 @@
+"""The README's commands, CI, the Dockerfile and the compose file stay true to the code."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from app.cli import parser
+from app.main import create_app
+from app.settings import Settings
+from tests.helpers import REPO
+
+SETTINGS_VARIABLES = {("DATABASE_URL" if name == "database_url" else f"CALIBRATION_{name.upper()}")
+                      for name in Settings.model_fields}
+CLI_COMMANDS = set(parser()._subparsers._group_actions[0].choices)
+
+
+def _read(name: str) -> str:
+    return (REPO / name).read_text()
+
+
+def _compose() -> dict:
+    return yaml.safe_load(_read("docker-compose.yml"))
+
+
+def test_readme_opens_with_the_two_commands_ci_runs():
+    readme = _read("README.md")
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    assert blocks[0].strip() == "make serve" and blocks[1].strip() == "make test"
+    ci = _read(".ci/run")
+    assert re.search(r"^make test$", ci, re.M)
+    makefile = _read("Makefile")
+    assert "$(VENV)/bin/calibration-service serve" in makefile
+    assert "$(VENV)/bin/ruff check ." in makefile and "$(VENV)/bin/python -m pytest" in makefile
+
+
+def test_readme_documents_every_setting():
+    readme = _read("README.md")
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", readme, re.M))
+    assert documented == SETTINGS_VARIABLES
+
+
+def test_compose_and_dockerfile_use_real_variables_and_commands():
+    compose = _compose()
+    for name, service in compose["services"].items():
+        for variable in (service.get("environment") or {}):
+            if name != "postgres":
+                assert variable in SETTINGS_VARIABLES, f"{name} sets unknown {variable}"
+        command = service.get("command")
+        if command and command[0] == "calibration-service":
+            assert command[1] in CLI_COMMANDS
+    assert compose["services"]["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert "pg_isready" in " ".join(compose["services"]["postgres"]["healthcheck"]["test"])
+    dockerfile = _read("Dockerfile")
+    for variable in re.findall(r"\b(CALIBRATION_[A-Z_]+)=", dockerfile):
+        assert variable in SETTINGS_VARIABLES
+    assert 'CMD ["calibration-service", "serve"]' in dockerfile
+    assert re.search(r"^USER (?!root)", dockerfile, re.M)
+    health_path = re.search(r"127\.0\.0\.1:8000(/\w+)", dockerfile).group(1)
+    assert health_path in create_app(Settings(database_url="sqlite://")).openapi()["paths"]
+
+
+def test_dockerfile_installs_like_ci():
+    dockerfile, makefile = _read("Dockerfile"), _read("Makefile")
+    assert "RUN scripts/install /opt/venv plot,postgres" in dockerfile
+    assert "scripts/install $(VENV) $(TEST_EXTRAS) editable" in makefile
+    assert "SERVE_EXTRAS = plot,postgres" in makefile
+
+
+def test_docker_compose_config_accepts_the_file():
+    if shutil.which("docker-compose") is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("docker-compose is required in CI (.ci/run installs it)")
+        pytest.skip("docker-compose is not installed")
+    result = subprocess.run(["docker-compose", "config", "-q"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_cli_help_names_the_commands():
+    result = subprocess.run([sys.executable, "-m", "app.cli", "--help"], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0
+    assert "serve" in result.stdout and "migrate" in result.stdout
