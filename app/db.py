@@ -26,7 +26,11 @@ def normalise_url(url: str) -> URL:
 def make_engine(url: str, timeout: float = 30.0) -> Engine:
     parsed = normalise_url(url)
     if parsed.get_backend_name() == "sqlite":
-        engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False})
+        # a pool as large as the thread pool that uses it: opening SQLite connections (and
+        # setting their pragmas) on every request under load costs more than the query
+        in_memory = parsed.database in (None, "", ":memory:")
+        pool = {} if in_memory else {"pool_size": 20, "max_overflow": 40}
+        engine = create_engine(parsed, connect_args={"timeout": timeout, "check_same_thread": False}, **pool)
 
         @event.listens_for(engine, "connect")
         def _configure(dbapi_connection, _record):
@@ -41,7 +45,8 @@ def make_engine(url: str, timeout: float = 30.0) -> Engine:
         @event.listens_for(engine, "begin")
         def _begin(connection):
             mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-            connection.exec_driver_sql(f"BEGIN {mode}")
+            if mode != "NONE":  # NONE: single statements, each its own implicit transaction
+                connection.exec_driver_sql(f"BEGIN {mode}")
 
         return engine
     return create_engine(
@@ -62,6 +67,12 @@ class Database:
         writer = self.engine
         if self.engine.dialect.name == "sqlite":
             writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+        # one-statement reads on the hot path need no explicit transaction: a lone SELECT sees
+        # one consistent snapshot on both databases
+        if self.engine.dialect.name == "sqlite":
+            self.single_statement = self.engine.execution_options(sqlite_begin="NONE")
+        else:
+            self.single_statement = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(writer, expire_on_commit=False)
 

@@ -256,8 +256,8 @@ class CalibrationService:
 
     def resolve(self, name: str, version: int | None = None, alias: str | None = None):
         """The calibrator a reference means, loaded once per (name, version, checksum)."""
-        with self.db.read() as session:
-            resolved = store.resolve(session, name, version=version, alias=alias)
+        with self.db.single_statement.connect() as connection:
+            resolved = store.resolve(connection, name, version=version, alias=alias)
 
         def load():
             with self.db.read() as session:

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from .models import AliasRow, CalibratorRow, VersionRow, utcnow
@@ -172,31 +173,44 @@ def get_version(session: Session, name: str, version: int) -> VersionRow:
     return row
 
 
-def resolve(session: Session, name: str, version: int | None = None, alias: str | None = None) -> Resolved:
+def _resolution_queries():
+    base = select(CalibratorRow.name, VersionRow.version, VersionRow.checksum, VersionRow.id).join(
+        CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id
+    ).where(CalibratorRow.name == bindparam("name"))
+    latest = base.order_by(VersionRow.version.desc()).limit(1)
+    pinned = base.where(VersionRow.version == bindparam("version"))
+    aliased = base.join(
+        AliasRow,
+        (AliasRow.calibrator_id == VersionRow.calibrator_id) & (AliasRow.version == VersionRow.version),
+    ).where(AliasRow.alias == bindparam("alias"))
+    return latest, pinned, aliased
+
+
+# built once: constructing a statement costs more than running it on this hot path
+LATEST, PINNED, ALIASED = _resolution_queries()
+NAME_EXISTS = select(CalibratorRow.id).where(CalibratorRow.name == bindparam("name"))
+
+
+def resolve(connection: Connection, name: str, version: int | None = None, alias: str | None = None) -> Resolved:
     """The version that ``name`` (latest), ``name@alias`` or ``name`` + pinned version means.
 
-    One indexed query per call, so every replica sees moves of aliases and new versions at once.
+    One indexed query per call on a plain connection (no ORM session: this is the hot path), so
+    every replica sees moves of aliases and new versions at once.
     """
-    query = select(CalibratorRow.name, VersionRow.version, VersionRow.checksum, VersionRow.id).join(
-        CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id
-    ).where(CalibratorRow.name == name)
     if alias is not None:
-        query = query.join(
-            AliasRow,
-            (AliasRow.calibrator_id == VersionRow.calibrator_id) & (AliasRow.version == VersionRow.version),
-        ).where(AliasRow.alias == alias)
+        row = connection.execute(ALIASED, {"name": name, "alias": alias}).first()
     elif version is not None:
-        query = query.where(VersionRow.version == version)
+        row = connection.execute(PINNED, {"name": name, "version": version}).first()
     else:
-        query = query.order_by(VersionRow.version.desc()).limit(1)
-    row = session.execute(query).first()
+        row = connection.execute(LATEST, {"name": name}).first()
     if row is None:
-        calibrator = _calibrator(session, name)
+        if connection.execute(NAME_EXISTS, {"name": name}).first() is None:
+            raise not_found(f"no calibrator named {name!r}")
         if alias is not None:
             raise not_found(f"calibrator {name!r} has no alias {alias!r}")
         if version is not None:
             raise not_found(f"calibrator {name!r} has no version {version}")
-        raise not_found(f"calibrator {calibrator.name!r} has no versions")
+        raise not_found(f"calibrator {name!r} has no versions")
     return Resolved(*row)
 
 

@@ -55,7 +55,7 @@ class ClassTemperatureScaling(Calibrator):
         members = [np.flatnonzero(predicted == c) for c in range(scores.k)]
 
         def contributions(rows: np.ndarray, t: float) -> np.ndarray:
-            confidence = 1.0 / np.exp(shifted.d[rows] / t).sum(axis=1)
+            confidence = 1.0 / np.exp(shifted.d_rows(rows) / t).sum(axis=1)
             return np.bincount(equal_width_bin(confidence, n_bins),
                                weights=confidence - correct[rows], minlength=n_bins)
 

@@ -10,7 +10,7 @@ confidence equals the top-N accuracy:
 highest, ties broken by the lower class index. The mean top-N confidence increases with
 ``beta = 1/T`` from ``N/k`` (T = inf) to its T -> 0 limit, so a solution exists iff the
 top-N accuracy lies strictly between those two; otherwise ``fit`` raises ``ValueError``.
-The root is found by safeguarded Newton in ``beta`` with the analytic derivative.
+The root is found by safeguarded Halley iteration in ``beta`` with analytic derivatives.
 Accuracy-preserving, as temperature scaling.
 """
 
@@ -32,18 +32,28 @@ class _TopConfidence:
     def __init__(self, shifted: ShiftedLogits, top_n: int, target: float):
         self.shifted, self.target = shifted, target
         # the N largest entries of each row of d (their order does not matter)
-        self.top = None if top_n == 1 else -np.partition(-shifted.d, top_n - 1, axis=1)[:, :top_n]
+        z, k = shifted.z, shifted.k
+        self.top = None if top_n == 1 else np.partition(z, k - top_n, axis=1)[:, k - top_n:] - shifted.top[:, None]
 
-    def __call__(self, beta: float) -> tuple[float, float]:
-        s0, s1 = self.shifted.moments(beta, 1)
-        if self.top is None:  # the top entry of d is 0, so its weight exp(0) = 1
-            return float(np.mean(1.0 / s0)) - self.target, float(np.mean(-s1 / s0**2))
-        e = np.exp(self.top * beta)
-        a, a1 = e.sum(axis=1), (e * self.top).sum(axis=1)
-        return float(np.mean(a / s0)) - self.target, float(np.mean((a1 * s0 - a * s1) / s0**2))
+    def __call__(self, beta: float) -> tuple[float, float, float]:
+        """The gap and its first two derivatives in ``beta``. With ``s_j = sum e d^j`` over the
+        row and ``a_j`` the same over its top N entries, the top-N confidence is ``c = a_0/s_0``,
+        ``c' = (a_1 - c s_1)/s_0`` and ``c" = (a_2 - c s_2 - 2 c' s_1)/s_0``."""
+        s0, s1, s2 = self.shifted.moments(beta, 2)
+        if self.top is None:  # the top entry of d is 0: a_0 = 1, a_1 = a_2 = 0
+            c = 1.0 / s0
+            c1 = -c * s1 / s0
+            c2 = (-c * s2 - 2 * c1 * s1) / s0
+        else:
+            e = np.exp(self.top * beta)
+            a0, a1, a2 = e.sum(axis=1), (e * self.top).sum(axis=1), (e * self.top**2).sum(axis=1)
+            c = a0 / s0
+            c1 = (a1 - c * s1) / s0
+            c2 = (a2 - c * s2 - 2 * c1 * s1) / s0
+        return float(np.mean(c)) - self.target, float(np.mean(c1)), float(np.mean(c2))
 
     def limit_at_zero_temperature(self) -> float:
-        ties = (self.shifted.d == 0).sum(axis=1)
+        ties = self.shifted.count_top_ties()
         n_top = 1 if self.top is None else self.top.shape[1]
         return float(np.mean(np.minimum(n_top, ties) / ties))
 

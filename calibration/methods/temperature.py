@@ -5,8 +5,9 @@
 * ``objective="nll"`` (default): ``T`` minimises the mean negative log-likelihood. Writing
   ``beta = 1/T`` and ``d = z - max(z)``, ``NLL(beta) = mean(log sum_j exp(beta d_j) - beta d_y)``
   is convex in ``beta`` with ``NLL' = mean(E_p[d] - d_y)`` and ``NLL'' = mean(Var_p[d]) >= 0``, so
-  the optimum is the unique root of ``NLL'``, found by safeguarded Newton on a bracket
-  ``T in [1e-6, 1e6]`` to a relative step of sqrt(eps). An optimum exists iff
+  the optimum is the unique root of ``NLL'``, found by safeguarded Halley iteration (the
+  third derivative is the mean third cumulant of ``d`` under ``p``) on a bracket
+  ``T in [1e-6, 1e6]`` to a relative step of eps^(1/3), after which the error is of order eps. An optimum exists iff
   ``NLL'(0) < 0 < NLL'(inf)``; otherwise, or if it lies outside the bracket, the fit raises
   ``ValueError`` saying which way it runs.
 * ``objective="brier"``: ``T`` minimises the mean squared error ``mean ||p - y||^2`` (as
@@ -36,59 +37,95 @@ from ..solvers import increasing_root
 
 BETA_LIMITS = (1e-6, 1e6)
 GRID_FACTORS = np.logspace(-1, 1, 21)  # the grid of the non-convex objectives, around T_nll
-CHUNK_ELEMENTS = 1 << 16
+CHUNK_ELEMENTS = 1 << 15
 WARM_START_ROWS = 4096
 
 
 class ShiftedLogits:
-    """``d = z - max_j z`` in float64, computed once, and row sums over ``exp(beta * d)``.
+    """Logits ``z`` (float64) with their row maxima, so that ``d = z - max_j z`` is available
+    block by block, and row sums over ``exp(beta * d)`` and its moments.
 
-    Sums run over blocks of rows small enough to stay in cache; a pass costs about half of
-    one max-shifted softmax pass over the same array.
+    ``d`` is never materialised: each block of rows, small enough to stay in cache, is shifted
+    into a reusable buffer when needed, and row sums are matrix-vector products (BLAS), so one
+    evaluation of the moments costs about half of one max-shifted softmax pass.
     """
 
     def __init__(self, logits: np.ndarray, labels: np.ndarray):
-        self.d = logits - logits.max(axis=1, keepdims=True)
-        self.labels = labels
-        self.d_label = self.d[np.arange(len(labels)), labels]
-        self.n, self.k = self.d.shape
+        self.z = logits
+        self.n, self.k = logits.shape
         self.rows = max(1, CHUNK_ELEMENTS // self.k)
+        self.ones = np.ones(self.k)
+        self.top = np.empty(self.n)
+        self.mean_d = np.empty(self.n)
+        for start in range(0, self.n, self.rows):
+            block = logits[start:start + self.rows]
+            rows = slice(start, start + len(block))
+            self.top[rows] = block.max(axis=1)
+            self.mean_d[rows] = block @ self.ones / self.k - self.top[rows]
+        self.labels = labels
+        self.d_label = logits[np.arange(self.n), labels] - self.top
+        self.last_objective = float("nan")
 
     def subsample(self, rows: int) -> ShiftedLogits:
         step = max(1, self.n // rows)
         sub = object.__new__(ShiftedLogits)
-        sub.d, sub.labels, sub.d_label = self.d[::step], self.labels[::step], self.d_label[::step]
-        sub.n, sub.k, sub.rows = sub.d.shape[0], self.k, self.rows
+        sub.__dict__.update(self.__dict__)
+        sub.z, sub.labels, sub.d_label = self.z[::step], self.labels[::step], self.d_label[::step]
+        sub.top, sub.mean_d = self.top[::step], self.mean_d[::step]
+        sub.n = sub.z.shape[0]
         return sub
 
-    def moments(self, beta: float, order: int) -> list[np.ndarray]:
-        """``[sum e, sum e d, sum e d^2][:order + 1]`` per row, with ``e = exp(beta d)``."""
-        out = [np.empty(self.n) for _ in range(order + 1)]
+    def blocks(self):
+        """``(rows, d_block)`` over all rows; ``d_block`` is a reused buffer."""
+        buffer = np.empty((self.rows, self.k))
         for start in range(0, self.n, self.rows):
-            block = self.d[start:start + self.rows]
-            e = np.exp(block * beta)
-            out[0][start:start + len(block)] = e.sum(axis=1)
+            block = self.z[start:start + self.rows]
+            d = buffer[: len(block)]
+            np.subtract(block, self.top[start:start + len(block), None], out=d)
+            yield slice(start, start + len(block)), d
+
+    def d_rows(self, rows: np.ndarray) -> np.ndarray:
+        return self.z[rows] - self.top[rows, None]
+
+    def moments(self, beta: float, order: int) -> list[np.ndarray]:
+        """``[sum e, sum e d, sum e d^2, sum e d^3][:order + 1]`` per row, ``e = exp(beta d)``."""
+        out = [np.empty(self.n) for _ in range(order + 1)]
+        e = np.empty((self.rows, self.k))
+        power = np.empty((self.rows, self.k))
+        for rows, d in self.blocks():
+            weights, term = e[: len(d)], power[: len(d)]
+            np.multiply(d, beta, out=weights)
+            np.exp(weights, out=weights)
+            out[0][rows] = weights @ self.ones
             if order >= 1:
-                ed = e * block
-                out[1][start:start + len(block)] = ed.sum(axis=1)
-                if order >= 2:
-                    out[2][start:start + len(block)] = np.einsum("ij,ij->i", ed, block)
+                np.multiply(weights, d, out=term)
+                out[1][rows] = term @ self.ones
+                for degree in range(2, order + 1):
+                    np.multiply(term, d, out=term)
+                    out[degree][rows] = term @ self.ones
         return out
 
-    def nll_gradient(self, beta: float) -> tuple[float, float]:
-        """First and second derivative of the mean NLL with respect to ``beta = 1/T``."""
-        s0, s1, s2 = self.moments(beta, 2)
-        mean_d = s1 / s0
-        return float(np.mean(mean_d - self.d_label)), float(np.mean(s2 / s0 - mean_d**2))
+    def count_top_ties(self) -> np.ndarray:
+        """How many entries of each row equal its maximum."""
+        ties = np.empty(self.n, dtype=np.int64)
+        for rows, d in self.blocks():
+            ties[rows] = np.count_nonzero(d == 0, axis=1)
+        return ties
 
-    def nll(self, beta: float) -> float:
-        (s0,) = self.moments(beta, 0)
-        return float(np.mean(np.log(s0) - beta * self.d_label))
+    def nll_gradient(self, beta: float) -> tuple[float, float, float]:
+        """First, second and third derivative of the mean NLL in ``beta = 1/T``: the means of
+        the first three cumulants of ``d`` under ``softmax(beta d)`` (``d_y`` subtracted from
+        the first). The NLL itself is kept in ``last_objective``."""
+        s0, s1, s2, s3 = self.moments(beta, 3)
+        m1, m2, m3 = s1 / s0, s2 / s0, s3 / s0
+        self.last_objective = float(np.mean(np.log(s0) - beta * self.d_label))
+        return (float(np.mean(m1 - self.d_label)), float(np.mean(m2 - m1**2)),
+                float(np.mean(m3 - 3 * m1 * m2 + 2 * m1**3)))
 
 
 def solve_nll_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics]:
     """The NLL-optimal temperature (see the module docstring)."""
-    at_zero = float(np.mean(shifted.d.mean(axis=1) - shifted.d_label))
+    at_zero = float(np.mean(shifted.mean_d - shifted.d_label))
     if not at_zero < 0:
         raise ValueError(
             "temperature scaling has no finite optimum: the NLL keeps falling as T grows "
@@ -114,24 +151,21 @@ def solve_nll_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics
         iterations=root.iterations,
         message=root.message,
         gradient_norm=abs(root.value),
-        objective=shifted.nll(root.x) if root.converged else None,
+        objective=shifted.last_objective,
     )
 
 
 def _brier_and_slope(shifted: ShiftedLogits, beta: float) -> tuple[float, float]:
     """Mean squared error of ``softmax(beta d)`` and its derivative in ``beta``."""
     loss = slope = 0.0
-    rows = np.arange(shifted.n)
-    for start in range(0, shifted.n, shifted.rows):
-        block = shifted.d[start:start + shifted.rows]
-        p = softmax(block * beta)
-        mean_d = np.einsum("ij,ij->i", p, block)
-        y = shifted.labels[start:start + len(block)]
-        p_y = p[rows[: len(block)], y]
+    for rows, d in shifted.blocks():
+        p = softmax(d * beta)
+        mean_d = np.einsum("ij,ij->i", p, d)
+        p_y = p[np.arange(len(d)), shifted.labels[rows]]
         sq = np.einsum("ij,ij->i", p, p)
         loss += float(np.sum(sq - 2 * p_y + 1))
-        d_sq = 2 * (np.einsum("ij,ij,ij->i", p, p, block) - sq * mean_d)
-        d_py = p_y * (shifted.d_label[start:start + len(block)] - mean_d)
+        d_sq = 2 * (np.einsum("ij,ij,ij->i", p, p, d) - sq * mean_d)
+        d_py = p_y * (shifted.d_label[rows] - mean_d)
         slope += float(np.sum(d_sq - 2 * d_py))
     return loss / shifted.n, slope / shifted.n
 

@@ -15,7 +15,7 @@ def test_temperature_scaling_matches_reference_and_is_a_stationary_point(referen
     assert ts.temperature_ == pytest.approx(1.9682374247, abs=1e-8)
     # the NLL derivative vanishes at our T to rounding; the published value (found by Brent on
     # function values) is 8.5e-10 away, where the derivative is 7.7e-10
-    slope, curvature = ShiftedLogits(logits, labels).nll_gradient(1 / ts.temperature_)
+    slope, curvature, _ = ShiftedLogits(logits, labels).nll_gradient(1 / ts.temperature_)
     assert abs(slope) < 1e-13 and curvature > 0
     assert ts.diagnostics_.converged
 

@@ -1,0 +1,55 @@
+"""Timing and reporting helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def best_of(fn, repeat: int = 5, warmup: int = 1) -> float:
+    """The fastest of ``repeat`` timed calls (after ``warmup`` untimed ones), in seconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def environment(packages: list[str]) -> dict:
+    versions = {}
+    for package in packages:
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "not installed"
+    cpu = "unknown"
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    return {"python": platform.python_version(), "cpu": cpu, "cores": os.cpu_count(), **versions}
+
+
+def write(name: str, title: str, header: list[str], rows: list[list], env: dict, notes: str = "") -> str:
+    lines = [f"# {title}", "", f"Environment: {json.dumps(env)}", ""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    if notes:
+        lines += ["", notes]
+    text = "\n".join(lines) + "\n"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.md").write_text(text)
+    print(text)
+    return text

@@ -1,0 +1,134 @@
+"""Latency and throughput of /calibrate for a 64 x 1000 batch, JSON and binary (.npy), with 1 and
+2 uvicorn workers, against the floor (benchmarks/floor_app.py: a bare FastAPI endpoint doing
+only decode -> softmax -> encode). Load from ``wrk`` (Debian package) on loopback: one thread,
+32 keep-alive connections (with fewer, all of them can land on one worker), ``--seconds`` per
+run (default 8). The calibrator is temperature scaling on SQLite, so each call also resolves
+the version in the database. Floor and ours alternate for 3 rounds per case; medians and the
+median ratio are reported.
+
+Run: ``python benchmarks/service_latency.py [--seconds 8] [--workers 1,2]``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._common import environment, write  # noqa: E402
+from tests.service.live import free_port  # noqa: E402
+
+
+def wait(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def start(command: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=REPO, env={**os.environ, **env},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_wrk(url: str, body: Path, content_type: str, accept: str, seconds: int) -> dict:
+    result = subprocess.run(
+        ["wrk", "-t1", "-c32", f"-d{seconds}s", "--latency", "-s", str(REPO / "benchmarks/wrk_post.lua"), url],
+        env={**os.environ, "BODY_FILE": str(body), "CONTENT_TYPE": content_type, "ACCEPT": accept},
+        capture_output=True, text=True, check=True)
+    text = result.stdout
+
+    def millis(label):
+        match = re.search(rf"{label}%\s+([\d.]+)(us|ms|s)", text)
+        value, unit = float(match.group(1)), match.group(2)
+        return value * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)),
+            "p50": millis("50"), "p99": millis("99"), "errors": int(errors.group(1)) if errors else 0}
+
+
+ROUNDS = 3
+
+
+def main():
+    seconds = int(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 8
+    worker_counts = [int(w) for w in sys.argv[sys.argv.index("--workers") + 1].split(",")] \
+        if "--workers" in sys.argv else [1, 2]
+    rng = np.random.default_rng(0)
+    fit_logits = (3 * rng.standard_normal((2000, 1000))).astype(np.float32)
+    fit_labels = rng.integers(0, 1000, 2000)
+    fit_labels[:600] = fit_logits[:600].argmax(axis=1)
+    batch = (3 * rng.standard_normal((64, 1000))).astype(np.float32)
+    workdir = Path(tempfile.mkdtemp())
+    json_body = workdir / "batch.json"
+    json_body.write_bytes(orjson.dumps({"logits": batch}, option=orjson.OPT_SERIALIZE_NUMPY))
+    npy_body = workdir / "batch.npy"
+    buffer = io.BytesIO()
+    np.save(buffer, batch, allow_pickle=False)
+    npy_body.write_bytes(buffer.getvalue())
+    rows = []
+    for workers in worker_counts:
+        port = free_port()
+        ours = start([sys.executable, "-m", "app.cli", "serve"],
+                     {"DATABASE_URL": f"sqlite:///{workdir}/bench-{workers}.db", "CALIBRATION_PORT": str(port),
+                      "CALIBRATION_WORKERS": str(workers), "CALIBRATION_LOG_LEVEL": "warning"})
+        floor_port = free_port()
+        floor = start([sys.executable, "-m", "uvicorn", "benchmarks.floor_app:app", "--port", str(floor_port),
+                       "--workers", str(workers), "--no-access-log", "--log-level", "warning"], {})
+        try:
+            base, floor_base = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{floor_port}"
+            wait(f"{base}/readyz")
+            wait(f"{floor_base}/docs")
+            httpx.post(f"{base}/v1/calibrators/bench/versions", timeout=120,
+                       json={"method": "temperature", "logits": fit_logits.tolist(), "labels": fit_labels.tolist()})
+            cases = [
+                ("JSON", f"{base}/v1/calibrators/bench/calibrate", f"{floor_base}/json", json_body,
+                 "application/json", "application/json"),
+                ("binary .npy", f"{base}/v1/calibrators/bench/calibrate", f"{floor_base}/npy", npy_body,
+                 "application/x-npy", "application/x-npy"),
+            ]
+            for name, url, floor_url, body, content_type, accept in cases:
+                # floor and ours alternate over several rounds: this machine's speed drifts by
+                # tens of percent over minutes, so only interleaved ratios are comparable
+                rounds = [(run_wrk(floor_url, body, content_type, accept, seconds),
+                           run_wrk(url, body, content_type, accept, seconds)) for _ in range(ROUNDS)]
+                ratios = sorted(ours["rps"] / floor["rps"] for floor, ours in rounds)
+                for who, index in (("floor (bare FastAPI)", 0), ("ours /v1 calibrate", 1)):
+                    results = [r[index] for r in rounds]
+                    rows.append([workers, name, who, f"{np.median([r['rps'] for r in results]):.0f}",
+                                 f"{np.median([r['p50'] for r in results]):.2f}",
+                                 f"{np.median([r['p99'] for r in results]):.2f}", sum(r["errors"] for r in results)])
+                rows.append([workers, name, "ours / floor (req/s), median of rounds",
+                             f"{np.median(ratios):.0%} (range {ratios[0]:.0%}-{ratios[-1]:.0%})", "", "", ""])
+        finally:
+            for process in (ours, floor):
+                process.terminate()
+                process.wait(timeout=20)
+    write("service_latency", "/calibrate, 64 x 1000 float32 logits, wrk -t1 -c32 on loopback",
+          ["workers", "payload", "server", "req/s", "p50 ms", "p99 ms", "non-2xx"], rows,
+          environment(["fastapi", "uvicorn", "orjson", "numpy"]),
+          "Client and server share the machine's 2 cores; ratios are the comparable figure. With 2 workers "
+          "the 32 keep-alive connections are split between the workers by asyncio's accept loop, which can "
+          "hand most of them to one worker: 2-worker figures vary with that split (see the note).")
+
+
+if __name__ == "__main__":
+    main()
