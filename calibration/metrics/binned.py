@@ -78,8 +78,16 @@ def adaptive_ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
     _check_norm(norm)
     p, y = probabilities_and_labels(probs, labels)
     confidence, correct = top_label(p, y)
-    index, _ = equal_count_bin(confidence, n_bins)
-    return _binned_error(index, confidence, correct, n_bins, norm)
+    n = len(confidence)
+    order = np.argsort(confidence, kind="stable")
+    sizes = np.full(n_bins, n // n_bins)
+    sizes[: n % n_bins] += 1
+    full = sizes > 0
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])[full]
+    gaps = np.add.reduceat((confidence - correct)[order], starts)
+    if norm == 1:
+        return float(np.abs(gaps).sum() / n)
+    return float(np.sqrt(np.sum(gaps**2 / sizes[full]) / n))
 
 
 def mce(probs, labels, n_bins: int = 15) -> float:
