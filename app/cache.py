@@ -1,4 +1,5 @@
-"""Fitted calibrators kept in memory, keyed by (name, version, checksum).
+"""Fitted calibrators (with their class and tensor names) kept in memory, keyed by
+(name, version, checksum).
 
 Versions are immutable, so a cached calibrator never goes stale; the checksum in the key keeps
 a name that was deleted and re-created (its versions restart at 1) from hitting old entries.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from calibration import Calibrator, from_dict
 
@@ -35,26 +37,35 @@ def load_calibrator(resolved: Resolved, params_json: str) -> Calibrator:
         raise IntegrityFailure(f"the stored parameters of {where} cannot be loaded: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """A stored version ready to serve."""
+
+    calibrator: Calibrator
+    class_names: list[str] | None = None
+    tensor_names: dict | None = None
+
+
 class CalibratorCache:
     def __init__(self, size: int):
         self.size = size
-        self._items: OrderedDict[tuple, Calibrator] = OrderedDict()
+        self._items: OrderedDict[tuple, Loaded] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, resolved: Resolved, load: Callable[[], Calibrator]) -> Calibrator:
+    def get(self, resolved: Resolved, load: Callable[[], Loaded]) -> Loaded:
         key = (resolved.name, resolved.version, resolved.checksum)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        calibrator = load()
-        self.put(resolved, calibrator)
-        return calibrator
+        loaded = load()
+        self.put(resolved, loaded)
+        return loaded
 
-    def put(self, resolved: Resolved, calibrator: Calibrator) -> None:
+    def put(self, resolved: Resolved, loaded: Loaded) -> None:
         key = (resolved.name, resolved.version, resolved.checksum)
         with self._lock:
-            self._items[key] = calibrator
+            self._items[key] = loaded
             self._items.move_to_end(key)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)

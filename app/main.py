@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from . import logs, problems
 from .db import Database
+from .main_info import server_version
 from .middleware import RequestMiddleware
-from .routes import calibrators, evaluation, health
+from .routes import calibrators, evaluation, health, v2
 from .service import CalibrationService
 from .settings import Settings, get_settings
-
-try:
-    __version__ = version("calibration-service")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
 
 DESCRIPTION = """
 Fit named calibrators on validation logits, serve calibrated probabilities and calibration
@@ -27,6 +22,8 @@ reports. Each fit creates an immutable **version** of a named calibrator; **alia
 
 Try it: `POST /v1/calibrators/demo/versions` with the example body, then
 `POST /v1/calibrators/demo/calibrate` with its example. Errors are RFC 9457 problem details.
+The same calibrators answer the Open Inference Protocol under `/v2` (KServe v2 / Triton),
+binary tensor extension included.
 """
 
 
@@ -40,7 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         database.dispose()
 
-    app = FastAPI(title="Calibration service", version=__version__, description=DESCRIPTION,
+    app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,
                   lifespan=lifespan)
     app.state.settings = settings
     app.state.db = database
@@ -50,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
     app.include_router(health.router)
+    app.include_router(v2.router)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry)
     return app

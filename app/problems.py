@@ -62,8 +62,10 @@ def _missing_schema(exc: DBAPIError) -> bool:
 def render(request: Request, problem: Problem) -> Response:
     headers = dict(problem.headers)
     if request.url.path.startswith("/v2"):
+        # the protocol's errors: {"error": ...}; invalid input is a 400 there
+        status = 400 if problem.status == 422 else problem.status
         body = orjson.dumps({"error": problem.detail})
-        return Response(body, status_code=problem.status, media_type="application/json", headers=headers)
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
     payload = {"type": PROBLEM_TYPE, "title": problem.title, "status": problem.status,
                "detail": problem.detail, "instance": request.url.path, **problem.extra}
     request_id = request.headers.get("x-request-id") or getattr(request.state, "request_id", None)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 import calibration as cal
 
 from . import reports, store
-from .cache import CalibratorCache, load_calibrator
+from .cache import CalibratorCache, Loaded, load_calibrator
 from .codecs import (
     JSON_TYPE,
     NPY_TYPE,
@@ -220,7 +220,8 @@ class CalibrationService:
         with self.db.write() as session:
             row = store.create_version(session, name, fields_row)
             view = version_view(name, row, [])
-        self.cache.put(store.Resolved(name, row.version, row.checksum, row.id), calibrator)
+        loaded = Loaded(calibrator, fields_row["class_names"], fields_row["tensor_names"])
+        self.cache.put(store.Resolved(name, row.version, row.checksum, row.id), loaded)
         return view
 
     # -- reading ----------------------------------------------------------------------------
@@ -255,20 +256,21 @@ class CalibrationService:
     # -- serving ----------------------------------------------------------------------------
 
     def resolve(self, name: str, version: int | None = None, alias: str | None = None):
-        """The calibrator a reference means, loaded once per (name, version, checksum)."""
+        """The version a reference means and its loaded calibrator (one query; the version is
+        loaded once per (name, version, checksum))."""
+        resolved, loaded = self.resolve_loaded(name, version, alias)
+        return resolved, loaded.calibrator
+
+    def resolve_loaded(self, name: str, version: int | None = None, alias: str | None = None):
         with self.db.single_statement.connect() as connection:
             resolved = store.resolve(connection, name, version=version, alias=alias)
 
-        def load():
+        def load() -> Loaded:
             with self.db.read() as session:
-                params_json, _ = store.load_params(session, resolved.version_id)
-            return load_calibrator(resolved, params_json)
+                params_json, class_names, tensor_names = store.load_for_serving(session, resolved.version_id)
+            return Loaded(load_calibrator(resolved, params_json), class_names, tensor_names)
 
         return resolved, self.cache.get(resolved, load)
-
-    def class_names(self, resolved: store.Resolved) -> list[str] | None:
-        with self.db.read() as session:
-            return session.get(VersionRow, resolved.version_id).class_names
 
     def _check_kind(self, calibrator: cal.Calibrator, decoded: Decoded, resolved) -> None:
         if decoded.kind != calibrator.input:
@@ -276,7 +278,8 @@ class CalibrationService:
                           f"{calibrator.input}; send {calibrator.input}, not {decoded.kind}")
 
     def calibrate(self, ref: tuple, incoming: Incoming) -> tuple[bytes, str]:
-        resolved, calibrator = self.resolve(*ref)
+        resolved, loaded = self.resolve_loaded(*ref)
+        calibrator = loaded.calibrator
         decoded = decode(incoming, CalibrateFields, need_labels=False, max_bytes=self.max_body_bytes,
                          default_kind=calibrator.input)
         self._check_kind(calibrator, decoded, resolved)
@@ -294,7 +297,7 @@ class CalibrationService:
         if "predicted_class" in outputs:
             predicted = cal.predicted_class(probabilities, getattr(scores, scores.source))
             out["predicted_class"] = predicted
-            names = self.class_names(resolved)
+            names = loaded.class_names
             if names:
                 out["predicted_class_name"] = [names[i] for i in predicted]
         if "confidence" in outputs:

@@ -214,9 +214,11 @@ def resolve(connection: Connection, name: str, version: int | None = None, alias
     return Resolved(*row)
 
 
-def load_params(session: Session, version_id: int) -> tuple[str, str]:
+def load_for_serving(session: Session, version_id: int):
+    """What serving a version needs: its parameters and its class and tensor names."""
     return session.execute(
-        select(VersionRow.params_json, VersionRow.checksum).where(VersionRow.id == version_id)
+        select(VersionRow.params_json, VersionRow.class_names, VersionRow.tensor_names)
+        .where(VersionRow.id == version_id)
     ).one()
 
 

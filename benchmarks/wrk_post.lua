@@ -5,3 +5,6 @@ wrk.body = file:read("*all")
 file:close()
 wrk.headers["Content-Type"] = os.getenv("CONTENT_TYPE")
 wrk.headers["Accept"] = os.getenv("ACCEPT") or "application/json"
+if os.getenv("HEADER_LENGTH") then
+  wrk.headers["Inference-Header-Content-Length"] = os.getenv("HEADER_LENGTH")
+end

@@ -1,0 +1,123 @@
+"""The Open Inference Protocol (/v2): server and model metadata, health, and inference."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse, Response
+
+from .. import oip, store
+from ..codecs import dump_json
+from ..main_info import SERVER_NAME, server_version
+from ..models import VersionRow
+from ..problems import Problem
+from .health import _readiness
+
+router = APIRouter(prefix="/v2", tags=["open inference protocol"])
+MODEL = Path(description="Calibrator name", examples=["demo"])
+VERSION = Path(description="Version number (as a string)", examples=["1"])
+EXTENSIONS = ["binary_tensor_data"]
+
+
+def _version_number(version: str | None) -> int | None:
+    if version is None:
+        return None
+    if not version.isdigit() or not 0 < int(version) < 2**31:
+        raise Problem(404, f"no model version {version!r}")
+    return int(version)
+
+
+def _check(name: str) -> str:
+    if not store.NAME_PATTERN.match(name):
+        raise Problem(404, f"no model named {name[:80]!r}")
+    return name
+
+
+@router.get("", summary="Server metadata")
+@router.get("/", include_in_schema=False)
+async def server_metadata():
+    return {"name": SERVER_NAME, "version": server_version(), "extensions": EXTENSIONS}
+
+
+@router.get("/health/live", summary="Server liveness")
+async def live():
+    return {"live": True}
+
+
+@router.get("/health/ready", summary="Server readiness")
+async def ready(request: Request):
+    status, _ = await run_in_threadpool(_readiness, request.app.state.db.engine)
+    return JSONResponse({"ready": status == 200}, status_code=status)
+
+
+def _metadata(service, name: str, version: int | None) -> dict:
+    resolved, _ = service.resolve(name, version=version)
+    with service.db.read() as session:
+        row = session.get(VersionRow, resolved.version_id)
+        _, rows, _ = store.list_versions(session, name, store.MAX_PAGE_SIZE, None)
+        versions = sorted(r.version for r in rows)
+        return oip.model_metadata(name, versions if version is None else [version], row.method,
+                                  row.input_kind, row.n_classes, row.tensor_names)
+
+
+@router.get("/models/{name}", summary="Model metadata (latest version)")
+async def model(request: Request, name: str = MODEL):
+    return Response(dump_json(await run_in_threadpool(_metadata, request.app.state.service, _check(name), None)),
+                    media_type="application/json")
+
+
+@router.get("/models/{name}/versions/{version}", summary="Model version metadata")
+async def model_version(request: Request, name: str = MODEL, version: str = VERSION):
+    metadata = await run_in_threadpool(_metadata, request.app.state.service, _check(name), _version_number(version))
+    return Response(dump_json(metadata), media_type="application/json")
+
+
+def _ready(service, name: str, version: int | None) -> dict:
+    resolved, _ = service.resolve(name, version=version)
+    return {"name": name, "version": str(resolved.version), "ready": True}
+
+
+@router.get("/models/{name}/ready", summary="Model readiness (latest version)")
+async def model_ready(request: Request, name: str = MODEL):
+    return await run_in_threadpool(_ready, request.app.state.service, _check(name), None)
+
+
+@router.get("/models/{name}/versions/{version}/ready", summary="Model version readiness")
+async def model_version_ready(request: Request, name: str = MODEL, version: str = VERSION):
+    return await run_in_threadpool(_ready, request.app.state.service, _check(name), _version_number(version))
+
+
+def _infer(service, name: str, version: int | None, body: bytes, header_length: str | None):
+    resolved, loaded = service.resolve_loaded(name, version=version)
+    request = oip.parse_request(body, header_length)
+    return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, resolved.version)
+
+
+INFER_DOC = {
+    "requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"type": "object"}, "example": {
+            "id": "42", "inputs": [{"name": "logits", "shape": [1, 3], "datatype": "FP32",
+                                    "data": [[2.0, 0.5, -1.0]]}],
+            "outputs": [{"name": "probabilities"}, {"name": "predicted_class"}]}},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary",
+                                                "description": "JSON header (Inference-Header-Content-Length "
+                                                               "bytes) followed by binary tensors"}}}}
+}
+
+
+@router.post("/models/{name}/infer", summary="Inference (latest version)", openapi_extra=INFER_DOC)
+async def infer(request: Request, name: str = MODEL):
+    body = await request.body()
+    content, headers = await run_in_threadpool(_infer, request.app.state.service, _check(name), None, body,
+                                               request.headers.get(oip.HEADER_LENGTH))
+    return Response(content, headers=headers, media_type=headers["content-type"])
+
+
+@router.post("/models/{name}/versions/{version}/infer", summary="Inference (pinned version)",
+             openapi_extra=INFER_DOC)
+async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
+    body = await request.body()
+    content, headers = await run_in_threadpool(_infer, request.app.state.service, _check(name),
+                                               _version_number(version), body,
+                                               request.headers.get(oip.HEADER_LENGTH))
+    return Response(content, headers=headers, media_type=headers["content-type"])
