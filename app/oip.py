@@ -18,6 +18,7 @@ import orjson
 
 import calibration as cal
 
+from .codecs import parse_json
 from .problems import Problem
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -57,12 +58,7 @@ def parse_request(body: bytes, header_length: str | None) -> InferenceRequest:
         header, binary = body[:length], memoryview(body)[length:]
     else:
         header, binary = body, memoryview(b"")
-    try:
-        request = orjson.loads(header)
-    except orjson.JSONDecodeError as exc:
-        raise bad(f"malformed JSON inference header: {exc}") from exc
-    if not isinstance(request, dict):
-        raise bad("the inference request must be a JSON object")
+    request = parse_json(header)
     inputs = request.get("inputs")
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
         raise bad("a calibrator takes exactly one input tensor")

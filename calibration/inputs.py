@@ -90,10 +90,6 @@ class Scores:
     def probabilities(self) -> np.ndarray:
         return softmax(self.logits)
 
-    def take(self, rows: np.ndarray) -> Scores:
-        """The same view restricted to some rows (used by cross-validation)."""
-        return Scores(**{self.source: getattr(self, self.source)[rows]})
-
 
 def to_scores(x, kind: str, name: str | None = None) -> Scores:
     """Validate ``x`` as an input of the given kind and wrap it."""
