@@ -48,12 +48,13 @@ def check_finite(array: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} contains NaN or infinity (first in row {first_bad_row(~finite)})")
 
 
-def check_probabilities(p: np.ndarray, name: str = "probabilities") -> None:
+def check_probabilities(p: np.ndarray, name: str = "probabilities", nonnegative: bool = True) -> None:
     """Entries >= 0 and rows summing to 1 within ``ROW_SUM_TOLERANCE`` (so no entry exceeds
     ``1 + ROW_SUM_TOLERANCE``).
 
     Two cheap passes (row sums as a matrix-vector product, and the global minimum); NaN and
-    infinity fail the row-sum test and are then reported precisely.
+    infinity fail the row-sum test and are then reported precisely. ``nonnegative=False`` skips
+    the second pass, for a caller that checks the sign itself on the entries it reads.
     """
     off = ~(np.abs(p @ np.ones(p.shape[1]) - 1.0) <= ROW_SUM_TOLERANCE)
     if off.any():
@@ -63,7 +64,7 @@ def check_probabilities(p: np.ndarray, name: str = "probabilities") -> None:
             f"{name} rows must sum to 1 within {ROW_SUM_TOLERANCE:g}; row {row} sums to "
             f"{p[row].sum():.6g} (logits must be sent as logits, not as probabilities)"
         )
-    if not p.min() >= 0:
+    if nonnegative and not p.min() >= 0:
         raise ValueError(f"{name} must lie in [0, 1] (first negative entry in row {first_bad_row(p < 0)})")
 
 

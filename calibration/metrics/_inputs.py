@@ -7,9 +7,10 @@ import numpy as np
 from ..inputs import as_float_array, check_labels, check_probabilities
 
 
-def probabilities_and_labels(probs, labels) -> tuple[np.ndarray, np.ndarray | None]:
+def probabilities_and_labels(probs, labels, nonnegative: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """Float64 probabilities ``(n, k)`` and int64 labels; binary ``(n,)`` input is the
-    probability of class 1 and becomes ``[1 - p, p]``. ``labels=None`` checks the probabilities alone."""
+    probability of class 1 and becomes ``[1 - p, p]``. ``labels=None`` checks the probabilities
+    alone; ``nonnegative=False`` leaves the sign check to the caller (see ``check_probabilities``)."""
     p = as_float_array(probs, "probabilities")
     if p.ndim == 1:
         p = np.column_stack([1.0 - p, p])
@@ -19,7 +20,7 @@ def probabilities_and_labels(probs, labels) -> tuple[np.ndarray, np.ndarray | No
         raise ValueError("probabilities is empty: it has no rows")
     if p.shape[1] < 2:
         raise ValueError(f"probabilities must have at least 2 classes, got {p.shape[1]}")
-    check_probabilities(p)
+    check_probabilities(p, nonnegative=nonnegative)
     return p, None if labels is None else check_labels(labels, p.shape[0], p.shape[1])
 
 

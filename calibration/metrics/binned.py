@@ -23,13 +23,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..inputs import check_probabilities
 from ._inputs import probabilities_and_labels, top_label
 
 
 def equal_width_bin(values: np.ndarray, n_bins: int) -> np.ndarray:
-    """Bin index of each value in [0, 1] under the ``(lo, hi]`` convention."""
+    """Bin index of each value in [0, 1] under the ``(lo, hi]`` convention: the ``b`` with
+    ``edges[b] < v <= edges[b + 1]`` for ``edges = linspace(0, 1, n_bins + 1)`` (0 goes to the
+    first bin). Exactly ``searchsorted(edges, v) - 1``, clipped; computed as ``ceil(v * n_bins) - 1``
+    and then corrected by one where rounding put a value next to an edge on the wrong side
+    (arithmetic is O(n), a binary search of unsorted keys several times slower)."""
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    return np.clip(np.searchsorted(edges, values, side="left") - 1, 0, n_bins - 1)
+    index = np.ceil(values * n_bins).astype(np.int64)
+    np.clip(index, 1, n_bins, out=index)
+    index -= 1
+    index -= (values <= edges[index]) & (index > 0)
+    index += values > edges[index + 1]
+    return np.minimum(index, n_bins - 1, out=index)
 
 
 def equal_count_bin(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,17 +117,21 @@ def classwise_ece(probs, labels, n_bins: int = 15) -> float:
 
     Only entries above the first bin edge need binning (a row has at most ``n_bins`` of them,
     as it sums to 1); the first bin's sum of each class is its column total minus the rest.
+    The entries are selected on their IEEE bit patterns read as unsigned integers, which order
+    non-negative floats as the floats do and put every negative float (sign bit set) above the
+    edge, so the sign check needs only the selected entries, not a pass over all of them.
     """
     _check_bins(n_bins)
-    p, y = probabilities_and_labels(probs, labels)
+    p, y = probabilities_and_labels(probs, labels, nonnegative=False)
     n, k = p.shape
-    first_edge = np.linspace(0.0, 1.0, n_bins + 1)[1]
-    flat = np.flatnonzero(p > first_edge)
-    classes = flat % k
+    first_edge = np.linspace(0.0, 1.0, n_bins + 1)[1:2]
+    flat = np.flatnonzero(p.view(np.uint64) > first_edge.view(np.uint64))
     values = p.ravel()[flat]
-    sums = np.bincount(classes * n_bins + equal_width_bin(values, n_bins), weights=values,
-                       minlength=k * n_bins).reshape(k, n_bins)
-    sums[:, 0] = np.ones(n) @ p - sums[:, 1:].sum(axis=1)
+    if values.size and not values.min() >= 0:
+        check_probabilities(p)  # raises, naming the first negative entry
+    keys = flat % k * n_bins + equal_width_bin(values, n_bins)
+    sums = np.bincount(keys, weights=values, minlength=k * n_bins).reshape(k, n_bins)
+    sums[:, 0] = np.einsum("ij->j", p) - sums[:, 1:].sum(axis=1)
     label_probs = p[np.arange(n), y]
     hits = np.bincount(y * n_bins + equal_width_bin(label_probs, n_bins), minlength=k * n_bins)
     return float(np.abs(sums - hits.reshape(k, n_bins)).sum() / (n * k))

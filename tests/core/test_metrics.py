@@ -2,12 +2,15 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy.integrate import quad
 from scipy.special import expit
 from scipy.stats import norm
 from sklearn.metrics import brier_score_loss, log_loss
 
 import calibration as cal
+from calibration.metrics.binned import equal_width_bin
 
 BINNED = [cal.ece, cal.mce, cal.adaptive_ece, cal.classwise_ece]
 ALL = [*BINNED, cal.brier, cal.nll, cal.accuracy, cal.kde_ece, cal.expectation_consistency_gap]
@@ -102,6 +105,28 @@ def test_metric_errors(metric):
         metric(np.array([[np.nan, 0.5]]), [0])
     with pytest.raises(ValueError, match="labels must be in"):
         metric(np.array([[0.5, 0.5]]), [2])
+    # negative entries, large (selected by classwise_ece's bit-pattern test) and tiny
+    for row in ([1.2, -0.2, 0.0], [0.5, 0.5 + 1e-17, -1e-17]):
+        with pytest.raises(ValueError, match=r"must lie in \[0, 1\] \(first negative entry in row 1\)"):
+            metric(np.array([[0.2, 0.3, 0.5], row]), [0, 1])
+
+
+@given(st.integers(1, 200), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=50))
+def test_equal_width_bin_is_searchsorted_on_the_linspace_edges(n_bins, values):
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    # the values drawn, and every edge with its two neighbouring floats
+    v = np.clip(np.concatenate([values, edges, np.nextafter(edges, 2), np.nextafter(edges, -1)]), 0, 1)
+    expected = np.clip(np.searchsorted(edges, v, side="left") - 1, 0, n_bins - 1)
+    np.testing.assert_array_equal(equal_width_bin(v, n_bins), expected)
+
+
+def test_classwise_ece_hand_computed():
+    # classes x bins (4 bins: (0, .25], (.25, .5], (.5, .75], (.75, 1]); labels 0, 1, 1
+    p = np.array([[0.8, 0.2, 0.0], [0.3, 0.6, 0.1], [0.1, 0.4, 0.5]])
+    # class 0: bin0 {0.1: y0} -> |0.1 - 0|, bin1 {0.3: 0} -> 0.3, bin3 {0.8: 1} -> 0.2      = 0.6
+    # class 1: bin0 {0.2: 0} -> 0.2, bin1 {0.4: 1} -> 0.6, bin2 {0.6: 1} -> 0.4            = 1.2
+    # class 2: bin0 {0.0, 0.1: 0, 0} -> 0.1, bin1 {0.5: 0} -> 0.5                          = 0.6
+    assert cal.classwise_ece(p, [0, 1, 1], n_bins=4) == pytest.approx((0.6 + 1.2 + 0.6) / (3 * 3), abs=1e-15)
 
 
 def test_reliability_diagram_sums_to_ece(reference):
