@@ -35,6 +35,7 @@ from .metrics.scores import (
     top_n_accuracy,
 )
 from .registry import METHODS, create, describe_methods, from_dict, method_class
+from .selection import Comparison, Selection, compare, default_candidates, select
 from .softmax import log_softmax, predicted_class, softmax
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "PROBABILITY_FLOOR",
     "Calibrator",
     "ClassTemperatureScaling",
+    "Comparison",
     "Composition",
     "ConvergenceWarning",
     "DirichletCalibration",
@@ -57,6 +59,7 @@ __all__ = [
     "PlattScaling",
     "ReliabilityDiagram",
     "Scores",
+    "Selection",
     "TemperatureScaling",
     "VectorScaling",
     "accuracy",
@@ -65,7 +68,9 @@ __all__ = [
     "brier",
     "calibration_gain",
     "classwise_ece",
+    "compare",
     "create",
+    "default_candidates",
     "describe_methods",
     "ece",
     "expectation_consistency_gap",
@@ -78,6 +83,7 @@ __all__ = [
     "nll",
     "predicted_class",
     "reliability_diagram",
+    "select",
     "softmax",
     "to_scores",
     "top_n_accuracy",

@@ -7,6 +7,7 @@ module alone, so it exposes exactly what the core offers.
 from __future__ import annotations
 
 from .base import Calibrator
+from .methods.auto import AutoCalibrator
 from .methods.class_temperature import ClassTemperatureScaling
 from .methods.composition import Composition
 from .methods.ensemble_temperature import EnsembleTemperatureScaling
@@ -33,6 +34,7 @@ METHODS: dict[str, type[Calibrator]] = {
         IsotonicOneVsAll,
         HistogramBinning,
         Composition,
+        AutoCalibrator,
     )
 }
 
@@ -63,8 +65,8 @@ def describe_methods() -> list[dict]:
         {
             "name": name,
             "description": cls.description,
-            "accuracy_preserving": cls.accuracy_preserving if name != "composition" else
-            "when every step is",
+            "accuracy_preserving": {"composition": "when every step is",
+                                    "auto": "when preserve_accuracy is set"}.get(name, cls.accuracy_preserving),
             "options": options_schema(cls.options_spec),
         }
         for name, cls in METHODS.items()

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from scipy.optimize import minimize
 
 from ..base import Calibrator, FitDiagnostics, param_array
 from ..inputs import Scores
@@ -120,12 +121,68 @@ class _AffineSoftmax(Calibrator):
 
 
 class VectorScaling(_AffineSoftmax):
-    """Vector scaling, ``softmax(w ⊙ z + b)`` (Guo et al. 2017)."""
+    """Vector scaling, ``softmax(w ⊙ z + b)`` (Guo et al. 2017).
+
+    With only 2k parameters its exact Hessian is cheap, so it is fitted by a trust-region Newton
+    method (scipy's ``trust-exact``) in standardised coordinates ``x̃ = (z - m) / s``, where
+    ``z' = a ⊙ x̃ + c``. With ``P`` the probabilities and ``U = P ⊙ x̃``:
+    ``H_aa = diag(Σ P x̃²)/n - UᵀU/n``, ``H_ac = diag(Σ P x̃)/n - UᵀP/n``,
+    ``H_cc = diag(Σ P)/n - PᵀP/n``. It converges in tens of iterations where L-BFGS needs
+    hundreds on many classes; the criterion (largest gradient entry ≤ 1e-6) is the same.
+    """
 
     method = "vector"
     description = "Vector scaling (Guo et al. 2017): softmax(w * z + b), one scale and bias per class."
     options_spec = (INPUT_OPTION, MAX_ITERATIONS_OPTION)
     full_matrix = False
+
+    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+        z = self._features(scores)
+        n, k = z.shape
+        rows = np.arange(n)
+        centre = z.mean(axis=0)
+        scale = z.std(axis=0)
+        scale[scale == 0] = 1.0
+        x = (z - centre) / scale
+        state = {}
+
+        def probabilities(theta: np.ndarray) -> np.ndarray:
+            if state.get("theta") is None or not np.array_equal(state["theta"], theta):
+                out = x * theta[:k] + theta[k:]
+                out -= out.max(axis=1, keepdims=True)
+                e = np.exp(out)
+                total = e.sum(axis=1)
+                state.update(theta=theta.copy(), p=e / total[:, None],
+                             loss=float(np.mean(np.log(total) - out[rows, labels])))
+            return state["p"]
+
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            residual = probabilities(theta).copy()
+            residual[rows, labels] -= 1.0
+            return state["loss"], np.concatenate([np.einsum("ij,ij->j", residual, x), residual.sum(axis=0)]) / n
+
+        def hessian(theta: np.ndarray) -> np.ndarray:
+            p = probabilities(theta)
+            u = p * x
+            h = np.empty((2 * k, 2 * k))
+            h[:k, :k] = np.diag(np.einsum("ij,ij->j", u, x)) - u.T @ u
+            h[:k, k:] = np.diag(u.sum(axis=0)) - u.T @ p
+            h[k:, :k] = h[:k, k:].T
+            h[k:, k:] = np.diag(p.sum(axis=0)) - p.T @ p
+            return h / n
+
+        start = np.concatenate([scale, centre])
+        result = minimize(objective, start, jac=True, hess=hessian, method="trust-exact",
+                          options={"maxiter": self.options["max_iterations"], "gtol": 1e-9})
+        loss, gradient = objective(result.x)
+        gradient_norm = float(np.max(np.abs(gradient)))
+        converged = gradient_norm <= 1e-6
+        message = str(result.message)
+        if not converged:
+            message = f"gradient {gradient_norm:.3g} above 1e-06 after {result.nit} iterations: {message}"
+        self.weights_ = result.x[:k] / scale
+        self.bias_ = result.x[k:] - self.weights_ * centre
+        return FitDiagnostics(converged, int(result.nit), message, gradient_norm, loss)
 
 
 class MatrixScaling(_AffineSoftmax):

@@ -1,0 +1,79 @@
+"""``auto``: cross-validated method selection (``calibration.selection``), then the chosen method.
+
+``fit`` compares the candidates by stratified K-fold cross-validation on the labelled data,
+selects one by the rule of ``calibration.selection.select`` (lowest cross-validated NLL among
+the eligible, Mix-n-Match guideline order among ties), refits it on all the data and from then
+on behaves as it. ``summary()`` names the chosen method and why; the comparison table is kept
+in ``comparison_`` (not stored with the parameters, which hold the chosen calibrator and the
+selection).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base import Calibrator, FitDiagnostics
+from ..inputs import Scores
+from ..options import INPUT_OPTION, Option
+from ..selection import Candidate, compare, select
+
+
+class AutoCalibrator(Calibrator):
+    """Picks the method by cross-validation, then acts as it."""
+
+    method = "auto"
+    description = (
+        "Automatic choice: stratified K-fold comparison of candidate methods, then the lowest "
+        "cross-validated NLL (Mix-n-Match guideline order among ties), refitted on all the data."
+    )
+    options_spec = (
+        INPUT_OPTION,
+        Option("candidates", list, [], "Methods to compare (names or {method, options, name}); "
+               "empty means the default set for the data's size."),
+        Option("folds", int, 5, "Cross-validation folds.", minimum=2, maximum=20),
+        Option("seed", int, 0, "Seed of the fold assignment.", minimum=0),
+        Option("preserve_accuracy", bool, False, "Only accuracy-preserving candidates."),
+    )
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.accuracy_preserving = self.options["preserve_accuracy"]
+
+    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+        x = getattr(scores, scores.source)
+        kind = scores.source if self.input != "scores" else "logits"
+        self.comparison_ = compare(
+            x, labels, self.options["candidates"] or None, self.options["folds"], self.options["seed"], kind,
+            progress=getattr(self, "progress", None),
+        )
+        self.selection_ = select(self.comparison_, self.options["preserve_accuracy"])
+        self.chosen_ = self.selection_.chosen.create(kind)
+        self.chosen_.fit_scores(scores, labels, warn=False)
+        self.accuracy_preserving = self.chosen_.accuracy_preserving
+        inner = self.chosen_.diagnostics_
+        return FitDiagnostics(inner.converged, inner.iterations, f"chose {self.selection_.chosen.name}: "
+                              f"{inner.message}", inner.gradient_norm, inner.objective)
+
+    def _predict(self, scores: Scores) -> np.ndarray:
+        return self.chosen_._predict(scores)
+
+    def _params(self) -> dict:
+        return {"chosen": self.chosen_.to_dict(), "name": self.selection_.chosen.name,
+                "reason": self.selection_.reason}
+
+    def _set_params(self, params: dict) -> None:
+        from ..registry import from_dict
+        from ..selection import Selection
+
+        if not isinstance(params.get("name"), str) or not isinstance(params.get("reason"), str):
+            raise ValueError("stored auto calibrator lacks the chosen name and reason")
+        self.chosen_ = from_dict(params.get("chosen"))
+        if self.chosen_.n_classes_ != self.n_classes_:
+            raise ValueError("stored auto calibrator's chosen method has a different number of classes")
+        candidate = Candidate(params["name"], self.chosen_.method, self.chosen_.options)
+        self.selection_ = Selection(candidate, params["reason"], [], {})
+        self.accuracy_preserving = self.chosen_.accuracy_preserving
+
+    def summary(self) -> dict:
+        return {"chosen": self.selection_.chosen.name, "method": self.chosen_.method,
+                "reason": self.selection_.reason, **self.chosen_.summary()}
