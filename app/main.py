@@ -35,6 +35,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        # a job still running at shutdown stays "running" in the database (see README, jobs)
+        app.state.service.executor.shutdown(wait=False, cancel_futures=True)
         database.dispose()
 
     app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,

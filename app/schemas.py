@@ -204,3 +204,42 @@ class ProblemOut(BaseModel):
     detail: str
     instance: str | None = None
     request_id: str | None = None
+
+
+class CompareFields(Strict):
+    methods: list[str | dict[str, Any]] | None = Field(
+        None, description="Candidates: method names (or 'irova_ts'), or {method, options, name}; "
+                          "default: the default set for the data's size")
+    folds: int = Field(5, ge=2, le=20, description="Stratified cross-validation folds")
+    seed: int = Field(0, ge=0, description="Seed of the fold assignment")
+    preserve_accuracy: bool = Field(False, description="Select among accuracy-preserving candidates only")
+
+
+class CompareRequest(CompareFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS,
+                                         "methods": ["temperature", "isotonic_multiclass"], "folds": 2}]},
+    )
+    labels: list[int]
+
+
+class CompareOut(BaseModel):
+    n_samples: int
+    n_classes: int
+    folds: int
+    seed: int
+    uncalibrated: dict[str, float | None] = Field(description="Mean per-fold metrics of the raw input")
+    methods: list[dict[str, Any]] = Field(description="Per candidate: mean and sd across folds of each metric")
+    selection: dict[str, Any] | None = Field(description="The chosen candidate and why (null if none passes)")
+
+
+class JobOut(BaseModel):
+    id: str
+    kind: str
+    status: Literal["running", "succeeded", "failed"]
+    percent: float = Field(description="Work done, 0 to 100")
+    result: dict[str, Any] | None = Field(description="The response body, once succeeded")
+    error: dict[str, Any] | None = Field(description="A problem document, once failed")
+    created_at: datetime
+    updated_at: datetime

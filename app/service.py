@@ -7,14 +7,20 @@ Request bodies arrive as bytes and are decoded here: JSON (orjson, arrays straig
 
 from __future__ import annotations
 
+import logging
 import math
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
 import orjson
 from pydantic import BaseModel, ValidationError
+from sqlalchemy import delete, update
 
 import calibration as cal
+from calibration import selection
 
 from . import reports, store
 from .cache import CalibratorCache, Loaded, load_calibrator
@@ -31,11 +37,14 @@ from .codecs import (
     write_npy,
 )
 from .db import Database
-from .models import VersionRow
+from .models import JobRow, VersionRow, utcnow
 from .problems import Problem, invalid
-from .schemas import ARRAY_FIELDS, AliasRequest, CalibrateFields, EvaluationFields, FitFields
+from .schemas import ARRAY_FIELDS, AliasRequest, CalibrateFields, CompareFields, EvaluationFields, FitFields
 
 INPUT_FIELDS = ("logits", "probabilities", "scores")
+JOB_RETENTION = timedelta(days=1)
+JOB_PROGRESS_STEP = 5.0  # percent between progress writes
+logger = logging.getLogger(__name__)
 IMAGE_TYPES = {"image/png": "png", "image/svg+xml": "svg"}
 
 
@@ -179,6 +188,7 @@ class CalibrationService:
         self.db = db
         self.cache = CalibratorCache(cache_size)
         self.max_body_bytes = max_body_bytes
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="job")
 
     # -- fitting ----------------------------------------------------------------------------
 
@@ -199,6 +209,9 @@ class CalibrationService:
             params = calibrator.to_dict()
             summary = _json_safe(calibrator.summary())
             report = reports.comparison(scores.probabilities, calibrator.predict_scores(scores), labels)
+            if calibrator.method == "auto":
+                report["comparison"] = {**calibrator.comparison_.to_dict(),
+                                        "selection": calibrator.selection_.to_dict()}
         except ValueError as exc:
             raise invalid(str(exc)) from exc
         params_json = store.canonical_json(params)
@@ -339,6 +352,79 @@ class CalibrationService:
         result = reports.evaluation(scores.probabilities, labels, fields.n_bins, fields.bootstrap,
                                     fields.confidence, fields.seed)
         return dump_json({"n_samples": scores.n, "n_classes": scores.k, "n_bins": fields.n_bins, **result})
+
+    # -- comparison, in the request or as a background job -----------------------------------
+
+    def _compare_inputs(self, incoming: Incoming) -> tuple[CompareFields, cal.Scores, np.ndarray]:
+        decoded = decode(incoming, CompareFields, need_labels=True, max_bytes=self.max_body_bytes)
+        scores = _scores(decoded)
+        labels = _labels(decoded, scores)
+        fields: CompareFields = decoded.fields
+        try:
+            selection.prepare(scores.n, scores.k, fields.methods, fields.folds, scores.source)
+        except ValueError as exc:
+            raise invalid(str(exc)) from exc
+        return fields, scores, labels
+
+    def compare(self, incoming: Incoming) -> dict:
+        return self._run_compare(*self._compare_inputs(incoming))
+
+    def _run_compare(self, fields: CompareFields, scores: cal.Scores, labels: np.ndarray, progress=None) -> dict:
+        try:
+            comparison = cal.compare(getattr(scores, scores.source), labels, fields.methods, fields.folds,
+                                     fields.seed, scores.source, progress)
+        except ValueError as exc:
+            raise invalid(str(exc)) from exc
+        try:
+            chosen = cal.select(comparison, fields.preserve_accuracy).to_dict()
+        except ValueError:
+            chosen = None
+        return _json_safe({**comparison.to_dict(), "selection": chosen})
+
+    def start_compare_job(self, incoming: Incoming) -> dict:
+        """Validate now (bad input is a 4xx, not a failed job), then compare in the background."""
+        inputs = self._compare_inputs(incoming)
+        job_id = uuid.uuid4().hex
+        with self.db.write() as session:
+            session.execute(delete(JobRow).where(JobRow.status != "running",
+                                                 JobRow.updated_at < utcnow() - JOB_RETENTION))
+            session.add(JobRow(id=job_id, kind="compare", status="running", percent=0.0))
+        self.executor.submit(self._run_job, job_id, inputs)
+        return self.get_job(job_id)
+
+    def _run_job(self, job_id: str, inputs) -> None:
+        reported = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            percent = round(100.0 * done / total, 1)
+            if percent - reported[0] >= JOB_PROGRESS_STEP and done < total:
+                reported[0] = percent
+                self._update_job(job_id, percent=percent)
+
+        try:
+            result = self._run_compare(*inputs, progress=progress)
+        except Problem as problem:
+            self._update_job(job_id, status="failed", error={"status": problem.status, "title": problem.title,
+                                                             "detail": problem.detail})
+        except Exception:  # a bug: the job says so instead of staying "running" for ever
+            logger.exception("job %s failed", job_id)
+            self._update_job(job_id, status="failed", error={"status": 500, "title": "Internal Server Error",
+                                                             "detail": "the job failed unexpectedly"})
+        else:
+            self._update_job(job_id, status="succeeded", percent=100.0, result=result)
+
+    def _update_job(self, job_id: str, **values) -> None:
+        with self.db.write() as session:
+            session.execute(update(JobRow).where(JobRow.id == job_id).values(**values, updated_at=utcnow()))
+
+    def get_job(self, job_id: str) -> dict:
+        with self.db.read() as session:
+            row = session.get(JobRow, job_id) if len(job_id) <= 32 else None
+            if row is None:
+                raise Problem(404, f"no job {job_id!r} (finished jobs are kept for {JOB_RETENTION})")
+            return {"id": row.id, "kind": row.kind, "status": row.status, "percent": row.percent,
+                    "result": row.result, "error": row.error, "created_at": row.created_at,
+                    "updated_at": row.updated_at}
 
     # -- writes -----------------------------------------------------------------------------
 

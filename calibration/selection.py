@@ -212,6 +212,24 @@ def _fold_metrics(raw: np.ndarray, calibrated: np.ndarray, labels: np.ndarray) -
     }
 
 
+def prepare(n: int, k: int, methods: Sequence | None, folds: int, input: str) -> list[Candidate]:
+    """The candidates of a comparison of ``n`` samples of ``k`` classes, every option and the
+    fold count checked (``ValueError``) before anything is fitted."""
+    if isinstance(folds, bool) or not isinstance(folds, int | np.integer) or not 2 <= folds <= 20:
+        raise ValueError(f"folds must be an integer from 2 to 20, got {folds!r}")
+    if n < 2 * folds:
+        raise ValueError(f"{folds}-fold cross-validation needs at least {2 * folds} samples, got {n}")
+    candidates = default_candidates(n, k) if methods is None else [candidate(m) for m in methods]
+    if not candidates:
+        raise ValueError("methods must name at least one candidate")
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise ValueError(f"candidate names must be distinct, got {names}")
+    for c in candidates:
+        c.create(input)
+    return candidates
+
+
 def compare(
     x,
     labels,
@@ -230,18 +248,7 @@ def compare(
     """
     scores = to_scores(x, input)
     y = check_labels(labels, scores.n, scores.k)
-    if isinstance(folds, bool) or not isinstance(folds, int | np.integer) or not 2 <= folds <= 20:
-        raise ValueError(f"folds must be an integer from 2 to 20, got {folds!r}")
-    if scores.n < 2 * folds:
-        raise ValueError(f"{folds}-fold cross-validation needs at least {2 * folds} samples, got {scores.n}")
-    candidates = default_candidates(scores.n, scores.k) if methods is None else [candidate(m) for m in methods]
-    if not candidates:
-        raise ValueError("methods must name at least one candidate")
-    names = [c.name for c in candidates]
-    if len(set(names)) != len(names):
-        raise ValueError(f"candidate names must be distinct, got {names}")
-    for c in candidates:  # options are checked before any fit
-        c.create(input)
+    candidates = prepare(scores.n, scores.k, methods, folds, input)
 
     assignment = stratified_folds(y, folds, seed)
     source = getattr(scores, scores.source)

@@ -13,6 +13,9 @@ acc·f₁/f). Kernel: triweight, ``K(u) ∝ (1 - (u/3h)^2)^3`` on |u| < 3h, whos
 deviation is the bandwidth h (KDEpy's convention). Default ``h = 1.06 · σ̂ · n^(-1/5)`` with
 σ̂ the standard deviation of z over the samples with c_i = 1 (as the paper's code takes it;
 the standard deviation of all z if fewer than two such samples) and n the number of samples.
+The default h is raised to at least ``MIN_BANDWIDTH`` = 1e-4 (it falls below only when the
+confidences are all but equal, e.g. two samples of one fold; the grid would need over 2·10⁵
+points); an explicit bandwidth below it is an error.
 Boundary correction: every sample is mirrored at 0 and at 1. The densities are computed on a grid of spacing at most
 h/20 (linear binning and an exact discrete convolution) and integrated by the trapezoid rule.
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._inputs import probabilities_and_labels, top_label
+
+MIN_BANDWIDTH = 1e-4
 
 
 def _triweight(offsets: np.ndarray, h: float) -> np.ndarray:
@@ -51,12 +56,13 @@ def kde_ece(probs, labels, norm: int = 1, bandwidth: float | None = None) -> flo
     if bandwidth is None:
         spread = float(np.std(z[c == 1])) if np.count_nonzero(c) >= 2 else 0.0
         h = 1.06 * (spread or float(np.std(z))) * n ** -0.2
+        if h == 0:  # all confidences equal: the density is a point mass
+            return float(abs(z[0] - c.mean()))
+        h = max(h, MIN_BANDWIDTH)
     else:
-        h = float(bandwidth)
-    if not np.isfinite(h) or h < 0:
-        raise ValueError(f"bandwidth must be a non-negative number, got {bandwidth!r}")
-    if h == 0:  # all confidences equal: the density is a point mass
-        return float(abs(z[0] - c.mean()))
+        h = float(bandwidth) if isinstance(bandwidth, int | float) and not isinstance(bandwidth, bool) else -1.0
+        if not np.isfinite(h) or h < MIN_BANDWIDTH:
+            raise ValueError(f"bandwidth must be a number >= {MIN_BANDWIDTH:g}, got {bandwidth!r}")
     step = min(h / 20.0, 1.0 / 256)
     inner = int(np.ceil(1.0 / step))
     step = 1.0 / inner

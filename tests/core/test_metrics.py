@@ -213,3 +213,12 @@ def test_reliability_figure_draws_before_and_after(reference, fmt, signature):
     if fmt == "svg":
         after = cal.ece(cal.softmax(logits / 1.97), labels)
         assert b"before (ECE 21.45%)" in image and f"after (ECE {100 * after:.2f}%)".encode() in image
+
+
+def test_kde_ece_with_all_but_equal_confidences():
+    # spread 5e-13: the default bandwidth is raised to MIN_BANDWIDTH; the two points then share
+    # one kernel, whose accuracy is 1/2, so the error is |0.9 - 0.5|
+    p = np.array([[0.9, 0.1, 0.0], [0.9 - 1e-12, 0.1 + 1e-12, 0.0]])
+    assert cal.kde_ece(p, [0, 1]) == pytest.approx(0.4, abs=1e-9)
+    with pytest.raises(ValueError, match="bandwidth must be a number >= 0.0001"):
+        cal.kde_ece(p, [0, 1], bandwidth=1e-9)
