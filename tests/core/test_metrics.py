@@ -220,5 +220,5 @@ def test_kde_ece_with_all_but_equal_confidences():
     # one kernel, whose accuracy is 1/2, so the error is |0.9 - 0.5|
     p = np.array([[0.9, 0.1, 0.0], [0.9 - 1e-12, 0.1 + 1e-12, 0.0]])
     assert cal.kde_ece(p, [0, 1]) == pytest.approx(0.4, abs=1e-9)
-    with pytest.raises(ValueError, match="bandwidth must be a number >= 0.0001"):
+    with pytest.raises(ValueError, match=r"bandwidth must be a number >= 0\.0001"):
         cal.kde_ece(p, [0, 1], bandwidth=1e-9)
