@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
+from app.migrate import head_revision
 from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 
@@ -237,7 +238,7 @@ def test_body_limit_is_enforced_while_streaming(client):
 def test_health_readiness_and_prometheus(client):
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz").json()
-    assert ready["status"] == "ready" and ready["schema"] == "0001"
+    assert ready["status"] == "ready" and ready["schema"] == head_revision()
     client.get("/v1/methods")
     assert 'calibration_requests_total{method="GET",route="/v1/methods",status="200"}' in client.get("/metrics").text
     assert client.get("/healthz", headers={"x-request-id": "abc-123"}).headers["x-request-id"] == "abc-123"
