@@ -97,7 +97,7 @@ def minimize_smooth(
     gtol: float = 1e-6,
     maxiter: int = 20000,
 ) -> tuple[np.ndarray, FitDiagnostics]:
-    """Minimise a smooth function given with its analytic gradient."""
+    """Minimise a smooth function given with its analytic gradient (L-BFGS-B)."""
     result = minimize(
         fun,
         x0,
@@ -106,12 +106,33 @@ def minimize_smooth(
         options={"maxiter": maxiter, "maxfun": 2 * maxiter, "gtol": gtol * 1e-3, "ftol": 0.0,
                  "maxcor": 30},
     )
+    return result.x, _diagnostics(result, gtol)
+
+
+def minimize_newton(
+    fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
+    hess: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    *,
+    gtol: float = 1e-6,
+    maxiter: int = 1000,
+) -> tuple[np.ndarray, FitDiagnostics]:
+    """Minimise a smooth convex function given with its gradient and exact Hessian (scipy's
+    trust-region ``trust-exact``, which copes with a singular Hessian); same criterion as
+    ``minimize_smooth``."""
+    result = minimize(fun, x0, jac=True, hess=hess, method="trust-exact",
+                      options={"maxiter": maxiter, "gtol": gtol * 1e-3})
+    return result.x, _diagnostics(result, gtol)
+
+
+def _diagnostics(result, gtol: float) -> FitDiagnostics:
+    """Converged when the largest gradient entry at the solution is at most ``gtol``."""
     gradient_norm = float(np.max(np.abs(result.jac))) if result.jac.size else 0.0
     converged = gradient_norm <= gtol
     message = str(result.message)
     if not converged:
         message = f"gradient {gradient_norm:.3g} above {gtol:g} after {result.nit} iterations: {message}"
-    return result.x, FitDiagnostics(
+    return FitDiagnostics(
         converged=converged,
         iterations=int(result.nit),
         message=message,

@@ -40,12 +40,9 @@ class AutoCalibrator(Calibrator):
         self.accuracy_preserving = self.options["preserve_accuracy"]
 
     def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
-        x = getattr(scores, scores.source)
-        kind = scores.source if self.input != "scores" else "logits"
-        self.comparison_ = compare(
-            x, labels, self.options["candidates"] or None, self.options["folds"], self.options["seed"], kind,
-            progress=getattr(self, "progress", None),
-        )
+        kind = scores.source  # binary scores arrive as (n, 2) logits
+        self.comparison_ = compare(getattr(scores, kind), labels, self.options["candidates"] or None,
+                                   self.options["folds"], self.options["seed"], kind)
         self.selection_ = select(self.comparison_, self.options["preserve_accuracy"])
         self.chosen_ = self.selection_.chosen.create(kind)
         self.chosen_.fit_scores(scores, labels, warn=False)

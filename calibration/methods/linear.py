@@ -24,13 +24,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from scipy.optimize import minimize
 
 from ..base import Calibrator, FitDiagnostics, param_array
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
-from ..solvers import minimize_smooth
+from ..solvers import minimize_newton, minimize_smooth
 
 MAX_ITERATIONS_OPTION = Option(
     "max_iterations", int, 1000, "L-BFGS iterations at most; a fit stopped by this limit "
@@ -40,6 +39,14 @@ ODIR_OPTIONS = (
            minimum=0.0),
     Option("bias_l2", float, 0.0, "μ of the ODIR penalty on the intercepts.", minimum=0.0),
 )
+
+
+def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and standard deviations of the features (a constant column gets scale 1)."""
+    centre = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale == 0] = 1.0
+    return centre, scale
 
 
 class _AffineSoftmax(Calibrator):
@@ -67,9 +74,7 @@ class _AffineSoftmax(Calibrator):
         # leaves the optimum unchanged): W = W' / s column-wise and b = b' - W m, with m and s
         # the feature means and standard deviations. Log-probability features have means
         # far from 0, which otherwise couples weights and intercepts badly.
-        centre = x.mean(axis=0)
-        scale = x.std(axis=0)
-        scale[scale == 0] = 1.0
+        centre, scale = standardisation(x)
 
         def original(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             weights, bias = self._unpack(theta, k)
@@ -140,9 +145,7 @@ class VectorScaling(_AffineSoftmax):
         z = self._features(scores)
         n, k = z.shape
         rows = np.arange(n)
-        centre = z.mean(axis=0)
-        scale = z.std(axis=0)
-        scale[scale == 0] = 1.0
+        centre, scale = standardisation(z)
         x = (z - centre) / scale
         state = {}
 
@@ -171,18 +174,11 @@ class VectorScaling(_AffineSoftmax):
             h[k:, k:] = np.diag(p.sum(axis=0)) - p.T @ p
             return h / n
 
-        start = np.concatenate([scale, centre])
-        result = minimize(objective, start, jac=True, hess=hessian, method="trust-exact",
-                          options={"maxiter": self.options["max_iterations"], "gtol": 1e-9})
-        loss, gradient = objective(result.x)
-        gradient_norm = float(np.max(np.abs(gradient)))
-        converged = gradient_norm <= 1e-6
-        message = str(result.message)
-        if not converged:
-            message = f"gradient {gradient_norm:.3g} above 1e-06 after {result.nit} iterations: {message}"
-        self.weights_ = result.x[:k] / scale
-        self.bias_ = result.x[k:] - self.weights_ * centre
-        return FitDiagnostics(converged, int(result.nit), message, gradient_norm, loss)
+        theta, diagnostics = minimize_newton(objective, hessian, np.concatenate([scale, centre]),
+                                             maxiter=self.options["max_iterations"])
+        self.weights_ = theta[:k] / scale
+        self.bias_ = theta[k:] - self.weights_ * centre
+        return diagnostics
 
 
 class MatrixScaling(_AffineSoftmax):

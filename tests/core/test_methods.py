@@ -98,13 +98,13 @@ def test_vector_scaling_gradient_and_hessian_agree_with_finite_differences(monke
     import calibration.methods.linear as linear
 
     captured = {}
-    real_minimize = linear.minimize
+    real_minimize = linear.minimize_newton
 
-    def capture(fun, x0, **kwargs):
-        captured.update(fun=fun, hess=kwargs["hess"], x0=x0)
-        return real_minimize(fun, x0, **kwargs)
+    def capture(fun, hess, x0, **kwargs):
+        captured.update(fun=fun, hess=hess, x0=x0)
+        return real_minimize(fun, hess, x0, **kwargs)
 
-    monkeypatch.setattr(linear, "minimize", capture)
+    monkeypatch.setattr(linear, "minimize_newton", capture)
     logits, labels = make_reference_input(n=200, k=4, seed=4)
     cal.VectorScaling().fit(logits, labels)
     point = captured["x0"] + 0.1 * np.random.default_rng(0).standard_normal(captured["x0"].shape)

@@ -45,7 +45,7 @@ def test_compare_is_deterministic_for_a_seed():
             assert a.per_fold[metric] == b.per_fold[metric]
         assert a.per_fold["nll"] != c.per_fold["nll"]
     assert [r.candidate.name for r in first.results] == ["temperature", "isotonic_multiclass", "vs"]
-    # the held-out folds partition the data: uncalibrated per-fold accuracies average to the whole
+    # the held-out folds partition the data: the uncalibrated per-fold NLLs average to about the whole
     assert first.to_dict()["uncalibrated"]["nll"] == pytest.approx(cal.nll(cal.softmax(logits), labels), rel=1e-3)
 
 
