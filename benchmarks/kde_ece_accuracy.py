@@ -17,42 +17,26 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.integrate import quad
-from scipy.special import expit
-from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import calibration as cal
 from benchmarks._common import environment, write
-
-
-def sample(rng, n, b0, b1):
-    y = rng.integers(0, 2, n)
-    x = rng.standard_normal(n) + np.where(y == 0, -1.0, 1.0)
-    z1 = expit(b0 + b1 * x)
-    return np.column_stack([z1, 1 - z1]), y
-
-
-def truth(b0, b1):
-    def integrand(x):
-        return abs(expit(b0 + b1 * x) - expit(-2 * x)) * 0.5 * (norm.pdf(x, -1) + norm.pdf(x, 1))
-
-    return quad(integrand, -12, 12, limit=400, points=[0])[0]
+from tests.helpers import synthetic_binary, true_binary_ece
 
 
 def main():
     repetitions = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     rows = []
     for b0, b1 in [(0.5, -1.5), (0.2, -1.9)]:
-        exact = truth(b0, b1)
+        exact = true_binary_ece(b0, b1)
         rng = np.random.default_rng(0)
-        probs, labels = sample(rng, 10**6, b0, b1)
+        probs, labels = synthetic_binary(rng, 10**6, b0, b1)
         monte_carlo = cal.classwise_ece(probs, labels, n_bins=200)
         for n in (64, 256, 1024):
             errors = {"kde": [], "binary": [], "top": []}
             for _ in range(repetitions):
-                probs, labels = sample(rng, n, b0, b1)
+                probs, labels = synthetic_binary(rng, n, b0, b1)
                 errors["kde"].append(abs(cal.kde_ece(probs, labels) - exact))
                 errors["binary"].append(abs(cal.classwise_ece(probs, labels) - exact))
                 errors["top"].append(abs(cal.ece(probs, labels) - exact))

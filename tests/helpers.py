@@ -1,4 +1,5 @@
-"""Shared test data: the reference input of ../shared/reference and the real model outputs."""
+"""Shared test data: the reference input of ../shared/reference, the real model outputs, and
+the synthetic binary model of Mix-n-Match (used by tests and benchmarks/kde_ece_accuracy.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import os
 from pathlib import Path
 
 import numpy as np
-from scipy.special import softmax
+from scipy.integrate import quad
+from scipy.special import expit, softmax
+from scipy.stats import norm
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CALIBRATION_SHARED_DIR", REPO.parent / "shared"))
@@ -40,3 +43,20 @@ def load_split(name: str, split: str) -> tuple[str, np.ndarray, np.ndarray]:
         if "logits" in data:
             return "logits", data["logits"], data["labels"]
         return "probabilities", data["probs"], data["labels"]
+
+
+def synthetic_binary(rng, n, b0, b1):
+    """Mix-n-Match Appendix E: P(Y=1) = P(Y=2) = 1/2, x | y ~ N(-1, 1) / N(+1, 1),
+    model z1 = sigmoid(b0 + b1 x) for class 1 (index 0 here)."""
+    y = rng.integers(0, 2, n)
+    x = rng.standard_normal(n) + np.where(y == 0, -1.0, 1.0)
+    z1 = expit(b0 + b1 * x)
+    return np.column_stack([z1, 1 - z1]), y
+
+
+def true_binary_ece(b0, b1):
+    """E|z1 - P(class 1 | z1)|, with P(class 1 | x) = sigmoid(-2x), by quadrature."""
+    def integrand(x):
+        return abs(expit(b0 + b1 * x) - expit(-2 * x)) * 0.5 * (norm.pdf(x, -1) + norm.pdf(x, 1))
+
+    return quad(integrand, -12, 12, limit=400, points=[0])[0]

@@ -4,13 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scipy.integrate import quad
-from scipy.special import expit
-from scipy.stats import norm
 from sklearn.metrics import brier_score_loss, log_loss
 
 import calibration as cal
 from calibration.metrics.binned import equal_width_bin
+from tests.helpers import synthetic_binary, true_binary_ece
 
 BINNED = [cal.ece, cal.mce, cal.adaptive_ece, cal.classwise_ece]
 ALL = [*BINNED, cal.brier, cal.nll, cal.accuracy, cal.kde_ece, cal.expectation_consistency_gap]
@@ -155,32 +153,15 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_estimate(reference):
     assert gain.low > 0
 
 
-def _synthetic_binary(rng, n, b0, b1):
-    """Mix-n-Match Appendix E: P(Y=1) = P(Y=2) = 1/2, x | y ~ N(-1, 1) / N(+1, 1),
-    model z1 = sigmoid(b0 + b1 x) for class 1 (index 0 here)."""
-    y = rng.integers(0, 2, n)
-    x = rng.standard_normal(n) + np.where(y == 0, -1.0, 1.0)
-    z1 = expit(b0 + b1 * x)
-    return np.column_stack([z1, 1 - z1]), y
-
-
-def _true_binary_ece(b0, b1):
-    """E|z1 - P(class 1 | z1)|, with P(class 1 | x) = sigmoid(-2x), by quadrature."""
-    def integrand(x):
-        return abs(expit(b0 + b1 * x) - expit(-2 * x)) * 0.5 * (norm.pdf(x, -1) + norm.pdf(x, 1))
-
-    return quad(integrand, -12, 12, limit=400, points=[0])[0]
-
-
 @pytest.mark.parametrize(("b0", "b1"), [(0.5, -1.5), (0.2, -1.9)])
 def test_kde_ece_is_closer_to_the_truth_than_binning(b0, b1):
     """A seeded, smaller version of benchmarks/kde_ece_accuracy.py (1000 repetitions there)."""
-    truth = _true_binary_ece(b0, b1)
+    truth = true_binary_ece(b0, b1)
     rng = np.random.default_rng(2024)
     for n in (64, 256):
         kde_error = bin_error = 0.0
         for _ in range(150):
-            probs, labels = _synthetic_binary(rng, n, b0, b1)
+            probs, labels = synthetic_binary(rng, n, b0, b1)
             kde_error += abs(cal.kde_ece(probs, labels) - truth)
             # the 15-bin histogram estimator of the same (class-1) quantity
             bin_error += abs(cal.classwise_ece(probs, labels) - truth)
@@ -188,8 +169,8 @@ def test_kde_ece_is_closer_to_the_truth_than_binning(b0, b1):
 
 
 def test_kde_ece_converges_to_the_true_value():
-    truth = _true_binary_ece(0.5, -1.5)
-    probs, labels = _synthetic_binary(np.random.default_rng(0), 200_000, 0.5, -1.5)
+    truth = true_binary_ece(0.5, -1.5)
+    probs, labels = synthetic_binary(np.random.default_rng(0), 200_000, 0.5, -1.5)
     assert cal.kde_ece(probs, labels) == pytest.approx(truth, abs=2e-3)
 
 
