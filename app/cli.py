@@ -38,6 +38,46 @@ def migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _database():
+    from .db import Database
+
+    settings = get_settings()
+    return Database(settings.database_url, settings.db_timeout_seconds)
+
+
+def keys_create(args: argparse.Namespace) -> int:
+    from .keys import create_key
+
+    try:
+        info, key = create_key(_database(), args.name, args.scope)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"created key {info.id} ({info.name}; scopes {' '.join(info.scopes)}). It is shown only now:",
+          file=sys.stderr)
+    print(key)
+    return 0
+
+
+def keys_revoke(args: argparse.Namespace) -> int:
+    from .keys import revoke_key
+
+    if not revoke_key(_database(), args.id):
+        print(f"error: no active key {args.id!r}", file=sys.stderr)
+        return 1
+    print(f"revoked key {args.id}", file=sys.stderr)
+    return 0
+
+
+def keys_list(args: argparse.Namespace) -> int:
+    from .keys import list_keys
+
+    for info in list_keys(_database()):
+        state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "active"
+        print(f"{info.id}  {' '.join(info.scopes):<16} {state:<24} {info.name}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="calibration-service",
                                    description="Calibration service for ML classifiers.")
@@ -55,6 +95,17 @@ def parser() -> argparse.ArgumentParser:
     schema.add_argument("--revision", default="head", help="upgrade to this revision (default head)")
     schema.add_argument("--downgrade", metavar="REVISION", help="downgrade to REVISION (e.g. base) instead")
     schema.set_defaults(handler=migrate)
+    keys = commands.add_parser("keys", help="create, list and revoke API keys (stored as hashes)")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="create a key and print it once on stdout")
+    create.add_argument("--name", required=True, help="who the key is for")
+    create.add_argument("--scope", action="append", choices=("read", "write", "admin"), required=True,
+                        help="read, write or admin (repeatable; admin includes write, write includes read)")
+    create.set_defaults(handler=keys_create)
+    revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("id", help="the key id (12 hex digits after cal_)")
+    revoke.set_defaults(handler=keys_revoke)
+    key_commands.add_parser("list", help="list keys (never their secrets)").set_defaults(handler=keys_list)
     return main
 
 

@@ -8,10 +8,12 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from . import logs, problems
+from .auth import KeyVerifier
 from .db import Database
 from .main_info import server_version
 from .middleware import RequestMiddleware
-from .routes import calibrators, evaluation, health, v2
+from .openapi import document_access_errors
+from .routes import calibrators, evaluation, health, keys, v2
 from .service import CalibrationService
 from .settings import Settings, get_settings
 
@@ -44,12 +46,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = database
     app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes)
+    app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     problems.install(app)
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
     app.include_router(health.router)
+    app.include_router(keys.router)
     app.include_router(v2.router)
+    document_access_errors(app)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry)
     return app

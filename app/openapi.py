@@ -50,3 +50,26 @@ def problems(*statuses: int) -> dict:
 
     return {status: {"model": ProblemOut, "content": {"application/problem+json": {}}}
             for status in statuses}
+
+
+def document_access_errors(app) -> None:
+    """Add the 401 and 403 answers to every operation that takes an API key."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = generate()
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    if operation.get("security"):
+                        responses = operation.setdefault("responses", {})
+                        for status, text in (("401", "Missing, unknown or revoked API key"),
+                                             ("403", "The API key lacks the scope")):
+                            responses.setdefault(status, {
+                                "description": text,
+                                "content": {"application/problem+json": {
+                                    "schema": {"$ref": "#/components/schemas/ProblemOut"}}}})
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi

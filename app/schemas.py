@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from calibration import METHODS
 
@@ -97,7 +97,7 @@ class MetricsRequest(EvaluationFields, Arrays):
 
 class AliasRequest(Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 1}]})
-    version: int = Field(ge=1)
+    version: StrictInt = Field(ge=1, le=2**31 - 1)
 
 
 # -- responses (documentation; bodies are serialised with orjson) ----------------------------
@@ -243,3 +243,28 @@ class JobOut(BaseModel):
     error: dict[str, Any] | None = Field(description="A problem document, once failed")
     created_at: datetime
     updated_at: datetime
+
+
+class KeyRequest(Strict):
+    model_config = ConfigDict(extra="forbid",
+                              json_schema_extra={"examples": [{"name": "inference-service", "scopes": ["read"]}]})
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[\w .@-]+$", description="Who the key is for")
+    scopes: list[Literal["read", "write", "admin"]] = Field(
+        min_length=1, max_length=3, description="admin includes write, which includes read")
+
+
+class KeyOut(BaseModel):
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: str
+    revoked_at: str | None
+
+
+class KeyCreated(KeyOut):
+    key: str = Field(description="The secret key; shown only in this response")
+
+
+class KeyList(BaseModel):
+    keys: list[KeyOut]

@@ -27,7 +27,9 @@ class Settings(BaseSettings):
     cache_size: int = Field(256, ge=1, description="Fitted calibrators kept in memory per process.")
     migrate_on_start: bool = Field(True, description="`serve` runs `alembic upgrade head` before starting.")
     log_level: str = Field("info", description="Log level of the service's JSON logs.")
-    api_keys_enabled: bool = Field(False, description="Require API keys (see `keys create`).")
+    api_keys_enabled: bool = Field(False, description="Require API keys with scopes (see `keys create`).")
+    api_key_cache_seconds: float = Field(5.0, ge=0, description="How long a process trusts a looked-up key "
+                                                                "(a revocation takes effect within this).")
     device: str = Field("cpu", description="Where calibrate and report run: cpu, or cuda with the torch extra.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
 

@@ -7,6 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from .. import store
+from ..auth import ADMIN, READ, WRITE
 from ..codecs import JSON_TYPE, NPY_TYPE, NPZ_TYPE, dump_json
 from ..openapi import body, problems
 from ..schemas import (
@@ -67,6 +68,7 @@ async def _call(request: Request, method, *args):
     response_model=VersionOut,
     responses=problems(400, 404, 413, 415, 422),
     openapi_extra=body(FitRequest, NPZ_TYPE),
+    dependencies=[WRITE],
 )
 async def fit(request: Request, name: str = NAME):
     """Fit `method` on the labelled arrays and store it as the next version of `name` (created on
@@ -78,20 +80,20 @@ async def fit(request: Request, name: str = NAME):
 
 
 @router.get("/calibrators", summary="List calibrators", response_model=CalibratorList,
-            responses=problems(422))
+            responses=problems(422), dependencies=[READ])
 async def list_calibrators(request: Request, page_size: int = PAGE_SIZE, page_token: str | None = PAGE_TOKEN):
     return _json(await run_in_threadpool(_service(request).list_calibrators, page_size, page_token))
 
 
 @router.get("/calibrators/{name}", summary="Get a calibrator", response_model=CalibratorOut,
-            responses=problems(404, 422))
+            responses=problems(404, 422), dependencies=[READ])
 async def get_calibrator(request: Request, name: str = NAME):
     store.check_name(name)
     return _json(await run_in_threadpool(_service(request).get_calibrator, name))
 
 
 @router.delete("/calibrators/{name}", status_code=204, summary="Delete a calibrator and all its versions",
-               responses=problems(404, 422))
+               responses=problems(404, 422), dependencies=[ADMIN])
 async def delete_calibrator(request: Request, name: str = NAME):
     store.check_name(name)
     await run_in_threadpool(_service(request).delete_calibrator, name)
@@ -99,7 +101,7 @@ async def delete_calibrator(request: Request, name: str = NAME):
 
 
 @router.get("/calibrators/{name}/versions", summary="List versions, newest first",
-            response_model=VersionList, responses=problems(404, 422))
+            response_model=VersionList, responses=problems(404, 422), dependencies=[READ])
 async def list_versions(request: Request, name: str = NAME, page_size: int = PAGE_SIZE,
                         page_token: str | None = PAGE_TOKEN):
     store.check_name(name)
@@ -107,7 +109,7 @@ async def list_versions(request: Request, name: str = NAME, page_size: int = PAG
 
 
 @router.get("/calibrators/{name}/versions/{version}", summary="Get a version", response_model=VersionOut,
-            responses={304: {"description": "Not modified (If-None-Match)"}, **problems(404, 422)})
+            responses={304: {"description": "Not modified (If-None-Match)"}, **problems(404, 422)}, dependencies=[READ])
 async def get_version(request: Request, name: str = NAME, version: int = VERSION):
     store.check_name(name)
     view = await run_in_threadpool(_service(request).get_version, name, version)
@@ -118,7 +120,7 @@ async def get_version(request: Request, name: str = NAME, version: int = VERSION
 
 
 @router.delete("/calibrators/{name}/versions/{version}", status_code=204, summary="Delete a version",
-               responses=problems(404, 409, 422))
+               responses=problems(404, 409, 422), dependencies=[ADMIN])
 async def delete_version(request: Request, name: str = NAME, version: int = VERSION):
     store.check_name(name)
     await run_in_threadpool(_service(request).delete_version, name, version)
@@ -126,14 +128,15 @@ async def delete_version(request: Request, name: str = NAME, version: int = VERS
 
 
 @router.put("/calibrators/{name}/aliases/{alias}", summary="Point an alias at a version",
-            response_model=AliasOut, responses=problems(400, 404, 415, 422), openapi_extra=body(AliasRequest))
+            response_model=AliasOut, responses=problems(400, 404, 415, 422), openapi_extra=body(AliasRequest),
+                                                        dependencies=[WRITE])
 async def set_alias(request: Request, name: str = NAME, alias: str = ALIAS):
     store.check_name(name)
     return _json(await _call(request, _service(request).set_alias, name, alias))
 
 
 @router.delete("/calibrators/{name}/aliases/{alias}", status_code=204, summary="Delete an alias",
-               responses=problems(404, 422))
+               responses=problems(404, 422), dependencies=[WRITE])
 async def delete_alias(request: Request, name: str = NAME, alias: str = ALIAS):
     store.check_name(name)
     store.check_alias(alias)
@@ -158,28 +161,30 @@ REPORT_DOC = dict(
 )
 
 
-@router.post("/calibrators/{ref}/calibrate", summary="Calibrate a batch (latest or alias)", **CALIBRATE_DOC)
+@router.post("/calibrators/{ref}/calibrate", summary="Calibrate a batch (latest or alias)", **CALIBRATE_DOC,
+             dependencies=[READ])
 async def calibrate(request: Request, ref: str = REF):
     content, media = await _call(request, _service(request).calibrate, parse_ref(ref))
     return Response(content, media_type=media)
 
 
 @router.post("/calibrators/{name}/versions/{version}/calibrate", summary="Calibrate a batch (pinned version)",
-             **CALIBRATE_DOC)
+             **CALIBRATE_DOC, dependencies=[READ])
 async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
     store.check_name(name)
     content, media = await _call(request, _service(request).calibrate, (name, version, None))
     return Response(content, media_type=media)
 
 
-@router.post("/calibrators/{ref}/report", summary="Report on a labelled batch (latest or alias)", **REPORT_DOC)
+@router.post("/calibrators/{ref}/report", summary="Report on a labelled batch (latest or alias)", **REPORT_DOC,
+             dependencies=[READ])
 async def report(request: Request, ref: str = REF):
     content, media = await _call(request, _service(request).report, parse_ref(ref))
     return Response(content, media_type=media)
 
 
 @router.post("/calibrators/{name}/versions/{version}/report", summary="Report on a labelled batch (pinned)",
-             **REPORT_DOC)
+             **REPORT_DOC, dependencies=[READ])
 async def report_version(request: Request, name: str = NAME, version: int = VERSION):
     store.check_name(name)
     content, media = await _call(request, _service(request).report, (name, version, None))

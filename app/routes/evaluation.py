@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 import calibration as cal
 
+from ..auth import READ
 from ..codecs import JSON_TYPE, NPZ_TYPE, dump_json
 from ..openapi import body, problems
 from ..schemas import CompareOut, CompareRequest, JobOut, MethodList, MetricsOut, MetricsRequest
@@ -19,7 +20,7 @@ METHODS_BODY = dump_json({"methods": cal.describe_methods()})
 
 
 @router.post("/metrics", summary="Metrics of a labelled batch (no calibrator)", response_model=MetricsOut,
-             responses=problems(400, 413, 415, 422), openapi_extra=body(MetricsRequest, NPZ_TYPE))
+             responses=problems(400, 413, 415, 422), openapi_extra=body(MetricsRequest, NPZ_TYPE), dependencies=[READ])
 async def metrics(request: Request):
     """ECE, MCE, adaptive and classwise ECE, KDE-ECE, Brier, NLL, accuracy, mean confidence and
     the expectation-consistency gap, with reliability bins and optional bootstrap intervals."""
@@ -27,7 +28,7 @@ async def metrics(request: Request):
     return Response(content, media_type=JSON_TYPE)
 
 
-@router.get("/methods", summary="Calibration methods and their options", response_model=MethodList)
+@router.get("/methods", summary="Calibration methods and their options", response_model=MethodList, dependencies=[READ])
 async def methods():
     return Response(METHODS_BODY, media_type=JSON_TYPE)
 
@@ -39,6 +40,7 @@ async def methods():
     responses={**problems(400, 413, 415, 422),
                202: {"model": JobOut, "description": "With `Prefer: respond-async`: a job to poll at Location"}},
     openapi_extra=body(CompareRequest, NPZ_TYPE),
+    dependencies=[READ],
 )
 async def compare(request: Request):
     """Stratified K-fold cross-validation of candidate methods on a labelled batch: per candidate
@@ -56,7 +58,7 @@ async def compare(request: Request):
 
 
 @router.get("/jobs/{job_id}", summary="A background job: status, percent done, result",
-            response_model=JobOut, responses=problems(404))
+            response_model=JobOut, responses=problems(404), dependencies=[READ])
 async def job(request: Request, job_id: str):
     return Response(dump_json(await run_in_threadpool(request.app.state.service.get_job, job_id)),
                     media_type=JSON_TYPE)

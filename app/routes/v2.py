@@ -7,6 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
 from .. import oip, store
+from ..auth import READ
 from ..codecs import dump_json
 from ..main_info import SERVER_NAME, server_version
 from ..models import VersionRow
@@ -60,13 +61,13 @@ def _metadata(service, name: str, version: int | None) -> dict:
                                   row.input_kind, row.n_classes, row.tensor_names)
 
 
-@router.get("/models/{name}", summary="Model metadata (latest version)")
+@router.get("/models/{name}", summary="Model metadata (latest version)", dependencies=[READ])
 async def model(request: Request, name: str = MODEL):
     return Response(dump_json(await run_in_threadpool(_metadata, request.app.state.service, _check(name), None)),
                     media_type="application/json")
 
 
-@router.get("/models/{name}/versions/{version}", summary="Model version metadata")
+@router.get("/models/{name}/versions/{version}", summary="Model version metadata", dependencies=[READ])
 async def model_version(request: Request, name: str = MODEL, version: str = VERSION):
     metadata = await run_in_threadpool(_metadata, request.app.state.service, _check(name), _version_number(version))
     return Response(dump_json(metadata), media_type="application/json")
@@ -77,12 +78,12 @@ def _ready(service, name: str, version: int | None) -> dict:
     return {"name": name, "version": str(resolved.version), "ready": True}
 
 
-@router.get("/models/{name}/ready", summary="Model readiness (latest version)")
+@router.get("/models/{name}/ready", summary="Model readiness (latest version)", dependencies=[READ])
 async def model_ready(request: Request, name: str = MODEL):
     return await run_in_threadpool(_ready, request.app.state.service, _check(name), None)
 
 
-@router.get("/models/{name}/versions/{version}/ready", summary="Model version readiness")
+@router.get("/models/{name}/versions/{version}/ready", summary="Model version readiness", dependencies=[READ])
 async def model_version_ready(request: Request, name: str = MODEL, version: str = VERSION):
     return await run_in_threadpool(_ready, request.app.state.service, _check(name), _version_number(version))
 
@@ -105,7 +106,7 @@ INFER_DOC = {
 }
 
 
-@router.post("/models/{name}/infer", summary="Inference (latest version)", openapi_extra=INFER_DOC)
+@router.post("/models/{name}/infer", summary="Inference (latest version)", openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer(request: Request, name: str = MODEL):
     body = await request.body()
     content, headers = await run_in_threadpool(_infer, request.app.state.service, _check(name), None, body,
@@ -114,7 +115,7 @@ async def infer(request: Request, name: str = MODEL):
 
 
 @router.post("/models/{name}/versions/{version}/infer", summary="Inference (pinned version)",
-             openapi_extra=INFER_DOC)
+             openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
     body = await request.body()
     content, headers = await run_in_threadpool(_infer, request.app.state.service, _check(name),

@@ -14,7 +14,7 @@ from app.migrate import current_revision, downgrade, head_revision, upgrade
 from app.models import Base
 from app.settings import Settings
 
-TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs"}
+TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs", "api_keys"}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
