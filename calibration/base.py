@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .inputs import Scores, check_labels, to_scores
+from .inputs import Scores, check_labels, first_bad_row, to_scores
 from .options import INPUT_OPTION, Option, validate_options
 from .softmax import predicted_class
 
@@ -105,7 +105,15 @@ class Calibrator:
             raise ValueError(
                 f"this calibrator was fitted on {self.n_classes_} classes; the input has {scores.k}"
             )
-        return self._predict(scores)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below instead
+            probabilities = self._predict(scores)
+        if not math.isfinite(probabilities.sum()):  # one pass; NaN and infinity both propagate
+            row = first_bad_row(~np.isfinite(probabilities))
+            raise ValueError(
+                f"the calibrated probabilities of row {row} overflow: its inputs (largest magnitude "
+                f"{np.abs(getattr(scores, scores.source)[row]).max():.3g}) are too large for this calibrator"
+            )
+        return probabilities
 
     def predict(self, x) -> np.ndarray:
         """Predicted classes: argmax of the calibrated probabilities, ties broken by the input

@@ -26,12 +26,12 @@ ROW_SUM_TOLERANCE = 1e-3
 
 
 def as_float_array(x, name: str) -> np.ndarray:
-    """``x`` as a float64 array, refusing ragged, non-numeric, complex and object input."""
+    """``x`` as a float64 array, refusing ragged, boolean, non-numeric, complex and object input."""
     try:
         array = np.asarray(x)
     except ValueError as exc:  # numpy refuses ragged nested lists
         raise ValueError(f"{name} is ragged: its rows have different lengths") from exc
-    if array.dtype == object or array.dtype.kind not in "fiub":
+    if array.dtype == object or array.dtype.kind not in "fiu":
         raise ValueError(f"{name} must hold real numbers, got dtype {array.dtype}")
     return array.astype(np.float64, copy=False)
 
@@ -134,9 +134,8 @@ def check_labels(labels, n: int, k: int) -> np.ndarray:
         array = array.astype(np.int64)
     if array.dtype.kind not in "iu":
         raise ValueError(f"labels must be integers (class indices), got dtype {array.dtype}")
-    array = array.astype(np.int64, copy=False)
-    outside = (array < 0) | (array >= k)
+    outside = (array < 0) | (array >= k)  # compared in the given dtype: uint64 stays exact
     if outside.any():
         row = int(np.argmax(outside))
         raise ValueError(f"labels must be in [0, {k}); found {array[row]} in row {row}")
-    return array
+    return array.astype(np.int64, copy=False)

@@ -144,8 +144,8 @@ def solve_nll_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics
             beta0 = guess.x if guess.converged else 1.0
     root = increasing_root(shifted.nll_gradient, beta0, *BETA_LIMITS)
     if "lies" in root.message:
-        raise ValueError(f"the NLL-optimal temperature is outside [1e-6, 1e6]: the inverse "
-                         f"temperature's {root.message}")
+        raise ValueError(f"the NLL-optimal temperature is outside [1e-6, 1e6] (for the inverse "
+                         f"temperature, {root.message}): the logits are degenerate or extreme")
     return 1.0 / root.x, FitDiagnostics(
         converged=root.converged,
         iterations=root.iterations,

@@ -24,6 +24,8 @@ LABELS = np.array([1, 2, 1, 0])
         ([[1.0, 2.0], [1.0]], [0, 1], "ragged"),
         ([["a", "b"], ["c", "d"]], [0, 1], "real numbers"),
         (np.zeros((0, 3)), np.zeros(0, dtype=int), "empty"),
+        (LOGITS > 1, LABELS, "must hold real numbers, got dtype bool"),
+        (LOGITS, np.array([1, 2**63 + 5, 0, 1], dtype=np.uint64), r"found 9223372036854775813 in row 1"),
     ],
 )
 def test_fit_errors_name_the_problem(x, labels, message):
@@ -35,6 +37,15 @@ def test_k_must_not_change_between_fit_and_predict():
     ts = cal.TemperatureScaling().fit(LOGITS, LABELS)
     with pytest.raises(ValueError, match="fitted on 3 classes; the input has 2"):
         ts.predict_proba(LOGITS[:, :2])
+
+
+@pytest.mark.parametrize("method", ["temperature", "ensemble_temperature"])
+def test_an_overflowing_prediction_is_an_error_not_nan(method):
+    fitted = cal.create(method).fit(LOGITS * 0.05, LABELS)  # under-confident: it multiplies logits up
+    huge = np.array([[1.0, 2.0, 3.0], [1e308, -1e308, 0.0]])
+    with pytest.raises(ValueError, match=r"row 1 overflow: its inputs \(largest magnitude 1e\+308\)"):
+        fitted.predict_proba(huge)
+    assert np.isfinite(fitted.predict_proba(huge[:1])).all()
 
 
 def test_probabilities_are_checked_and_not_guessed():
