@@ -12,7 +12,7 @@ from .auth import KeyVerifier
 from .db import Database
 from .main_info import server_version
 from .middleware import RequestMiddleware
-from .openapi import document_access_errors
+from .openapi import document_common_errors
 from .routes import calibrators, evaluation, health, keys, v2
 from .service import CalibrationService
 from .settings import Settings, get_settings
@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(keys.router)
     app.include_router(v2.router)
-    document_access_errors(app)
+    document_common_errors(app)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry)
     return app

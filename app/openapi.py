@@ -52,23 +52,38 @@ def problems(*statuses: int) -> dict:
             for status in statuses}
 
 
-def document_access_errors(app) -> None:
-    """Add the 401 and 403 answers to every operation that takes an API key."""
+V2_ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+ERROR_TEXT = {"400": "Malformed request", "401": "Missing, unknown or revoked API key",
+              "403": "The API key lacks the scope", "404": "No such model or version",
+              "503": "The database is unreachable (with Retry-After)"}
+
+
+def document_common_errors(app) -> None:
+    """Add the answers every operation of a kind can give: 401 and 403 where an API key is
+    taken, 503 where the database is read; on /v2 the protocol's ``{"error": ...}`` bodies
+    (400 for invalid input, never 422)."""
     generate = app.openapi
+
+    def error(status: str, v2: bool) -> dict:
+        content = ({"application/json": {"schema": V2_ERROR}} if v2 else
+                   {"application/problem+json": {"schema": {"$ref": "#/components/schemas/ProblemOut"}}})
+        return {"description": ERROR_TEXT[status], "content": content}
 
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = generate()
-            for operations in schema["paths"].values():
+            for path, operations in schema["paths"].items():
+                v2 = path.startswith("/v2/models")
                 for operation in operations.values():
-                    if operation.get("security"):
-                        responses = operation.setdefault("responses", {})
-                        for status, text in (("401", "Missing, unknown or revoked API key"),
-                                             ("403", "The API key lacks the scope")):
-                            responses.setdefault(status, {
-                                "description": text,
-                                "content": {"application/problem+json": {
-                                    "schema": {"$ref": "#/components/schemas/ProblemOut"}}}})
+                    responses = operation.setdefault("responses", {})
+                    statuses = ["401", "403"] if operation.get("security") else []
+                    if path.startswith("/v1") or v2:
+                        statuses.append("503")
+                    if v2:
+                        responses.pop("422", None)
+                        statuses += ["400", "404"]
+                    for status in statuses:
+                        responses.setdefault(status, error(status, v2))
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -33,12 +33,15 @@ def _readiness(engine) -> tuple[int, dict]:
     return 200, {"status": "ready", "database": "ok", "schema": revision}
 
 
-@router.get("/readyz", summary="Readiness: database reachable and schema at head")
+@router.get("/readyz", summary="Readiness: database reachable and schema at head",
+            responses={503: {"description": "Not ready (database unreachable or schema behind), with Retry-After"}})
 async def readyz(request: Request):
     status, payload = await run_in_threadpool(_readiness, request.app.state.db.engine)
     return JSONResponse(payload, status_code=status, headers={"Retry-After": "5"} if status == 503 else None)
 
 
-@router.get("/metrics", summary="Prometheus metrics of this process", include_in_schema=True)
+@router.get("/metrics", summary="Prometheus metrics of this process",
+            responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition format"}})
 async def metrics(request: Request):
     return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

@@ -19,7 +19,7 @@ KEY_ID = Path(description="The key's id (the 12 hex digits after `cal_`)", patte
 
 
 @router.post("", status_code=201, summary="Create an API key (shown once)", response_model=KeyCreated,
-             responses=problems(401, 403, 422))
+             responses=problems(400, 422))
 async def create(request: Request, body: KeyRequest):
     try:
         info, key = await run_in_threadpool(keys.create_key, request.app.state.db, body.name, body.scopes)
@@ -28,14 +28,13 @@ async def create(request: Request, body: KeyRequest):
     return Response(dump_json({**info.as_dict(), "key": key}), status_code=201, media_type=JSON_TYPE)
 
 
-@router.get("", summary="List API keys (never their secrets)", response_model=KeyList,
-            responses=problems(401, 403))
+@router.get("", summary="List API keys (never their secrets)", response_model=KeyList)
 async def list_all(request: Request):
     listed = await run_in_threadpool(keys.list_keys, request.app.state.db)
     return Response(dump_json({"keys": [info.as_dict() for info in listed]}), media_type=JSON_TYPE)
 
 
-@router.delete("/{key_id}", status_code=204, summary="Revoke an API key", responses=problems(401, 403, 404, 422))
+@router.delete("/{key_id}", status_code=204, summary="Revoke an API key", responses=problems(404, 422))
 async def revoke(request: Request, key_id: str = KEY_ID):
     if not await run_in_threadpool(keys.revoke_key, request.app.state.db, key_id):
         raise not_found(f"no active API key {key_id!r}")

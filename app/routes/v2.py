@@ -45,7 +45,7 @@ async def live():
     return {"live": True}
 
 
-@router.get("/health/ready", summary="Server readiness")
+@router.get("/health/ready", summary="Server readiness", responses={503: {"description": "Not ready"}})
 async def ready(request: Request):
     status, _ = await run_in_threadpool(_readiness, request.app.state.db.engine)
     return JSONResponse({"ready": status == 200}, status_code=status)
