@@ -21,38 +21,59 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextmanager
-def live_server(database_url: str, workers: int = 1, env: dict | None = None, log_file=None):
-    """Start ``calibration-service serve`` (migrations applied) and yield its base URL; its
+class LiveServer:
+    """``calibration-service serve`` (migrations applied) in a subprocess on a free port; its
     output goes to ``log_file`` when given."""
-    port = free_port()
-    environment = {**os.environ, "DATABASE_URL": database_url, "CALIBRATION_PORT": str(port),
-                   "CALIBRATION_WORKERS": str(workers), "CALIBRATION_LOG_LEVEL": "warning", **(env or {})}
-    output = open(log_file, "wb") if log_file else subprocess.PIPE  # noqa: SIM115 (closed below)
-    process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=environment,
-                               stdout=output, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
+
+    def __init__(self, database_url: str, workers: int = 1, env: dict | None = None, log_file=None):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_file = log_file
+        self.environment = {**os.environ, "DATABASE_URL": database_url, "CALIBRATION_PORT": str(self.port),
+                            "CALIBRATION_WORKERS": str(workers), "CALIBRATION_LOG_LEVEL": "warning", **(env or {})}
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        self.output = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=self.environment,
+                                        stdout=self.output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
-            if process.poll() is not None:
-                said = process.stdout.read() if process.stdout else Path(log_file).read_bytes()
-                raise RuntimeError(f"server exited: {said.decode()[-2000:]}")
+            if self.process.poll() is not None:
+                said = Path(self.log_file).read_bytes().decode()[-2000:] if self.log_file else ""
+                raise RuntimeError(f"server exited with {self.process.returncode}: {said}")
             try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
+                if httpx.get(f"{self.base}/readyz", timeout=1).status_code == 200:
+                    return self.base
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not become ready in 60 s")
             time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
+
+    def stop(self, kill: bool = False) -> None:
+        """Terminate (SIGTERM, a graceful shutdown) or kill (SIGKILL, a crash) the server."""
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
         try:
-            process.wait(timeout=20)
+            self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if log_file:
-            output.close()
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+        if self.log_file:
+            self.output.close()
+
+
+@contextmanager
+def live_server(database_url: str, workers: int = 1, env: dict | None = None, log_file=None):
+    """A started ``LiveServer``'s base URL, stopped on exit."""
+    server = LiveServer(database_url, workers, env, log_file)
+    try:
+        yield server.start()
+    finally:
+        server.stop()

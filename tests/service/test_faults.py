@@ -1,0 +1,200 @@
+"""Faults: a server killed (SIGKILL) in the middle of fits leaves no partial version and the
+next start serves everything committed; with Postgres stopped, requests get 503 with
+Retry-After and readiness fails while liveness passes, and the service recovers by itself
+when Postgres returns. The outage test runs its own Postgres cluster (initdb + pg_ctl in a
+temporary directory), never the shared server."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+
+import calibration as cal
+from app.migrate import upgrade
+from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from tests.helpers import load_split
+from tests.service.conftest import _postgres_unavailable
+from tests.service.live import LiveServer, free_port
+
+BATCH = {"logits": EXAMPLE_LOGITS}
+
+
+def _fit(base: str, name: str, method: str = "temperature", timeout: float = 60) -> httpx.Response:
+    body = {"method": method, "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}
+    return httpx.post(f"{base}/v1/calibrators/{name}/versions", json=body, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, request, tmp_path):
+    url = request.getfixturevalue(f"{kind}_url")
+    server = LiveServer(url, log_file=tmp_path / "server.log")
+    base = server.start()
+    committed = {}
+    for name in ("kept", "other"):
+        assert _fit(base, name).status_code == 201
+        committed[name] = httpx.post(f"{base}/v1/calibrators/{name}/calibrate", json=BATCH).json()
+    # a slow fit (Dirichlet on CIFAR-100, seconds) and a stream of small fits, killed mid-way
+    _, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
+    slow = {"method": "dirichlet", "logits": x_val.tolist(), "labels": y_val.tolist()}
+    acknowledged = []
+
+    def small_fit(_):
+        try:
+            response = _fit(base, "stream", timeout=30)
+        except httpx.TransportError:
+            return
+        if response.status_code == 201:
+            acknowledged.append(response.json()["version"])
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        slow_fit = pool.submit(httpx.post, f"{base}/v1/calibrators/slow/versions", json=slow, timeout=120)
+        time.sleep(1.0)  # the slow fit is now computing
+        small = list(pool.map(lambda i: pool.submit(small_fit, i), range(40)))
+        time.sleep(0.3)
+        server.stop(kill=True)
+        with pytest.raises(httpx.TransportError):
+            slow_fit.result()
+        for future in small:
+            future.result()
+    base = server.start()
+    try:
+        assert httpx.get(f"{base}/v1/calibrators/slow").status_code == 404, "a killed fit left a calibrator"
+        for name, served in committed.items():
+            assert httpx.post(f"{base}/v1/calibrators/{name}/calibrate", json=BATCH).json() == served
+        stream = httpx.get(f"{base}/v1/calibrators/stream/versions?page_size=100")
+        stored = sorted(v["version"] for v in stream.json()["versions"]) if stream.status_code == 200 else []
+        # every acknowledged fit survived, and every stored version is whole and servable
+        assert set(acknowledged) <= set(stored)
+        for version in stored:
+            out = httpx.post(f"{base}/v1/calibrators/stream/versions/{version}/calibrate", json=BATCH)
+            assert out.status_code == 200 and out.json()["version"] == version
+        # the next fit gets the next number: nothing half-written holds one
+        assert _fit(base, "slow").json()["version"] == 1
+    finally:
+        server.stop()
+
+
+def _postgres_binaries() -> str:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if found:
+        return os.path.dirname(found[-1])
+    if shutil.which("pg_ctl"):
+        return os.path.dirname(shutil.which("pg_ctl"))
+    _postgres_unavailable("no pg_ctl to run a private cluster")
+
+
+class PrivateCluster:
+    """A throwaway Postgres cluster in a temporary directory, on its own port (as the postgres
+    user when the tests run as root, since initdb refuses root)."""
+
+    def __init__(self, directory):
+        self.bin = _postgres_binaries()
+        self.data = directory / "pgdata"
+        self.socket = directory
+        self.port = free_port()
+        self.prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.prefix:
+            shutil.chown(directory, "postgres")
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.prefix, *args], check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        self._run(f"{self.bin}/initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.socket} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(f"{self.bin}/pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.data / "log"),
+                  "-w", "start")
+
+    def stop(self) -> None:
+        self._run(f"{self.bin}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/calibration"
+
+
+@pytest.fixture
+def cluster():
+    # not under pytest's tmp_path: the postgres user must be able to reach the directory
+    directory = Path(tempfile.mkdtemp(prefix="calibration-cluster-"))
+    cluster = PrivateCluster(directory)
+    try:
+        cluster.init()
+        cluster.start()
+    except (subprocess.CalledProcessError, OSError) as exc:
+        _postgres_unavailable(f"cannot start a private cluster: {exc}")
+    admin = create_engine(cluster.url.replace("/calibration", "/postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text("CREATE DATABASE calibration"))
+    admin.dispose()
+    yield cluster
+    with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+        cluster.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _until(condition, seconds: float):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_database_outage_is_503_and_the_service_recovers_without_a_restart(cluster, tmp_path):
+    upgrade(cluster.url)
+    server = LiveServer(cluster.url, env={"CALIBRATION_DB_TIMEOUT_SECONDS": "2"}, log_file=tmp_path / "server.log")
+    base = server.start()
+    try:
+        assert _fit(base, "demo").status_code == 201
+        before = httpx.post(f"{base}/v1/calibrators/demo/calibrate", json=BATCH).json()
+        infer = {"inputs": [{"name": "logits", "shape": [1, 3], "datatype": "FP64", "data": [1.0, 2.0, 3.0]}]}
+        cluster.stop()
+        requests = [
+            ("POST", "/v1/calibrators/demo/calibrate", BATCH),
+            ("POST", "/v1/calibrators/demo/versions/1/calibrate", BATCH),
+            ("POST", "/v1/calibrators/demo/versions", {"method": "temperature", "logits": EXAMPLE_LOGITS,
+                                                       "labels": EXAMPLE_LABELS}),
+            ("GET", "/v1/calibrators", None),
+            ("PUT", "/v1/calibrators/demo/aliases/production", {"version": 1}),
+            ("POST", "/v2/models/demo/infer", infer),
+        ]
+        for method, path, body in requests:
+            response = httpx.request(method, f"{base}{path}", json=body, timeout=30)
+            assert response.status_code == 503, f"{method} {path}: {response.status_code} {response.text}"
+            assert response.headers["retry-after"] == "5"
+            said = response.json()["error" if path.startswith("/v2") else "detail"]
+            assert "database is unreachable" in said
+        ready = httpx.get(f"{base}/readyz", timeout=30)
+        assert ready.status_code == 503 and "unreachable" in ready.json()["database"]
+        assert httpx.get(f"{base}/v2/health/ready", timeout=30).status_code == 503
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}/v2/health/live").status_code == 200
+        cluster.start()
+        recovered = _until(lambda: httpx.get(f"{base}/readyz", timeout=30).status_code == 200, 30)
+        assert recovered, "readiness did not recover within 30 s of Postgres returning"
+        assert httpx.post(f"{base}/v1/calibrators/demo/calibrate", json=BATCH).json() == before
+        assert _fit(base, "demo").json()["version"] == 2
+        assert server.process.poll() is None  # the same process throughout
+    finally:
+        server.stop()
+    local = cal.TemperatureScaling().fit(np.array(EXAMPLE_LOGITS), np.array(EXAMPLE_LABELS))
+    assert np.array_equal(np.array(before["probabilities"]), local.predict_proba(np.array(EXAMPLE_LOGITS)))
