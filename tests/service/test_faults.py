@@ -198,3 +198,40 @@ def test_a_database_outage_is_503_and_the_service_recovers_without_a_restart(clu
         server.stop()
     local = cal.TemperatureScaling().fit(np.array(EXAMPLE_LOGITS), np.array(EXAMPLE_LABELS))
     assert np.array_equal(np.array(before["probabilities"]), local.predict_proba(np.array(EXAMPLE_LOGITS)))
+
+
+@pytest.mark.parametrize("tamper", [
+    # a digit put in front of the stored temperature (canonical JSON has no spaces)
+    "UPDATE calibrator_versions SET params_json = replace(params_json, :old, :new) "
+    "WHERE version = 1 AND params_json LIKE :pattern",
+    "UPDATE calibrator_versions SET checksum = 'f' || substr(checksum, 2) WHERE version = 1",
+])
+def test_a_tampered_row_is_refused_not_served(database_url, tamper):
+    from starlette.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    settings = Settings(database_url=database_url)
+    with TestClient(create_app(settings)) as client:
+        assert _fit_with(client, "temperature") == 1 and _fit_with(client, "ensemble_temperature") == 2
+    with TestClient(create_app(settings)).app.state.db.write() as session:
+        edit = {"old": '"temperature":0.', "new": '"temperature":1.', "pattern": '%"temperature":0.%'}
+        assert session.execute(text(tamper), {k: v for k, v in edit.items() if f":{k}" in tamper}).rowcount == 1
+    with TestClient(create_app(settings)) as client:  # a fresh process: nothing cached
+        for path in ("/v1/calibrators/demo/versions/1/calibrate", "/v2/models/demo/versions/1/infer"):
+            body = BATCH if path.startswith("/v1") else {
+                "inputs": [{"name": "logits", "shape": [1, 3], "datatype": "FP64", "data": [1.0, 2.0, 3.0]}]}
+            refused = client.post(path, json=body)
+            said = refused.json()["error" if path.startswith("/v2") else "detail"]
+            assert refused.status_code == 500, refused.text
+            assert said == "the stored parameters of calibrator 'demo' version 1 do not match their checksum; " \
+                           "refusing to serve"
+        assert client.post("/v1/calibrators/demo/calibrate", json=BATCH).json()["version"] == 2
+
+
+def _fit_with(client, method: str) -> int:
+    body = {"method": method, "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}
+    response = client.post("/v1/calibrators/demo/versions", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()["version"]
