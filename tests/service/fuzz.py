@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -32,9 +33,10 @@ def fuzz(base: str, max_examples: int, seed: int, headers: dict | None = None) -
     extra = [arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")]
     output, code = [], 0
     for selection in (["--exclude-method", "DELETE"], ["--include-method", "DELETE"]):
-        done = subprocess.run([str(executable), "run", f"{base}/openapi.json", "--checks", CHECKS,
-                               "--max-examples", str(max_examples), "--seed", str(seed), "--workers", "1",
-                               *selection, *extra], capture_output=True, text=True, timeout=1800)
+        with tempfile.TemporaryDirectory() as scratch:  # schemathesis writes a cache where it runs
+            done = subprocess.run([str(executable), "run", f"{base}/openapi.json", "--checks", CHECKS,
+                                   "--max-examples", str(max_examples), "--seed", str(seed), "--workers", "1",
+                                   *selection, *extra], capture_output=True, text=True, timeout=1800, cwd=scratch)
         output.append(done.stdout + done.stderr)
         code = code or done.returncode
     return code, "\n".join(output)
