@@ -124,8 +124,13 @@ def run(database_url: str, seconds: float, clients: int, workers: int = 2, warmu
                 sampler.join()
             for pid in pids:
                 memory[pid].append(rss_mib(pid))
-            listed = httpx.get(f"{base}/v1/calibrators/load-fits/versions?page_size=1000").json()["versions"]
-            numbers = sorted(version["version"] for version in listed)
+            numbers, token = [], ""
+            while token is not None:
+                page = httpx.get(f"{base}/v1/calibrators/load-fits/versions?page_size=1000"
+                                 + (f"&page_token={token}" if token else "")).json()
+                numbers += [version["version"] for version in page["versions"]]
+                token = page["next_page_token"]
+            numbers.sort()
             if numbers != list(range(1, len(numbers) + 1)):
                 raise RuntimeError(f"the fits under load are not numbered 1..n: {numbers}")
             versions = len(numbers)
