@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .backend import from_host, namespace, to_host
 from .inputs import Scores, check_labels, first_bad_row, to_scores
 from .options import INPUT_OPTION, Option, validate_options
 from .softmax import predicted_class
@@ -71,10 +72,17 @@ class Calibrator:
     # -- fitting and prediction -------------------------------------------------------------
 
     def fit(self, x, labels) -> Calibrator:
-        """Fit on inputs ``x`` (of this calibrator's input kind) and integer ``labels``."""
+        """Fit on inputs ``x`` (of this calibrator's input kind) and integer ``labels``; ``x``
+        may be any Array API array (see ``backend`` for which fits use its device)."""
         scores = to_scores(x, self.input)
         labels = check_labels(labels, scores.n, scores.k)
+        scores = scores.in_float64() if self.fits_on_device() else scores.on_host()
         return self.fit_scores(scores, labels)
+
+    def fits_on_device(self) -> bool:
+        """Whether ``_fit`` evaluates its loss on a non-numpy batch's device (else the batch
+        is copied to the host first)."""
+        return False
 
     def fit_scores(self, scores: Scores, labels: np.ndarray, warn: bool = True) -> Calibrator:
         """Fit on an already validated batch (used by compositions, model selection and the
@@ -96,8 +104,14 @@ class Calibrator:
         return self
 
     def predict_proba(self, x) -> np.ndarray:
-        """Calibrated probabilities, shape ``(n, k)``, each row summing to 1."""
-        return self.predict_scores(to_scores(x, self.input))
+        """Calibrated probabilities, shape ``(n, k)``, each row summing to 1: a numpy array
+        for numpy input; for another Array API array, an array of its namespace on its device,
+        computed in float64 and returned in its floating dtype (float64 for integer input)."""
+        scores = to_scores(x, self.input)
+        if scores.xp is np:
+            return self.predict_scores(scores)
+        given = getattr(scores, scores.source).dtype
+        return scores.xp.astype(self.predict_scores(scores.in_float64()), given)
 
     def predict_scores(self, scores: Scores) -> np.ndarray:
         self._check_fitted()
@@ -107,11 +121,13 @@ class Calibrator:
             )
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below instead
             probabilities = self._predict(scores)
-        if not math.isfinite(probabilities.sum()):  # one pass; NaN and infinity both propagate
-            row = first_bad_row(~np.isfinite(probabilities))
+        if not math.isfinite(float(scores.xp.sum(probabilities))):  # NaN and infinity both propagate
+            host = to_host(probabilities)
+            row = first_bad_row(~np.isfinite(host))
             raise ValueError(
                 f"the calibrated probabilities of row {row} overflow: its inputs (largest magnitude "
-                f"{np.abs(getattr(scores, scores.source)[row]).max():.3g}) are too large for this calibrator"
+                f"{np.abs(to_host(getattr(scores, scores.source))[row]).max():.3g}) are too large for "
+                "this calibrator"
             )
         return probabilities
 
@@ -200,12 +216,18 @@ def param_float(params: dict, key: str, positive: bool = False) -> float:
     return float(value)
 
 
-def normalise_rows(values: np.ndarray) -> np.ndarray:
+def normalise_rows(values):
     """Rows divided by their sums; a row summing to 0 becomes uniform."""
-    sums = values.sum(axis=1, keepdims=True)
-    empty = sums[:, 0] <= 0
-    if empty.any():
-        values = values.copy()
-        values[empty] = 1.0
-        sums = values.sum(axis=1, keepdims=True)
+    xp = namespace(values)
+    sums = xp.sum(values, axis=1, keepdims=True)
+    empty = sums <= 0
+    if bool(xp.any(empty)):
+        values = xp.where(empty, xp.ones_like(values), values)
+        sums = xp.sum(values, axis=1, keepdims=True)
     return values / sums
+
+
+def on_device(values: np.ndarray, scores: Scores):
+    """Fitted parameters (host numpy) as arrays next to ``scores``: same namespace, device and
+    floating dtype."""
+    return values if scores.xp is np else from_host(values, getattr(scores, scores.source))

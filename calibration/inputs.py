@@ -18,6 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
+from .backend import floating, is_numpy, namespace, to_host
 from .softmax import softmax
 
 INPUT_KINDS = ("logits", "probabilities", "scores")
@@ -69,48 +70,57 @@ def check_probabilities(p: np.ndarray, name: str = "probabilities", nonnegative:
 
 
 class Scores:
-    """A validated batch, viewable as logits or as probabilities (each computed once).
+    """A validated batch, viewable as logits or as probabilities (each computed once), in the
+    array namespace ``xp`` it came in (numpy, or e.g. torch on a GPU; see ``backend``).
 
     Built from logits: probabilities are their max-shifted softmax. Built from probabilities:
     those are used as given, and logits are ``log(max(p, PROBABILITY_FLOOR))``.
     """
 
-    def __init__(self, *, logits: np.ndarray | None = None, probabilities: np.ndarray | None = None):
+    def __init__(self, *, logits=None, probabilities=None):
         if (logits is None) == (probabilities is None):
             raise TypeError("give exactly one of logits or probabilities")
         self.source = "logits" if logits is not None else "probabilities"
         array = logits if logits is not None else probabilities
+        self.xp = namespace(array)
         self.n, self.k = array.shape
         self.__dict__[self.source] = array
 
     @cached_property
-    def logits(self) -> np.ndarray:
-        return np.log(np.maximum(self.probabilities, PROBABILITY_FLOOR))
+    def logits(self):
+        return self.xp.log(self.xp.clip(self.probabilities, min=PROBABILITY_FLOOR))
 
     @cached_property
-    def probabilities(self) -> np.ndarray:
+    def probabilities(self):
         return softmax(self.logits)
+
+    def on_host(self) -> Scores:
+        """The same batch as float64 numpy arrays (for the parts that run on the host)."""
+        if self.xp is np:
+            return self
+        return Scores(**{self.source: to_host(self.xp.astype(getattr(self, self.source), self.xp.float64))})
+
+    def in_float64(self) -> Scores:
+        if self.xp is np or getattr(self, self.source).dtype == self.xp.float64:
+            return self
+        return Scores(**{self.source: self.xp.astype(getattr(self, self.source), self.xp.float64)})
 
 
 def to_scores(x, kind: str, name: str | None = None) -> Scores:
-    """Validate ``x`` as an input of the given kind and wrap it."""
+    """Validate ``x`` as an input of the given kind and wrap it (numpy input as float64; other
+    Array API arrays stay in their namespace, on their device, in their floating dtype)."""
     if kind not in INPUT_KINDS:
         raise ValueError(f"input kind must be one of {', '.join(INPUT_KINDS)}, got {kind!r}")
     name = name or kind
+    if not is_numpy(x):
+        return _device_scores(x, kind, name)
     array = as_float_array(x, name)
+    _check_shape(array.shape, kind, name)
     if kind == "scores":
-        if array.ndim != 1:
-            raise ValueError(f"{name} must be a 1-D array of binary scores, got shape {array.shape}")
-        _check_rows(array, name)
         check_finite(array, name)
         logits = np.zeros((array.shape[0], 2))
         logits[:, 1] = array
         return Scores(logits=logits)
-    if array.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (n samples, k classes), got shape {array.shape}")
-    _check_rows(array, name)
-    if array.shape[1] < 2:
-        raise ValueError(f"{name} must have at least 2 classes (columns), got {array.shape[1]}")
     if kind == "logits":
         check_finite(array, name)
         return Scores(logits=array)
@@ -118,14 +128,42 @@ def to_scores(x, kind: str, name: str | None = None) -> Scores:
     return Scores(probabilities=array)
 
 
-def _check_rows(array: np.ndarray, name: str) -> None:
-    if array.shape[0] == 0:
+def _check_shape(shape: tuple, kind: str, name: str) -> None:
+    if kind == "scores":
+        if len(shape) != 1:
+            raise ValueError(f"{name} must be a 1-D array of binary scores, got shape {shape}")
+    elif len(shape) != 2:
+        raise ValueError(f"{name} must be a 2-D array (n samples, k classes), got shape {shape}")
+    if shape[0] == 0:
         raise ValueError(f"{name} is empty: it has no rows")
+    if kind != "scores" and shape[1] < 2:
+        raise ValueError(f"{name} must have at least 2 classes (columns), got {shape[1]}")
+
+
+def _device_scores(x, kind: str, name: str) -> Scores:
+    """``to_scores`` on the array's device; a failed check is redone on a host copy, which
+    raises the same precise error as numpy input would."""
+    xp = namespace(x)
+    if not (xp.isdtype(x.dtype, "real floating") or xp.isdtype(x.dtype, "integral")):
+        raise ValueError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    x = floating(x)
+    _check_shape(tuple(x.shape), kind, name)
+    if not bool(xp.all(xp.isfinite(x))):
+        check_finite(to_host(x), name)
+    if kind == "scores":
+        return Scores(logits=xp.stack([xp.zeros_like(x), x], axis=1))
+    if kind == "logits":
+        return Scores(logits=x)
+    sums = xp.sum(x, axis=1)
+    if not bool(xp.all(xp.abs(sums - 1.0) <= ROW_SUM_TOLERANCE)) or not bool(xp.all(x >= 0)):
+        check_probabilities(to_host(x).astype(np.float64), name)
+    return Scores(probabilities=x)
 
 
 def check_labels(labels, n: int, k: int) -> np.ndarray:
-    """Labels as int64 class indices in ``[0, k)``, one per row."""
-    array = np.asarray(labels)
+    """Labels as int64 class indices in ``[0, k)``, one per row (a host numpy array, whatever
+    array library they came in)."""
+    array = to_host(labels) if not is_numpy(labels) else np.asarray(labels)
     if array.ndim != 1:
         raise ValueError(f"labels must be a 1-D array of class indices, got shape {array.shape}")
     if array.shape[0] != n:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import Calibrator, FitDiagnostics, param_array
+from ..base import Calibrator, FitDiagnostics, on_device, param_array
 from ..inputs import Scores
 from ..metrics.binned import equal_width_bin
 from ..options import INPUT_OPTION, Option
@@ -87,7 +87,8 @@ class ClassTemperatureScaling(Calibrator):
                               objective=float(np.abs(totals).sum() / scores.n))
 
     def _predict(self, scores: Scores) -> np.ndarray:
-        t = self.temperatures_[scores.logits.argmax(axis=1)]
+        xp = scores.xp
+        t = xp.take(on_device(self.temperatures_, scores), xp.argmax(scores.logits, axis=1))
         return softmax(scores.logits / t[:, None])
 
     def _params(self) -> dict:

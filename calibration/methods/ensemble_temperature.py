@@ -22,11 +22,12 @@ import itertools
 import numpy as np
 from scipy.optimize import minimize
 
+from ..backend import namespace, to_host
 from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
-from .temperature import ShiftedLogits, solve_brier_temperature, solve_nll_temperature
+from .temperature import shifted_logits, solve_brier_temperature, solve_nll_temperature
 
 COMPONENTS = ("temperature_scaled", "identity", "uniform")
 
@@ -55,6 +56,14 @@ def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarra
     return best
 
 
+def _mean_row_dot(a, b) -> float:
+    """``mean_i <a_i, b_i>``, on the arrays' device."""
+    if isinstance(a, np.ndarray):
+        return float(np.mean(np.einsum("ij,ij->i", a, b)))
+    xp = namespace(a)
+    return float(xp.mean(xp.sum(a * b, axis=1)))
+
+
 class EnsembleTemperatureScaling(Calibrator):
     """Ensemble temperature scaling (Mix-n-Match eq. 5); see the module docstring."""
 
@@ -70,31 +79,37 @@ class EnsembleTemperatureScaling(Calibrator):
     )
     accuracy_preserving = True
 
+    def fits_on_device(self) -> bool:
+        return True
+
     def _components(self, scores: Scores) -> tuple[np.ndarray, np.ndarray]:
         return softmax(scores.logits / self.temperature_), scores.probabilities
 
     def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
-        shifted = ShiftedLogits(scores.logits, labels)
+        shifted = shifted_logits(scores, labels)
         mse = self.options["loss"] == "mse"
         solve = solve_brier_temperature if mse else solve_nll_temperature
         self.temperature_, t_diagnostics = solve(shifted)
         scaled, identity = self._components(scores)
         k = scores.k
         rows = np.arange(scores.n)
+        if scores.xp is np:
+            at_label = [scaled[rows, labels], identity[rows, labels]]
+        else:  # gathered on the device; only these n-vectors come to the host
+            at_label = [to_host(shifted.label_entries(a)) for a in (scaled, identity)]
         if mse:
             comps = (scaled, identity)
             gram = np.empty((3, 3))
             for i, j in itertools.product(range(2), repeat=2):
-                gram[i, j] = np.mean(np.einsum("ij,ij->i", comps[i], comps[j]))
+                gram[i, j] = _mean_row_dot(comps[i], comps[j])
             gram[2, :2] = gram[:2, 2] = 1.0 / k
             gram[2, 2] = 1.0 / k
-            linear = np.array([scaled[rows, labels].mean(), identity[rows, labels].mean(), 1.0 / k])
+            linear = np.array([at_label[0].mean(), at_label[1].mean(), 1.0 / k])
             self.weights_ = simplex_quadratic_minimum(gram, linear)
             objective = float(self.weights_ @ gram @ self.weights_ - 2 * linear @ self.weights_ + 1)
             converged, message, iterations = True, "exact minimum over the simplex", 1
         else:
-            v = np.column_stack([scaled[rows, labels], identity[rows, labels],
-                                 np.full(scores.n, 1.0 / k)])
+            v = np.column_stack([*at_label, np.full(scores.n, 1.0 / k)])
 
             def loss(w):
                 q = v @ w
@@ -118,7 +133,7 @@ class EnsembleTemperatureScaling(Calibrator):
 
     def _predict(self, scores: Scores) -> np.ndarray:
         scaled, identity = self._components(scores)
-        w1, w2, w3 = self.weights_
+        w1, w2, w3 = (float(w) for w in self.weights_)
         return w1 * scaled + w2 * identity + w3 / scores.k
 
     def _params(self) -> dict:

@@ -18,12 +18,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import device, to_host
 from ..base import FitDiagnostics
 from ..inputs import Scores
 from ..metrics.scores import label_ranks
 from ..options import INPUT_OPTION, Option
 from ..solvers import increasing_root
-from .temperature import BETA_LIMITS, WARM_START_ROWS, ShiftedLogits, TemperatureCalibrator
+from .temperature import (
+    BETA_LIMITS,
+    WARM_START_ROWS,
+    DeviceShiftedLogits,
+    ShiftedLogits,
+    TemperatureCalibrator,
+    shifted_logits,
+)
 
 
 class _TopConfidence:
@@ -33,7 +41,12 @@ class _TopConfidence:
         self.shifted, self.target = shifted, target
         # the N largest entries of each row of d (their order does not matter)
         z, k = shifted.z, shifted.k
-        self.top = None if top_n == 1 else np.partition(z, k - top_n, axis=1)[:, k - top_n:] - shifted.top[:, None]
+        if top_n == 1:
+            self.top = None
+        elif isinstance(shifted, DeviceShiftedLogits):
+            self.top = to_host(shifted.xp.sort(shifted.d, axis=1)[:, k - top_n:])
+        else:
+            self.top = np.partition(z, k - top_n, axis=1)[:, k - top_n:] - shifted.top[:, None]
 
     def __call__(self, beta: float) -> tuple[float, float, float]:
         """The gap and its first two derivatives in ``beta``. With ``s_j = sum e d^j`` over the
@@ -75,9 +88,9 @@ class ExpectationConsistency(TemperatureCalibrator):
         top_n = self.options["top_n"]
         if top_n >= scores.k:
             raise ValueError(f"top_n must be below the number of classes ({scores.k}), got {top_n}")
-        accuracy = float(np.mean(label_ranks(scores.logits, labels) < top_n))
+        accuracy = float(np.mean(_label_ranks(scores, labels) < top_n))
         what = "accuracy" if top_n == 1 else f"top-{top_n} accuracy"
-        shifted = ShiftedLogits(scores.logits, labels)
+        shifted = shifted_logits(scores, labels)
         gap = _TopConfidence(shifted, top_n, accuracy)
         if accuracy <= top_n / scores.k:
             raise ValueError(
@@ -107,5 +120,21 @@ class ExpectationConsistency(TemperatureCalibrator):
             objective=abs(root.value),
         )
 
+    def fits_on_device(self) -> bool:
+        return True
+
     def summary(self) -> dict:
         return {"temperature": self.temperature_, "top_n": self.options["top_n"]}
+
+
+def _label_ranks(scores: Scores, labels: np.ndarray) -> np.ndarray:
+    """``label_ranks`` of the logits, computed on their device."""
+    if scores.xp is np:
+        return label_ranks(scores.logits, labels)
+    xp, z = scores.xp, scores.logits
+    where = device(z)
+    y = xp.asarray(labels, device=where)
+    z_y = xp.take(xp.reshape(z, (-1,)), xp.arange(scores.n, device=where) * scores.k + y)[:, None]
+    higher = xp.sum(xp.astype(z > z_y, xp.int64), axis=1)
+    tied = (z == z_y) & (xp.arange(scores.k, device=where)[None, :] < y[:, None])
+    return to_host(higher + xp.sum(xp.astype(tied, xp.int64), axis=1))

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import Calibrator, FitDiagnostics, normalise_rows, param_array
+from ..backend import column, namespace
+from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
 
 
-def _bin(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    return np.clip(np.searchsorted(edges, values, side="left") - 1, 0, len(edges) - 2)
+def _bin(values, edges):
+    xp = namespace(values)
+    return xp.clip(xp.searchsorted(edges, values, side="left") - 1, min=0, max=edges.shape[0] - 2)
 
 
 class HistogramBinning(Calibrator):
@@ -58,9 +60,9 @@ class HistogramBinning(Calibrator):
         return FitDiagnostics(True, 1, "exact (bin frequencies)")
 
     def _predict(self, scores: Scores) -> np.ndarray:
-        p = scores.probabilities
-        mapped = np.column_stack([self.values_[j, _bin(p[:, j], self.edges_[j])]
-                                  for j in range(scores.k)])
+        p, xp = scores.probabilities, scores.xp
+        edges, values = on_device(self.edges_, scores), on_device(self.values_, scores)
+        mapped = xp.stack([xp.take(values[j, :], _bin(column(p, j), edges[j, :])) for j in range(scores.k)], axis=1)
         return normalise_rows(mapped)
 
     def _params(self) -> dict:

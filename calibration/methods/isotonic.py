@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from ..base import Calibrator, FitDiagnostics, normalise_rows, param_array
+from ..backend import column, namespace
+from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
 from ..inputs import Scores
 
 STRICT_SLOPE = 1e-9
@@ -51,13 +52,16 @@ def fit_isotonic_binary(x: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray
 def interpolate_monotone(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     """Piecewise-linear interpolation through the knots, constant outside them, clamped to
     each segment's end values (so non-decreasing knots give a non-decreasing result)."""
-    if len(xs) == 1:
-        return np.full(x.shape, ys[0])
-    segment = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 2)
-    x0, x1 = xs[segment], xs[segment + 1]
-    y0, y1 = ys[segment], ys[segment + 1]
-    t = np.clip((x - x0) / (x1 - x0), 0.0, 1.0)
-    return np.clip(y0 + (y1 - y0) * t, y0, y1)
+    xp = namespace(x)
+    if xs.shape[0] == 1:
+        return xp.full_like(x, float(ys[0]))
+    flat = xp.reshape(x, (-1,))
+    segment = xp.clip(xp.searchsorted(xs, flat, side="right") - 1, min=0, max=xs.shape[0] - 2)
+    x0, x1 = xp.take(xs, segment), xp.take(xs, segment + 1)
+    y0, y1 = xp.take(ys, segment), xp.take(ys, segment + 1)
+    t = xp.clip((flat - x0) / (x1 - x0), min=0.0, max=1.0)
+    value = xp.minimum(xp.maximum(y0 + (y1 - y0) * t, y0), y1)
+    return xp.reshape(value, x.shape)
 
 
 def _knot_params(xs, ys) -> dict:
@@ -93,7 +97,8 @@ class IsotonicMulticlass(Calibrator):
 
     def _predict(self, scores: Scores) -> np.ndarray:
         p = scores.probabilities
-        return normalise_rows(interpolate_monotone(p, self.knots_x_, self.knots_y_) + STRICT_SLOPE * p)
+        xs, ys = on_device(self.knots_x_, scores), on_device(self.knots_y_, scores)
+        return normalise_rows(interpolate_monotone(p, xs, ys) + STRICT_SLOPE * p)
 
     def _params(self) -> dict:
         return {"knots": _knot_params(self.knots_x_, self.knots_y_)}
@@ -121,8 +126,8 @@ class IsotonicOneVsAll(Calibrator):
 
     def _predict(self, scores: Scores) -> np.ndarray:
         p = scores.probabilities
-        mapped = np.column_stack([interpolate_monotone(p[:, j], xs, ys)
-                                  for j, (xs, ys) in enumerate(self.knots_)])
+        mapped = scores.xp.stack([interpolate_monotone(column(p, j), on_device(xs, scores), on_device(ys, scores))
+                                  for j, (xs, ys) in enumerate(self.knots_)], axis=1)
         return normalise_rows(mapped)
 
     def _params(self) -> dict:

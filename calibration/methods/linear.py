@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..base import Calibrator, FitDiagnostics, param_array
+from ..base import Calibrator, FitDiagnostics, on_device, param_array
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
@@ -114,7 +114,8 @@ class _AffineSoftmax(Calibrator):
         return diagnostics
 
     def _predict(self, scores: Scores) -> np.ndarray:
-        return softmax(self._affine(self._features(scores), self.weights_, self.bias_))
+        return softmax(self._affine(self._features(scores), on_device(self.weights_, scores),
+                                    on_device(self.bias_, scores)))
 
     def _params(self) -> dict:
         return {"weights": self.weights_.tolist(), "bias": self.bias_.tolist()}

@@ -15,10 +15,12 @@ All pairs are fitted together by L-BFGS-B with the analytic gradient, from ``a =
 
 from __future__ import annotations
 
-import numpy as np
-from scipy.special import expit
+import math
 
-from ..base import Calibrator, FitDiagnostics, normalise_rows, param_array
+import numpy as np
+
+from ..backend import device, namespace
+from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
 from ..inputs import Scores
 from ..softmax import log_softmax
 from ..solvers import minimize_smooth
@@ -27,23 +29,30 @@ from ..solvers import minimize_smooth
 def class_log_odds(logits: np.ndarray) -> np.ndarray:
     """``log p_j - log(1 - p_j)`` for every entry of ``softmax(logits)``, accurately also
     where ``p_j`` is close to 1 (the top entry: its complement is summed directly)."""
-    n, k = logits.shape
+    xp = namespace(logits)
+    k = logits.shape[1]
     if k == 2:
         s = logits[:, 1] - logits[:, 0]
-        return np.column_stack([-s, s])
+        return xp.stack([-s, s], axis=1)
     log_p = log_softmax(logits)
     with np.errstate(divide="ignore"):  # the top entry may have p = 1; it is replaced below
-        log_rest = np.log1p(-np.exp(log_p))
-    top = log_p.argmax(axis=1)
-    rows = np.arange(n)
-    others = logits.copy()
-    others[rows, top] = -np.inf
-    m = logits.max(axis=1)
-    lse_all = m + np.log(np.exp(logits - m[:, None]).sum(axis=1))
-    m_others = others.max(axis=1)
-    lse_others = m_others + np.log(np.exp(others - m_others[:, None]).sum(axis=1))
-    log_rest[rows, top] = lse_others - lse_all
+        log_rest = xp.log1p(-xp.exp(log_p))
+    top = xp.argmax(log_p, axis=1)
+    is_top = xp.arange(k, device=device(logits))[None, :] == top[:, None]
+    others = xp.where(is_top, xp.full_like(logits, -math.inf), logits)
+    m = xp.max(logits, axis=1)
+    lse_all = m + xp.log(xp.sum(xp.exp(logits - m[:, None]), axis=1))
+    m_others = xp.max(others, axis=1)
+    lse_others = m_others + xp.log(xp.sum(xp.exp(others - m_others[:, None]), axis=1))
+    log_rest = xp.where(is_top, (lse_others - lse_all)[:, None], log_rest)
     return log_p - log_rest
+
+
+def sigmoid(x):
+    """``1 / (1 + exp(-x))`` without overflow: ``exp(-|x|)`` in both branches."""
+    xp = namespace(x)
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 class PlattScaling(Calibrator):
@@ -78,7 +87,7 @@ class PlattScaling(Calibrator):
             a, b = theta[:m], theta[m:]
             f = a * s + b
             loss = float(np.sum(np.mean(np.logaddexp(0.0, f) - target * f, axis=0)))
-            residual = (expit(f) - target) / n
+            residual = (sigmoid(f) - target) / n
             return loss, np.concatenate([np.einsum("ij,ij->j", residual, s), residual.sum(axis=0)])
 
         theta, diagnostics = minimize_smooth(objective, np.concatenate([np.ones(m), np.zeros(m)]))
@@ -86,10 +95,10 @@ class PlattScaling(Calibrator):
         return diagnostics
 
     def _predict(self, scores: Scores) -> np.ndarray:
-        f = self.slope_ * self._scores(scores) + self.intercept_
+        f = on_device(self.slope_, scores) * self._scores(scores) + on_device(self.intercept_, scores)
         if scores.k == 2:
-            return np.column_stack([expit(-f[:, 0]), expit(f[:, 0])])
-        return normalise_rows(expit(f))
+            return scores.xp.stack([sigmoid(-f[:, 0]), sigmoid(f[:, 0])], axis=1)
+        return normalise_rows(sigmoid(f))
 
     def _params(self) -> dict:
         return {"slope": self.slope_.tolist(), "intercept": self.intercept_.tolist()}

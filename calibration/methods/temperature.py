@@ -28,6 +28,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 
+from ..backend import device, namespace, to_host
 from ..base import Calibrator, FitDiagnostics, param_float
 from ..inputs import Scores
 from ..metrics.binned import ece
@@ -123,6 +124,64 @@ class ShiftedLogits:
                 float(np.mean(m3 - 3 * m1 * m2 + 2 * m1**3)))
 
 
+class DeviceShiftedLogits(ShiftedLogits):
+    """``ShiftedLogits`` of an array on an Array API device (torch on a GPU, ...): ``d`` is kept
+    there in float64, the row sums of ``exp(beta d) d^j`` are computed there, and only vectors of
+    n row values come to the host, where the solvers run."""
+
+    def __init__(self, logits, labels: np.ndarray):
+        xp = self.xp = namespace(logits)
+        self.n, self.k = logits.shape
+        self.z = logits
+        self.d = logits - xp.max(logits, axis=1, keepdims=True)
+        self.labels = labels
+        index = xp.asarray(np.arange(self.n) * self.k + labels, device=device(logits))
+        self.d_label = to_host(xp.take(xp.reshape(self.d, (-1,)), index))
+        self.mean_d = to_host(xp.mean(self.d, axis=1))
+        self.last_objective = float("nan")
+
+    def subsample(self, rows: int) -> DeviceShiftedLogits:
+        step = max(1, self.n // rows)
+        return DeviceShiftedLogits(self.z[::step, :], self.labels[::step])
+
+    def moments(self, beta: float, order: int) -> list[np.ndarray]:
+        xp = self.xp
+        e = xp.exp(self.d * float(beta))
+        out = [xp.sum(e, axis=1)]
+        term = e
+        for _ in range(order):
+            term = term * self.d
+            out.append(xp.sum(term, axis=1))
+        return [to_host(row_sums) for row_sums in out]
+
+    def count_top_ties(self) -> np.ndarray:
+        return to_host(self.xp.sum(self.xp.astype(self.d == 0, self.xp.int64), axis=1))
+
+    def label_entries(self, values):
+        """``values[i, y_i]`` for an (n, k) array on the device (a flat ``take``)."""
+        xp = self.xp
+        index = xp.asarray(np.arange(self.n) * self.k + self.labels, device=device(values))
+        return xp.take(xp.reshape(values, (-1,)), index)
+
+    def brier_and_slope(self, beta: float) -> tuple[float, float]:
+        """``_brier_and_slope`` with the O(n k) work on the device."""
+        xp, d = self.xp, self.d
+        p = softmax(d * float(beta))
+        mean_d = xp.sum(p * d, axis=1)
+        p_y = self.label_entries(p)
+        sq = xp.sum(p * p, axis=1)
+        d_sq = 2 * (xp.sum(p * p * d, axis=1) - sq * mean_d)
+        d_py = p_y * (xp.asarray(self.d_label, device=device(d)) - mean_d)
+        return float(xp.mean(sq - 2 * p_y + 1)), float(xp.mean(d_sq - 2 * d_py))
+
+
+def shifted_logits(scores: Scores, labels: np.ndarray) -> ShiftedLogits:
+    """The shifted logits of a batch, on its device when it has one."""
+    if scores.xp is np:
+        return ShiftedLogits(scores.logits, labels)
+    return DeviceShiftedLogits(scores.logits, labels)
+
+
 def solve_nll_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics]:
     """The NLL-optimal temperature (see the module docstring)."""
     at_zero = float(np.mean(shifted.mean_d - shifted.d_label))
@@ -157,6 +216,8 @@ def solve_nll_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics
 
 def _brier_and_slope(shifted: ShiftedLogits, beta: float) -> tuple[float, float]:
     """Mean squared error of ``softmax(beta d)`` and its derivative in ``beta``."""
+    if isinstance(shifted, DeviceShiftedLogits):
+        return shifted.brier_and_slope(beta)
     loss = slope = 0.0
     for rows, d in shifted.blocks():
         p = softmax(d * beta)
@@ -258,8 +319,11 @@ class TemperatureScaling(TemperatureCalibrator):
         if objective == "ece":
             self.temperature_, diagnostics = solve_ece_temperature(scores, labels)
             return diagnostics
-        shifted = ShiftedLogits(scores.logits, labels)
+        shifted = shifted_logits(scores, labels)
         solve = solve_nll_temperature if objective == "nll" else solve_brier_temperature
         self.temperature_, diagnostics = solve(shifted)
         return diagnostics
+
+    def fits_on_device(self) -> bool:
+        return self.options["objective"] == "nll"
 

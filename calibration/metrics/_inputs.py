@@ -1,9 +1,13 @@
-"""Validation of the ``(probabilities, labels)`` pair every metric takes."""
+"""Validation of the ``(probabilities, labels)`` pair every metric takes.
+
+Metrics reduce a batch to a few numbers: probabilities in another array library (torch on a
+GPU, ...) are copied to the host once, here, and everything after runs in numpy float64."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..backend import is_numpy, to_host
 from ..inputs import as_float_array, check_labels, check_probabilities
 
 
@@ -11,7 +15,7 @@ def probabilities_and_labels(probs, labels, nonnegative: bool = True) -> tuple[n
     """Float64 probabilities ``(n, k)`` and int64 labels; binary ``(n,)`` input is the
     probability of class 1 and becomes ``[1 - p, p]``. ``labels=None`` checks the probabilities
     alone; ``nonnegative=False`` leaves the sign check to the caller (see ``check_probabilities``)."""
-    p = as_float_array(probs, "probabilities")
+    p = as_float_array(probs if is_numpy(probs) else to_host(probs), "probabilities")
     if p.ndim == 1:
         p = np.column_stack([1.0 - p, p])
     if p.ndim != 2:
