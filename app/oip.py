@@ -120,8 +120,9 @@ def accepted_inputs(tensor_names: dict | None) -> list[str] | None:
 
 
 def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: dict | None,
-          model_name: str, model_version: int) -> tuple[bytes, dict[str, str]]:
-    """Run the calibrator and encode the response (JSON, plus binary outputs if asked)."""
+          model_name: str, model_version: int, predict=None) -> tuple[bytes, dict[str, str]]:
+    """Run the calibrator (through ``predict(calibrator, scores)``, the service's device, when
+    given) and encode the response (JSON, plus binary outputs if asked)."""
     allowed = accepted_inputs(tensor_names)
     if allowed and request.input_name not in allowed:
         raise bad(f"unknown input {request.input_name!r}; this model takes {', '.join(allowed)}")
@@ -131,7 +132,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         raise bad(f"input {request.input_name!r}: expected shape {expected}, got {list(request.array.shape)}")
     try:
         scores = cal.to_scores(request.array, calibrator.input, request.input_name)
-        probabilities = calibrator.predict_scores(scores)
+        probabilities = predict(calibrator, scores) if predict else calibrator.predict_scores(scores)
     except ValueError as exc:
         raise bad(str(exc)) from exc
     names = output_names(tensor_names)

@@ -37,6 +37,7 @@ from .codecs import (
     write_npy,
 )
 from .db import Database
+from .device import Device
 from .models import JobRow, VersionRow, utcnow
 from .problems import Problem, invalid
 from .schemas import ARRAY_FIELDS, AliasRequest, CalibrateFields, CompareFields, EvaluationFields, FitFields
@@ -184,8 +185,9 @@ def _json_safe(value):
 
 
 class CalibrationService:
-    def __init__(self, db: Database, cache_size: int, max_body_bytes: int):
+    def __init__(self, db: Database, cache_size: int, max_body_bytes: int, device: str = "cpu"):
         self.db = db
+        self.device = Device(device)
         self.cache = CalibratorCache(cache_size)
         self.max_body_bytes = max_body_bytes
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="job")
@@ -298,7 +300,7 @@ class CalibrationService:
         self._check_kind(calibrator, decoded, resolved)
         scores = _scores(decoded)
         try:
-            probabilities = calibrator.predict_scores(scores)
+            probabilities = self.device.predict(calibrator, scores)
         except ValueError as exc:
             raise invalid(str(exc)) from exc
         if wants(incoming.accept, NPY_TYPE):
@@ -326,7 +328,7 @@ class CalibrationService:
         labels = _labels(decoded, scores)
         fields: EvaluationFields = decoded.fields
         try:
-            calibrated = calibrator.predict_scores(scores)
+            calibrated = self.device.predict(calibrator, scores)
         except ValueError as exc:
             raise invalid(str(exc)) from exc
         for media, fmt in IMAGE_TYPES.items():

@@ -30,7 +30,9 @@ class Settings(BaseSettings):
     api_keys_enabled: bool = Field(False, description="Require API keys with scopes (see `keys create`).")
     api_key_cache_seconds: float = Field(5.0, ge=0, description="How long a process trusts a looked-up key "
                                                                 "(a revocation takes effect within this).")
-    device: str = Field("cpu", description="Where calibrate and report run: cpu, or cuda with the torch extra.")
+    device: str = Field("cpu", pattern=r"^(cpu|torch-cpu|cuda(:\d+)?)$",
+                        description="Where calibrate, report and /v2 inference run: cpu (numpy), or with the "
+                                    "torch extra cuda, cuda:N or torch-cpu.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
 
 

@@ -49,6 +49,15 @@ def device(x):
     return array_api_compat.device(x)
 
 
+def on_cpu(x) -> bool:
+    """Whether the array lives in host memory (numpy, torch on the CPU, array-api-strict)."""
+    if is_numpy(x):
+        return True
+    import array_api_compat
+
+    return not array_api_compat.is_torch_array(x) or x.device.type == "cpu"
+
+
 def to_host(x) -> np.ndarray:
     """A numpy copy (or view) of any array, moved from its device."""
     if is_numpy(x):

@@ -91,7 +91,7 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
 def _infer(service, name: str, version: int | None, body: bytes, header_length: str | None):
     resolved, loaded = service.resolve_loaded(name, version=version)
     request = oip.parse_request(body, header_length)
-    return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, resolved.version)
+    return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, resolved.version, service.device.predict)
 
 
 INFER_DOC = {

@@ -28,7 +28,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 
-from ..backend import device, namespace, to_host
+from ..backend import device, namespace, on_cpu, to_host
 from ..base import Calibrator, FitDiagnostics, param_float
 from ..inputs import Scores
 from ..metrics.binned import ece
@@ -127,7 +127,9 @@ class ShiftedLogits:
 class DeviceShiftedLogits(ShiftedLogits):
     """``ShiftedLogits`` of an array on an Array API device (torch on a GPU, ...): ``d`` is kept
     there in float64, the row sums of ``exp(beta d) d^j`` are computed there, and only vectors of
-    n row values come to the host, where the solvers run."""
+    n row values come to the host, where the solvers run. On a GPU each sum is one pass over the
+    whole array; in host memory the rows go in blocks of ``CHUNK_ELEMENTS`` entries, so that the
+    temporaries stay in cache instead of being allocated (and faulted in) at full size."""
 
     def __init__(self, logits, labels: np.ndarray):
         xp = self.xp = namespace(logits)
@@ -139,20 +141,23 @@ class DeviceShiftedLogits(ShiftedLogits):
         self.d_label = to_host(xp.take(xp.reshape(self.d, (-1,)), index))
         self.mean_d = to_host(xp.mean(self.d, axis=1))
         self.last_objective = float("nan")
+        self.rows = max(1, CHUNK_ELEMENTS // self.k) if on_cpu(logits) else self.n
 
     def subsample(self, rows: int) -> DeviceShiftedLogits:
         step = max(1, self.n // rows)
         return DeviceShiftedLogits(self.z[::step, :], self.labels[::step])
 
     def moments(self, beta: float, order: int) -> list[np.ndarray]:
-        xp = self.xp
-        e = xp.exp(self.d * float(beta))
-        out = [xp.sum(e, axis=1)]
-        term = e
-        for _ in range(order):
-            term = term * self.d
-            out.append(xp.sum(term, axis=1))
-        return [to_host(row_sums) for row_sums in out]
+        xp, beta = self.xp, float(beta)
+        parts = [[] for _ in range(order + 1)]
+        for start in range(0, self.n, self.rows):
+            d = self.d[start:min(start + self.rows, self.n), :]
+            term = xp.exp(d * beta)
+            parts[0].append(xp.sum(term, axis=1))
+            for degree in range(1, order + 1):
+                term *= d
+                parts[degree].append(xp.sum(term, axis=1))
+        return [to_host(xp.concat(sums) if len(sums) > 1 else sums[0]) for sums in parts]
 
     def count_top_ties(self) -> np.ndarray:
         return to_host(self.xp.sum(self.xp.astype(self.d == 0, self.xp.int64), axis=1))
