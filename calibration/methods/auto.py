@@ -6,6 +6,9 @@ the eligible, Mix-n-Match guideline order among ties), refits it on all the data
 on behaves as it. ``summary()`` names the chosen method and why; the comparison table is kept
 in ``comparison_`` (not stored with the parameters, which hold the chosen calibrator and the
 selection).
+
+Backends: the comparison and the chosen method's fit run on a host copy; the chosen method
+predicts on the input's device.
 """
 
 from __future__ import annotations

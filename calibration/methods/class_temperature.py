@@ -11,6 +11,8 @@ temperature (converged) or ``max_rounds`` is reached. ECE is piecewise constant,
 coordinate-wise grid search, not a gradient method.
 
 Accuracy-preserving: each row is divided by a positive number, which keeps its order.
+
+Backends: prediction on the input's device; the fit runs on a float64 host copy.
 """
 
 from __future__ import annotations

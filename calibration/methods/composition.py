@@ -8,6 +8,8 @@ accuracy-preserving steps is accuracy-preserving.
 
 Option ``steps``: a non-empty list of ``{"method": name, "options": {...}}``; the steps'
 ``input`` options are set by the composition and may not be given.
+
+Backends: each step predicts on the input's device; the steps are fitted on a host copy.
 """
 
 from __future__ import annotations

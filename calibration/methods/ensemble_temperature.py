@@ -13,6 +13,10 @@ the weights minimise that loss with ``t`` fixed:
   the label; convex, solved by SLSQP with the analytic gradient.
 
 Accuracy-preserving: each component keeps the order of each row.
+
+Backends: prediction on the input's device; the temperature is fitted as in temperature
+scaling (sums on the device, solver on the host), the label entries and Gram sums of the
+three components are reduced on the device, and the 3-weight problem is solved on the host.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ highest, ties broken by the lower class index. The mean top-N confidence increas
 top-N accuracy lies strictly between those two; otherwise ``fit`` raises ``ValueError``.
 The root is found by safeguarded Halley iteration in ``beta`` with analytic derivatives.
 Accuracy-preserving, as temperature scaling.
+
+Backends: prediction on the input's device; the fit keeps its solver on the host and computes
+the row sums (and the label ranks and top-N entries) on the device.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ metrics' convention ``(lo, hi]`` with 0 in the first bin: ``strategy="uniform"``
 ``n_bins`` equal-width bins, ``"quantile"`` edges at the quantiles of ``p_j`` on the
 validation set (equal-count, as Zadrozny & Elkan). An empty bin keeps the identity: its value
 is its midpoint. Not accuracy-preserving.
+
+Backends: the bins are fitted on a float64 host copy; prediction (``searchsorted`` and a
+lookup) runs on the input's device.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ point too.
 
 Fitting sorts the pooled scores (``np.sort``, not a full ``argsort``; the positives are
 located with ``searchsorted``), then runs PAVA on the distinct values.
+
+Backends: PAVA fits on a float64 host copy; prediction (``searchsorted`` and linear
+interpolation through the knots) runs on the input's device.
 """
 
 from __future__ import annotations

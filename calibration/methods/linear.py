@@ -17,6 +17,9 @@ optimum may not exist (separable data); the fit then reports that it did not con
 Dirichlet calibration also exposes its canonical parameters (Kull et al. §3): the matrix
 ``A = W - min over each column`` and the calibrated probabilities of a uniform input,
 ``c = softmax(W ln u + b)`` with ``u = (1/k, ..., 1/k)``.
+
+Backends: prediction (an affine map and a softmax) runs on the input's device; the fit runs
+on a float64 host copy.
 """
 
 from __future__ import annotations

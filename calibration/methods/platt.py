@@ -11,6 +11,9 @@ k > 2: one-vs-rest. For each class j the score is its log-odds
 divided by their row sum. Not accuracy-preserving.
 
 All pairs are fitted together by L-BFGS-B with the analytic gradient, from ``a = 1, b = 0``.
+
+Backends: prediction (log-odds, affine map, sigmoid) runs on the input's device; the fit runs
+on a float64 host copy.
 """
 
 from __future__ import annotations

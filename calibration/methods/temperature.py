@@ -19,6 +19,11 @@
   search.
 
 Accuracy-preserving: dividing by ``T > 0`` keeps the order of every row.
+
+Backends (``calibration.backend``): prediction runs on the input's device. With the NLL
+objective the fit keeps its Halley solver on the host and computes the per-row sums of
+``exp(beta d) d^j`` on the device (``DeviceShiftedLogits``); the Brier objective does the
+same with its loss and slope; the ECE objective fits on a host copy.
 """
 
 from __future__ import annotations
