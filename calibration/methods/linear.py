@@ -19,7 +19,10 @@ Dirichlet calibration also exposes its canonical parameters (Kull et al. §3): t
 ``c = softmax(W ln u + b)`` with ``u = (1/k, ..., 1/k)``.
 
 Backends: prediction (an affine map and a softmax) runs on the input's device; the fit runs
-on a float64 host copy.
+on a float64 host copy. Its iterative solvers stop at a gradient tolerance, so the same loss
+summed in another order (on another device) stops them elsewhere within it: fitted on a torch
+copy, Dirichlet predictions moved by 1.5e-4 on CIFAR-10. On the host every backend gets
+bit-identical parameters.
 """
 
 from __future__ import annotations
