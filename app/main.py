@@ -45,7 +45,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   lifespan=lifespan)
     app.state.settings = settings
     app.state.db = database
-    app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device)
+    app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
+                                           settings.job_stale_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     problems.install(app)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -185,8 +186,10 @@ def _json_safe(value):
 
 
 class CalibrationService:
-    def __init__(self, db: Database, cache_size: int, max_body_bytes: int, device: str = "cpu"):
+    def __init__(self, db: Database, cache_size: int, max_body_bytes: int, device: str = "cpu",
+                 job_stale_seconds: float = 300.0):
         self.db = db
+        self.job_stale = timedelta(seconds=job_stale_seconds)
         self.device = Device(device)
         self.cache = CalibratorCache(cache_size)
         self.max_body_bytes = max_body_bytes
@@ -395,8 +398,27 @@ class CalibrationService:
         return self.get_job(job_id)
 
     def _run_job(self, job_id: str, inputs) -> None:
+        """Run a job, writing its progress every 5% and a heartbeat (``updated_at``) every tenth
+        of the stale time: a job whose heartbeat stops (its process died) is reported failed."""
         reported = [0.0]
+        done = threading.Event()
 
+        def heartbeat() -> None:
+            while not done.wait(self.job_stale.total_seconds() / 10):
+                try:
+                    self._update_job(job_id)
+                except Exception as exc:  # the database is away: try again at the next beat
+                    logger.warning("job %s heartbeat failed: %s", job_id, str(exc).splitlines()[0])
+
+        beating = threading.Thread(target=heartbeat, name=f"job-{job_id[:8]}-heartbeat", daemon=True)
+        beating.start()
+        try:
+            self._run_job_body(job_id, inputs, reported)
+        finally:
+            done.set()
+            beating.join()
+
+    def _run_job_body(self, job_id: str, inputs, reported: list[float]) -> None:
         def progress(done: int, total: int) -> None:
             percent = round(100.0 * done / total, 1)
             if percent - reported[0] >= JOB_PROGRESS_STEP and done < total:
@@ -420,6 +442,15 @@ class CalibrationService:
             session.execute(update(JobRow).where(JobRow.id == job_id).values(**values, updated_at=utcnow()))
 
     def get_job(self, job_id: str) -> dict:
+        if len(job_id) <= 32:
+            cutoff = utcnow() - self.job_stale
+            lost = {"status": 503, "title": "Worker lost",
+                    "detail": f"the process running this job stopped (no heartbeat for {self.job_stale}); "
+                              "send the request again"}
+            with self.db.write() as session:
+                session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running",
+                                                     JobRow.updated_at < cutoff)
+                                .values(status="failed", error=lost, updated_at=utcnow()))
         with self.db.read() as session:
             row = session.get(JobRow, job_id) if len(job_id) <= 32 else None
             if row is None:

@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     device: str = Field("cpu", pattern=r"^(cpu|torch-cpu|cuda(:\d+)?)$",
                         description="Where calibrate, report and /v2 inference run: cpu (numpy), or with the "
                                     "torch extra cuda, cuda:N or torch-cpu.")
+    job_stale_seconds: float = Field(300.0, ge=1, description="A running job whose heartbeat (every tenth of "
+                                     "this) stops for this long is reported failed: its process died.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
 
 

@@ -121,3 +121,18 @@ def test_a_long_comparison_does_not_block_other_requests(sqlite_url):
             time.sleep(0.05)
             job = http.get(f"/v1/jobs/{job['id']}").json()
         assert job["status"] == "succeeded" and any(0 < p < 100 for p in seen), seen
+
+
+def test_a_job_without_a_heartbeat_is_reported_lost(client):
+    from datetime import timedelta
+
+    from app.models import JobRow, utcnow
+
+    stale = utcnow() - client.app.state.service.job_stale - timedelta(seconds=1)
+    with client.app.state.db.write() as session:
+        session.add(JobRow(id="0" * 32, kind="compare", status="running", percent=35.0, updated_at=stale))
+        session.add(JobRow(id="1" * 32, kind="compare", status="running", percent=35.0, updated_at=utcnow()))
+    lost = client.get(f"/v1/jobs/{'0' * 32}").json()
+    assert lost["status"] == "failed" and lost["percent"] == 35.0
+    assert lost["error"]["title"] == "Worker lost" and "no heartbeat for 0:05:00" in lost["error"]["detail"]
+    assert client.get(f"/v1/jobs/{'1' * 32}").json()["status"] == "running"

@@ -87,6 +87,31 @@ def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, requ
         server.stop()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_job_whose_process_died_is_reported_failed_not_running_for_ever(kind, request, tmp_path):
+    url = request.getfixturevalue(f"{kind}_url")
+    server = LiveServer(url, env={"CALIBRATION_JOB_STALE_SECONDS": "2"}, log_file=tmp_path / "server.log")
+    base = server.start()
+    _, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
+    body = {"logits": x_val.tolist(), "labels": y_val.tolist(), "folds": 5}
+    started = httpx.post(f"{base}/v1/compare", json=body, headers={"Prefer": "respond-async"}, timeout=60)
+    assert started.status_code == 202
+    location = started.headers["location"]
+    # the heartbeat (every 0.2 s) keeps a live job running well past the stale time
+    time.sleep(2.5)
+    assert httpx.get(f"{base}{location}").json()["status"] == "running"
+    server.stop(kill=True)
+    base = server.start()
+    try:
+        job = _until(lambda: (lambda j: j if j["status"] != "running" else None)(
+            httpx.get(f"{base}{location}").json()), 10)
+        assert job and job["status"] == "failed", job
+        assert job["error"]["title"] == "Worker lost" and "no heartbeat" in job["error"]["detail"]
+    finally:
+        server.stop()
+
+
 def _postgres_binaries() -> str:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     if found:
