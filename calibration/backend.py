@@ -11,7 +11,10 @@ on the same device. Where the work runs:
   give the loss and its derivatives on the device (``DeviceShiftedLogits``); every other fit
   (vector, matrix, Dirichlet, Platt, isotonic, histogram binning, class temperatures, TS with
   the Brier or ECE objective, compositions, auto) runs on the host from one float64 copy;
-* metrics are reductions to a few numbers: they copy the probabilities to the host once.
+* metrics validate the probabilities on the device; Brier, NLL, accuracy and mean confidence
+  reduce them there to one number, the binned and kernel metrics to the n-vectors of top-label
+  confidence and correctness (which then cross to the host), and classwise ECE and top-N
+  accuracy copy them to the host.
 
 torch is never imported here: ``array_api_compat`` recognises a tensor by its type and only
 then uses torch, so the numpy path imports neither.
@@ -83,6 +86,16 @@ def floating(x):
     if xp.isdtype(x.dtype, "real floating"):
         return x
     return xp.astype(x, xp.float64)
+
+
+def label_entries(values, labels: np.ndarray):
+    """``values[i, labels[i]]`` of an (n, k) array, on its device (a take on the flat array)."""
+    xp = namespace(values)
+    n, k = values.shape
+    if xp is np:
+        return values[np.arange(n), labels]
+    index = xp.asarray(np.arange(n) * k + labels, device=device(values))
+    return xp.take(xp.reshape(values, (-1,)), index)
 
 
 def column(a, j: int):

@@ -26,7 +26,7 @@ import itertools
 import numpy as np
 from scipy.optimize import minimize
 
-from ..backend import namespace, to_host
+from ..backend import label_entries, namespace, to_host
 from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
@@ -100,7 +100,7 @@ class EnsembleTemperatureScaling(Calibrator):
         if scores.xp is np:
             at_label = [scaled[rows, labels], identity[rows, labels]]
         else:  # gathered on the device; only these n-vectors come to the host
-            at_label = [to_host(shifted.label_entries(a)) for a in (scaled, identity)]
+            at_label = [to_host(label_entries(a, labels)) for a in (scaled, identity)]
         if mse:
             comps = (scaled, identity)
             gram = np.empty((3, 3))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import device, to_host
+from ..backend import device, label_entries, to_host
 from ..base import FitDiagnostics
 from ..inputs import Scores
 from ..metrics.scores import label_ranks
@@ -137,7 +137,7 @@ def _label_ranks(scores: Scores, labels: np.ndarray) -> np.ndarray:
     xp, z = scores.xp, scores.logits
     where = device(z)
     y = xp.asarray(labels, device=where)
-    z_y = xp.take(xp.reshape(z, (-1,)), xp.arange(scores.n, device=where) * scores.k + y)[:, None]
+    z_y = label_entries(z, labels)[:, None]
     higher = xp.sum(xp.astype(z > z_y, xp.int64), axis=1)
     tied = (z == z_y) & (xp.arange(scores.k, device=where)[None, :] < y[:, None])
     return to_host(higher + xp.sum(xp.astype(tied, xp.int64), axis=1))

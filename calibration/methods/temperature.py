@@ -33,7 +33,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 
-from ..backend import device, namespace, on_cpu, to_host
+from ..backend import device, label_entries, namespace, on_cpu, to_host
 from ..base import Calibrator, FitDiagnostics, param_float
 from ..inputs import Scores
 from ..metrics.binned import ece
@@ -142,8 +142,7 @@ class DeviceShiftedLogits(ShiftedLogits):
         self.z = logits
         self.d = logits - xp.max(logits, axis=1, keepdims=True)
         self.labels = labels
-        index = xp.asarray(np.arange(self.n) * self.k + labels, device=device(logits))
-        self.d_label = to_host(xp.take(xp.reshape(self.d, (-1,)), index))
+        self.d_label = to_host(label_entries(self.d, labels))
         self.mean_d = to_host(xp.mean(self.d, axis=1))
         self.last_objective = float("nan")
         self.rows = max(1, CHUNK_ELEMENTS // self.k) if on_cpu(logits) else self.n
@@ -167,18 +166,12 @@ class DeviceShiftedLogits(ShiftedLogits):
     def count_top_ties(self) -> np.ndarray:
         return to_host(self.xp.sum(self.xp.astype(self.d == 0, self.xp.int64), axis=1))
 
-    def label_entries(self, values):
-        """``values[i, y_i]`` for an (n, k) array on the device (a flat ``take``)."""
-        xp = self.xp
-        index = xp.asarray(np.arange(self.n) * self.k + self.labels, device=device(values))
-        return xp.take(xp.reshape(values, (-1,)), index)
-
     def brier_and_slope(self, beta: float) -> tuple[float, float]:
         """``_brier_and_slope`` with the O(n k) work on the device."""
         xp, d = self.xp, self.d
         p = softmax(d * float(beta))
         mean_d = xp.sum(p * d, axis=1)
-        p_y = self.label_entries(p)
+        p_y = label_entries(p, self.labels)
         sq = xp.sum(p * p, axis=1)
         d_sq = 2 * (xp.sum(p * p * d, axis=1) - sq * mean_d)
         d_py = p_y * (xp.asarray(self.d_label, device=device(d)) - mean_d)

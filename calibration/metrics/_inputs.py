@@ -1,21 +1,23 @@
 """Validation of the ``(probabilities, labels)`` pair every metric takes.
 
-Metrics reduce a batch to a few numbers: probabilities in another array library (torch on a
-GPU, ...) are copied to the host once, here, and everything after runs in numpy float64."""
+Probabilities in another array library (torch on a GPU, ...) are validated on their device.
+Brier, NLL, accuracy and mean confidence reduce them there to one number; the binned and
+kernel metrics reduce them there to the n-vectors of top-label confidence and correctness,
+which cross to the host; classwise ECE and top-N accuracy copy them to the host."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..backend import is_numpy, to_host
-from ..inputs import as_float_array, check_labels, check_probabilities
+from ..backend import device, floating, is_numpy, namespace, to_host
+from ..inputs import ROW_SUM_TOLERANCE, as_float_array, check_labels, check_probabilities
 
 
 def probabilities_and_labels(probs, labels, nonnegative: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """Float64 probabilities ``(n, k)`` and int64 labels; binary ``(n,)`` input is the
     probability of class 1 and becomes ``[1 - p, p]``. ``labels=None`` checks the probabilities
     alone; ``nonnegative=False`` leaves the sign check to the caller (see ``check_probabilities``)."""
-    p = as_float_array(probs if is_numpy(probs) else to_host(probs), "probabilities")
+    p = as_float_array(probs if is_numpy(probs) else to_host(floating(probs)), "probabilities")
     if p.ndim == 1:
         p = np.column_stack([1.0 - p, p])
     if p.ndim != 2:
@@ -26,6 +28,38 @@ def probabilities_and_labels(probs, labels, nonnegative: bool = True) -> tuple[n
         raise ValueError(f"probabilities must have at least 2 classes, got {p.shape[1]}")
     check_probabilities(p, nonnegative=nonnegative)
     return p, None if labels is None else check_labels(labels, p.shape[0], p.shape[1])
+
+
+def device_probabilities(probs, labels):
+    """``probabilities_and_labels`` for an array on a device: ``(p, labels on the host, p's
+    labels on its device)``, with p validated there in float64."""
+    xp = namespace(probs)
+    p = floating(probs)
+    if p.ndim == 1:
+        p = xp.stack([1.0 - p, p], axis=1)
+    if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] < 2:
+        return _on_host_for_the_error(probs, labels)
+    p = xp.astype(p, xp.float64)
+    fine = xp.all(xp.abs(xp.sum(p, axis=1) - 1.0) <= ROW_SUM_TOLERANCE) & xp.all(p >= 0)
+    if not bool(fine):
+        _on_host_for_the_error(probs, labels)
+    y = None if labels is None else check_labels(labels, p.shape[0], p.shape[1])
+    return p, y, None if y is None else xp.asarray(y, device=device(p))
+
+
+def _on_host_for_the_error(probs, labels):
+    probabilities_and_labels(probs, labels)  # raises the precise error numpy input would get
+    raise AssertionError("unreachable: the host check accepted what the device check refused")
+
+
+def top_label_of(probs, labels) -> tuple[np.ndarray, np.ndarray]:
+    """Validated top-label confidence and correctness as host float64 n-vectors (computed on
+    the device for an array that has one, so only these vectors cross to the host)."""
+    if is_numpy(probs):
+        return top_label(*probabilities_and_labels(probs, labels))
+    p, y, _ = device_probabilities(probs, labels)
+    xp = namespace(p)
+    return to_host(xp.max(p, axis=1)), (to_host(xp.argmax(p, axis=1)) == y).astype(np.float64)
 
 
 def top_label(p: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

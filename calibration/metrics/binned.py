@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..inputs import check_probabilities
-from ._inputs import probabilities_and_labels, top_label
+from ._inputs import probabilities_and_labels, top_label_of
 
 
 def equal_width_bin(values: np.ndarray, n_bins: int) -> np.ndarray:
@@ -77,8 +77,7 @@ def ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
     """Top-label expected calibration error, equal-width bins (see the module docstring)."""
     _check_bins(n_bins)
     _check_norm(norm)
-    p, y = probabilities_and_labels(probs, labels)
-    confidence, correct = top_label(p, y)
+    confidence, correct = top_label_of(probs, labels)
     return _binned_error(equal_width_bin(confidence, n_bins), confidence, correct, n_bins, norm)
 
 
@@ -86,8 +85,7 @@ def adaptive_ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
     """Top-label ECE with equal-count bins (see the module docstring)."""
     _check_bins(n_bins)
     _check_norm(norm)
-    p, y = probabilities_and_labels(probs, labels)
-    confidence, correct = top_label(p, y)
+    confidence, correct = top_label_of(probs, labels)
     n = len(confidence)
     order = np.argsort(confidence, kind="stable")
     sizes = np.full(n_bins, n // n_bins)
@@ -103,8 +101,7 @@ def adaptive_ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
 def mce(probs, labels, n_bins: int = 15) -> float:
     """Maximum calibration error: the largest ``|conf_b - acc_b|`` over non-empty bins."""
     _check_bins(n_bins)
-    p, y = probabilities_and_labels(probs, labels)
-    confidence, correct = top_label(p, y)
+    confidence, correct = top_label_of(probs, labels)
     index = equal_width_bin(confidence, n_bins)
     gaps = np.bincount(index, weights=confidence - correct, minlength=n_bins)
     counts = np.bincount(index, minlength=n_bins)
@@ -173,8 +170,7 @@ def reliability_diagram(probs, labels, n_bins: int = 15, strategy: str = "unifor
     bins of ``ece`` (bounds are the bin edges), ``"quantile"`` the equal-count bins of
     ``adaptive_ece`` (bounds are the smallest and largest confidence in each bin)."""
     _check_bins(n_bins)
-    p, y = probabilities_and_labels(probs, labels)
-    confidence, correct = top_label(p, y)
+    confidence, correct = top_label_of(probs, labels)
     if strategy == "uniform":
         index = equal_width_bin(confidence, n_bins)
         edges = np.linspace(0.0, 1.0, n_bins + 1)

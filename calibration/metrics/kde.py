@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._inputs import probabilities_and_labels, top_label
+from ..backend import is_numpy, to_host
+from ._inputs import device_probabilities, probabilities_and_labels, top_label_of
 
 MIN_BANDWIDTH = 1e-4
 
@@ -47,11 +48,15 @@ def kde_ece(probs, labels, norm: int = 1, bandwidth: float | None = None) -> flo
     """Kernel-density ECE (see the module docstring)."""
     if norm not in (1, 2):
         raise ValueError(f"norm must be 1 or 2, got {norm!r}")
-    p, y = probabilities_and_labels(probs, labels)
-    if p.shape[1] == 2:
+    binary = np.ndim(probs) == 1 or tuple(probs.shape)[1:] == (2,)
+    if binary and is_numpy(probs):
+        p, y = probabilities_and_labels(probs, labels)
         z, c = p[:, 1], (y == 1).astype(np.float64)
+    elif binary:
+        p, y, _ = device_probabilities(probs, labels)
+        z, c = to_host(p[:, 1]), (y == 1).astype(np.float64)
     else:
-        z, c = top_label(p, y)
+        z, c = top_label_of(probs, labels)
     n = len(z)
     if bandwidth is None:
         spread = float(np.std(z[c == 1])) if np.count_nonzero(c) >= 2 else 0.0

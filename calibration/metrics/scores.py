@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._inputs import probabilities_and_labels, top_label
+from ..backend import is_numpy, label_entries, namespace
+from ._inputs import device_probabilities, probabilities_and_labels, top_label_of
 
 
 def label_ranks(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -30,18 +31,29 @@ def label_ranks(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def brier(probs, labels) -> float:
+    if not is_numpy(probs):
+        p, y, _ = device_probabilities(probs, labels)
+        xp = namespace(p)
+        return float(xp.mean(xp.sum(p * p, axis=1) - 2.0 * label_entries(p, y) + 1.0))
     p, y = probabilities_and_labels(probs, labels)
     p_y = p[np.arange(p.shape[0]), y]
     return float(np.mean(np.einsum("ij,ij->i", p, p) - 2.0 * p_y + 1.0))
 
 
 def nll(probs, labels) -> float:
+    if not is_numpy(probs):
+        p, y, _ = device_probabilities(probs, labels)
+        return float(-namespace(p).mean(namespace(p).log(label_entries(p, y))))
     p, y = probabilities_and_labels(probs, labels)
     with np.errstate(divide="ignore"):
         return float(-np.mean(np.log(p[np.arange(p.shape[0]), y])))
 
 
 def accuracy(probs, labels) -> float:
+    if not is_numpy(probs):
+        p, _, y = device_probabilities(probs, labels)
+        xp = namespace(p)
+        return float(xp.mean(xp.astype(xp.argmax(p, axis=1) == y, xp.float64)))
     p, y = probabilities_and_labels(probs, labels)
     return float(np.mean(p.argmax(axis=1) == y))
 
@@ -55,13 +67,15 @@ def top_n_accuracy(probs, labels, n: int = 5) -> float:
 
 def mean_confidence(probs, labels=None) -> float:
     """Labels are accepted (and checked) for a uniform signature, not used."""
+    if not is_numpy(probs):
+        p, _, _ = device_probabilities(probs, labels)
+        return float(namespace(p).mean(namespace(p).max(p, axis=1)))
     p, _ = probabilities_and_labels(probs, labels)
     return float(np.mean(p.max(axis=1)))
 
 
 def expectation_consistency_gap(probs, labels) -> float:
-    p, y = probabilities_and_labels(probs, labels)
-    confidence, correct = top_label(p, y)
+    confidence, correct = top_label_of(probs, labels)
     return float(np.mean(confidence) - np.mean(correct))
 
 

@@ -148,6 +148,11 @@ def test_metrics_agree_across_backends(data, name, convert, tolerance):
             getattr(cal, metric)(raw, labels), rel=tolerance, abs=tolerance), metric
     gain = cal.calibration_gain(on_backend, convert(calibrated), backend_labels)
     assert gain == pytest.approx(cal.calibration_gain(raw, calibrated, labels), abs=tolerance)
+    # binary: (n,) probabilities of class 1, whose KDE-ECE is not top-label
+    positive, binary_labels = raw[:, 1] / (raw[:, 0] + raw[:, 1]), (labels == 1).astype(np.int64)
+    for metric in ("kde_ece", "ece", "brier", "nll"):
+        assert getattr(cal, metric)(convert(positive), convert(binary_labels)) == pytest.approx(
+            getattr(cal, metric)(positive, binary_labels), rel=tolerance, abs=tolerance), metric
     diagram = cal.reliability_diagram(on_backend, backend_labels)
     expected = cal.reliability_diagram(raw, labels)
     np.testing.assert_array_equal(diagram.count, expected.count)
