@@ -67,7 +67,7 @@ class KeyVerifier:
         hit, found = self._cached(key_id)
         if not hit:
             found = await run_in_threadpool(self._fetch, key_id)
-        if found is None or not hmac.compare_digest(keys.digest(presented), found[0]):
+        if found is None or not hmac.compare_digest(keys.checksum(presented), found[0]):
             raise unauthorized("the API key is unknown or revoked")
         return found[1]
 

@@ -11,7 +11,6 @@ move aliases), which includes ``read`` (get, list, calibrate, report, metrics, c
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from sqlalchemy import select, update
 
 from .db import Database
 from .models import ApiKeyRow, utcnow
+from .store import checksum
 
 SCOPES = ("read", "write", "admin")
 KEY_PATTERN = re.compile(r"^cal_([0-9a-f]{12})_[A-Za-z0-9_-]{43}$")
@@ -44,10 +44,6 @@ def check_key_name(name: str) -> str:
     if not NAME_PATTERN.match(name):
         raise ValueError("a key name is 1-128 letters, digits, spaces or '_.@-'")
     return name
-
-
-def digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ def create_key(database: Database, name: str, scopes: list[str]) -> tuple[KeyInf
     check_key_name(name)
     key_id = secrets.token_hex(6)
     key = f"cal_{key_id}_{secrets.token_urlsafe(32)}"
-    row = ApiKeyRow(id=key_id, name=name, secret_sha256=digest(key), scopes=stored_scopes, created_at=utcnow())
+    row = ApiKeyRow(id=key_id, name=name, secret_sha256=checksum(key), scopes=stored_scopes, created_at=utcnow())
     with database.write() as session:
         session.add(row)
     return KeyInfo.of(row), key
