@@ -51,6 +51,7 @@ ENDPOINTS = [
     ("delete", "/v1/calibrators/demo/aliases/production", None, "write", 204),
     ("get", "/v1/keys", None, "admin", 200),
     ("post", "/v1/keys", {"name": "made over http", "scopes": ["read"]}, "admin", 201),
+    ("delete", "/v1/keys/0123456789ab", None, "admin", 404),
     ("delete", "/v1/calibrators/demo/versions/2", None, "admin", 204),
     ("delete", "/v1/calibrators/demo", None, "admin", 204),
 ]
