@@ -48,7 +48,8 @@ def kde_ece(probs, labels, norm: int = 1, bandwidth: float | None = None) -> flo
     """Kernel-density ECE (see the module docstring)."""
     if norm not in (1, 2):
         raise ValueError(f"norm must be 1 or 2, got {norm!r}")
-    binary = np.ndim(probs) == 1 or tuple(probs.shape)[1:] == (2,)
+    shape = tuple(np.shape(probs))  # lists, numpy arrays and tensors alike
+    binary = len(shape) == 1 or shape[1:] == (2,)
     if binary and is_numpy(probs):
         p, y = probabilities_and_labels(probs, labels)
         z, c = p[:, 1], (y == 1).astype(np.float64)

@@ -203,3 +203,9 @@ def test_kde_ece_with_all_but_equal_confidences():
     assert cal.kde_ece(p, [0, 1]) == pytest.approx(0.4, abs=1e-9)
     with pytest.raises(ValueError, match=r"bandwidth must be a number >= 0\.0001"):
         cal.kde_ece(p, [0, 1], bandwidth=1e-9)
+
+
+@pytest.mark.parametrize("probs", [[[0.2, 0.8], [0.7, 0.3], [0.4, 0.6]], [0.8, 0.3, 0.6],
+                                   [[0.2, 0.7, 0.1], [0.6, 0.3, 0.1], [0.3, 0.3, 0.4]]])
+def test_kde_ece_takes_nested_lists_as_arrays(probs):
+    assert cal.kde_ece(probs, [1, 0, 0]) == cal.kde_ece(np.array(probs), np.array([1, 0, 0]))
