@@ -442,22 +442,31 @@ class CalibrationService:
             session.execute(update(JobRow).where(JobRow.id == job_id).values(**values, updated_at=utcnow()))
 
     def get_job(self, job_id: str) -> dict:
-        if len(job_id) <= 32:
-            cutoff = utcnow() - self.job_stale
-            lost = {"status": 503, "title": "Worker lost",
-                    "detail": f"the process running this job stopped (no heartbeat for {self.job_stale}); "
-                              "send the request again"}
-            with self.db.write() as session:
-                session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running",
-                                                     JobRow.updated_at < cutoff)
-                                .values(status="failed", error=lost, updated_at=utcnow()))
+        row = self._job_row(job_id)
+        if row.status == "running" and row.updated_at < utcnow() - self.job_stale:
+            self._fail_lost_job(job_id)
+            row = self._job_row(job_id)
+        return {"id": row.id, "kind": row.kind, "status": row.status, "percent": row.percent,
+                "result": row.result, "error": row.error, "created_at": row.created_at,
+                "updated_at": row.updated_at}
+
+    def _job_row(self, job_id: str) -> JobRow:
         with self.db.read() as session:
             row = session.get(JobRow, job_id) if len(job_id) <= 32 else None
-            if row is None:
-                raise Problem(404, f"no job {job_id!r} (finished jobs are kept for {JOB_RETENTION})")
-            return {"id": row.id, "kind": row.kind, "status": row.status, "percent": row.percent,
-                    "result": row.result, "error": row.error, "created_at": row.created_at,
-                    "updated_at": row.updated_at}
+        if row is None:
+            raise Problem(404, f"no job {job_id!r} (finished jobs are kept for {JOB_RETENTION})")
+        return row
+
+    def _fail_lost_job(self, job_id: str) -> None:
+        """Mark a running job whose heartbeat stopped as failed (only if it still is: the
+        worker may have finished it, or beaten, since it was read)."""
+        lost = {"status": 503, "title": "Worker lost",
+                "detail": f"the process running this job stopped (no heartbeat for {self.job_stale}); "
+                          "send the request again"}
+        with self.db.write() as session:
+            session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running",
+                                                 JobRow.updated_at < utcnow() - self.job_stale)
+                            .values(status="failed", error=lost, updated_at=utcnow()))
 
     # -- writes -----------------------------------------------------------------------------
 
