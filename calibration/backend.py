@@ -98,6 +98,13 @@ def label_entries(values, labels: np.ndarray):
     return xp.take(xp.reshape(values, (-1,)), index)
 
 
+def row_dot(a, b):
+    """``<a_i, b_i>`` for each row of two (n, k) arrays, on their device."""
+    if isinstance(a, np.ndarray):
+        return np.einsum("ij,ij->i", a, b)
+    return namespace(a).sum(a * b, axis=1)
+
+
 def column(a, j: int):
     """Column ``j`` of a 2-D array as a contiguous 1-D array (for numpy, a view)."""
     if isinstance(a, np.ndarray):

@@ -154,10 +154,16 @@ def _device_scores(x, kind: str, name: str) -> Scores:
         return Scores(logits=xp.stack([xp.zeros_like(x), x], axis=1))
     if kind == "logits":
         return Scores(logits=x)
-    sums = xp.sum(x, axis=1)
-    if not bool(xp.all(xp.abs(sums - 1.0) <= ROW_SUM_TOLERANCE)) or not bool(xp.all(x >= 0)):
-        check_probabilities(to_host(x).astype(np.float64), name)
+    check_probabilities_on_device(x, name)
     return Scores(probabilities=x)
+
+
+def check_probabilities_on_device(p, name: str = "probabilities") -> None:
+    """``check_probabilities`` of an array on its device; a failure is redone on a host copy,
+    which raises the same precise error as numpy input would."""
+    xp = namespace(p)
+    if not bool(xp.all(xp.abs(xp.sum(p, axis=1) - 1.0) <= ROW_SUM_TOLERANCE) & xp.all(p >= 0)):
+        check_probabilities(to_host(p).astype(np.float64), name)
 
 
 def check_labels(labels, n: int, k: int) -> np.ndarray:

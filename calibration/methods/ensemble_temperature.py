@@ -26,7 +26,7 @@ import itertools
 import numpy as np
 from scipy.optimize import minimize
 
-from ..backend import label_entries, namespace, to_host
+from ..backend import label_entries, namespace, row_dot, to_host
 from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
@@ -58,14 +58,6 @@ def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarra
             if value < best_value - 1e-15:
                 best, best_value = w, value
     return best
-
-
-def _mean_row_dot(a, b) -> float:
-    """``mean_i <a_i, b_i>``, on the arrays' device."""
-    if isinstance(a, np.ndarray):
-        return float(np.mean(np.einsum("ij,ij->i", a, b)))
-    xp = namespace(a)
-    return float(xp.mean(xp.sum(a * b, axis=1)))
 
 
 class EnsembleTemperatureScaling(Calibrator):
@@ -105,7 +97,7 @@ class EnsembleTemperatureScaling(Calibrator):
             comps = (scaled, identity)
             gram = np.empty((3, 3))
             for i, j in itertools.product(range(2), repeat=2):
-                gram[i, j] = _mean_row_dot(comps[i], comps[j])
+                gram[i, j] = float(namespace(scaled).mean(row_dot(comps[i], comps[j])))
             gram[2, :2] = gram[:2, 2] = 1.0 / k
             gram[2, 2] = 1.0 / k
             linear = np.array([at_label[0].mean(), at_label[1].mean(), 1.0 / k])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import device, floating, is_numpy, namespace, to_host
-from ..inputs import ROW_SUM_TOLERANCE, as_float_array, check_labels, check_probabilities
+from ..inputs import as_float_array, check_labels, check_probabilities, check_probabilities_on_device
 
 
 def probabilities_and_labels(probs, labels, nonnegative: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
@@ -30,26 +30,22 @@ def probabilities_and_labels(probs, labels, nonnegative: bool = True) -> tuple[n
     return p, None if labels is None else check_labels(labels, p.shape[0], p.shape[1])
 
 
-def device_probabilities(probs, labels):
-    """``probabilities_and_labels`` for an array on a device: ``(p, labels on the host, p's
-    labels on its device)``, with p validated there in float64."""
+def labelled_probabilities(probs, labels):
+    """``(p, labels on the host, labels next to p)``: for numpy input what
+    ``probabilities_and_labels`` gives; an array on a device stays there, in float64, validated
+    there (its errors are those numpy input would get)."""
+    if is_numpy(probs):
+        p, y = probabilities_and_labels(probs, labels)
+        return p, y, y
     xp = namespace(probs)
-    p = floating(probs)
+    p = xp.astype(floating(probs), xp.float64)
     if p.ndim == 1:
         p = xp.stack([1.0 - p, p], axis=1)
     if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] < 2:
-        return _on_host_for_the_error(probs, labels)
-    p = xp.astype(p, xp.float64)
-    fine = xp.all(xp.abs(xp.sum(p, axis=1) - 1.0) <= ROW_SUM_TOLERANCE) & xp.all(p >= 0)
-    if not bool(fine):
-        _on_host_for_the_error(probs, labels)
+        probabilities_and_labels(probs, labels)  # raises the shape error numpy input would get
+    check_probabilities_on_device(p)
     y = None if labels is None else check_labels(labels, p.shape[0], p.shape[1])
     return p, y, None if y is None else xp.asarray(y, device=device(p))
-
-
-def _on_host_for_the_error(probs, labels):
-    probabilities_and_labels(probs, labels)  # raises the precise error numpy input would get
-    raise AssertionError("unreachable: the host check accepted what the device check refused")
 
 
 def top_label_of(probs, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +53,7 @@ def top_label_of(probs, labels) -> tuple[np.ndarray, np.ndarray]:
     the device for an array that has one, so only these vectors cross to the host)."""
     if is_numpy(probs):
         return top_label(*probabilities_and_labels(probs, labels))
-    p, y, _ = device_probabilities(probs, labels)
+    p, y, _ = labelled_probabilities(probs, labels)
     xp = namespace(p)
     return to_host(xp.max(p, axis=1)), (to_host(xp.argmax(p, axis=1)) == y).astype(np.float64)
 

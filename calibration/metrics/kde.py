@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import is_numpy, to_host
-from ._inputs import device_probabilities, probabilities_and_labels, top_label_of
+from ..backend import to_host
+from ._inputs import labelled_probabilities, top_label_of
 
 MIN_BANDWIDTH = 1e-4
 
@@ -50,11 +50,8 @@ def kde_ece(probs, labels, norm: int = 1, bandwidth: float | None = None) -> flo
         raise ValueError(f"norm must be 1 or 2, got {norm!r}")
     shape = tuple(np.shape(probs))  # lists, numpy arrays and tensors alike
     binary = len(shape) == 1 or shape[1:] == (2,)
-    if binary and is_numpy(probs):
-        p, y = probabilities_and_labels(probs, labels)
-        z, c = p[:, 1], (y == 1).astype(np.float64)
-    elif binary:
-        p, y, _ = device_probabilities(probs, labels)
+    if binary:
+        p, y, _ = labelled_probabilities(probs, labels)
         z, c = to_host(p[:, 1]), (y == 1).astype(np.float64)
     else:
         z, c = top_label_of(probs, labels)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import is_numpy, label_entries, namespace
-from ._inputs import device_probabilities, probabilities_and_labels, top_label_of
+from ..backend import label_entries, namespace, row_dot
+from ._inputs import labelled_probabilities, probabilities_and_labels, top_label_of
 
 
 def label_ranks(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -31,31 +31,21 @@ def label_ranks(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def brier(probs, labels) -> float:
-    if not is_numpy(probs):
-        p, y, _ = device_probabilities(probs, labels)
-        xp = namespace(p)
-        return float(xp.mean(xp.sum(p * p, axis=1) - 2.0 * label_entries(p, y) + 1.0))
-    p, y = probabilities_and_labels(probs, labels)
-    p_y = p[np.arange(p.shape[0]), y]
-    return float(np.mean(np.einsum("ij,ij->i", p, p) - 2.0 * p_y + 1.0))
+    p, y, _ = labelled_probabilities(probs, labels)
+    return float(namespace(p).mean(row_dot(p, p) - 2.0 * label_entries(p, y) + 1.0))
 
 
 def nll(probs, labels) -> float:
-    if not is_numpy(probs):
-        p, y, _ = device_probabilities(probs, labels)
-        return float(-namespace(p).mean(namespace(p).log(label_entries(p, y))))
-    p, y = probabilities_and_labels(probs, labels)
+    p, y, _ = labelled_probabilities(probs, labels)
+    xp = namespace(p)
     with np.errstate(divide="ignore"):
-        return float(-np.mean(np.log(p[np.arange(p.shape[0]), y])))
+        return float(-xp.mean(xp.log(label_entries(p, y))))
 
 
 def accuracy(probs, labels) -> float:
-    if not is_numpy(probs):
-        p, _, y = device_probabilities(probs, labels)
-        xp = namespace(p)
-        return float(xp.mean(xp.astype(xp.argmax(p, axis=1) == y, xp.float64)))
-    p, y = probabilities_and_labels(probs, labels)
-    return float(np.mean(p.argmax(axis=1) == y))
+    p, _, y = labelled_probabilities(probs, labels)
+    xp = namespace(p)
+    return float(xp.mean(xp.astype(xp.argmax(p, axis=1) == y, xp.float64)))
 
 
 def top_n_accuracy(probs, labels, n: int = 5) -> float:
@@ -67,11 +57,9 @@ def top_n_accuracy(probs, labels, n: int = 5) -> float:
 
 def mean_confidence(probs, labels=None) -> float:
     """Labels are accepted (and checked) for a uniform signature, not used."""
-    if not is_numpy(probs):
-        p, _, _ = device_probabilities(probs, labels)
-        return float(namespace(p).mean(namespace(p).max(p, axis=1)))
-    p, _ = probabilities_and_labels(probs, labels)
-    return float(np.mean(p.max(axis=1)))
+    p, _, _ = labelled_probabilities(probs, labels)
+    xp = namespace(p)
+    return float(xp.mean(xp.max(p, axis=1)))
 
 
 def expectation_consistency_gap(probs, labels) -> float:
