@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import device, label_entries, to_host
+from ..backend import to_host
 from ..base import FitDiagnostics
 from ..inputs import Scores
 from ..metrics.scores import label_ranks
@@ -91,7 +91,7 @@ class ExpectationConsistency(TemperatureCalibrator):
         top_n = self.options["top_n"]
         if top_n >= scores.k:
             raise ValueError(f"top_n must be below the number of classes ({scores.k}), got {top_n}")
-        accuracy = float(np.mean(_label_ranks(scores, labels) < top_n))
+        accuracy = float(np.mean(label_ranks(scores.logits, labels) < top_n))
         what = "accuracy" if top_n == 1 else f"top-{top_n} accuracy"
         shifted = shifted_logits(scores, labels)
         gap = _TopConfidence(shifted, top_n, accuracy)
@@ -129,15 +129,3 @@ class ExpectationConsistency(TemperatureCalibrator):
     def summary(self) -> dict:
         return {"temperature": self.temperature_, "top_n": self.options["top_n"]}
 
-
-def _label_ranks(scores: Scores, labels: np.ndarray) -> np.ndarray:
-    """``label_ranks`` of the logits, computed on their device."""
-    if scores.xp is np:
-        return label_ranks(scores.logits, labels)
-    xp, z = scores.xp, scores.logits
-    where = device(z)
-    y = xp.asarray(labels, device=where)
-    z_y = label_entries(z, labels)[:, None]
-    higher = xp.sum(xp.astype(z > z_y, xp.int64), axis=1)
-    tied = (z == z_y) & (xp.arange(scores.k, device=where)[None, :] < y[:, None])
-    return to_host(higher + xp.sum(xp.astype(tied, xp.int64), axis=1))

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import label_entries, namespace, row_dot
+from ..backend import device, label_entries, namespace, row_dot, to_host
 from ._inputs import labelled_probabilities, probabilities_and_labels, top_label_of
 
 
-def label_ranks(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Rank of each label in its row (0 = highest), ties broken by the lower class index."""
-    v_y = values[np.arange(len(labels)), labels][:, None]
-    higher = (values > v_y).sum(axis=1)
-    tied_before = ((values == v_y) & (np.arange(values.shape[1]) < labels[:, None])).sum(axis=1)
-    return higher + tied_before
+def label_ranks(values, labels: np.ndarray) -> np.ndarray:
+    """Rank of each label in its row (0 = highest), ties broken by the lower class index; computed
+    on ``values``' device, returned on the host."""
+    xp, where = namespace(values), device(values)
+    v_y = label_entries(values, labels)[:, None]
+    y = xp.asarray(labels, device=where)[:, None]
+    ahead = (values > v_y) | ((values == v_y) & (xp.arange(values.shape[1], device=where)[None, :] < y))
+    return to_host(xp.count_nonzero(ahead, axis=1))
 
 
 def brier(probs, labels) -> float:
