@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from calibration import METHODS
 
+from .keys import NAME_PATTERN as KEY_NAME_PATTERN
+
 ARRAY_FIELDS = ("logits", "probabilities", "scores", "labels")
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
 
@@ -249,7 +251,7 @@ class KeyRequest(Strict):
     model_config = ConfigDict(extra="forbid",
                               json_schema_extra={"examples": [{"name": "inference-service", "scopes": ["read"]}]})
 
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[\w .@-]+$", description="Who the key is for")
+    name: str = Field(pattern=KEY_NAME_PATTERN.pattern, description="Who the key is for")
     scopes: list[Literal["read", "write", "admin"]] = Field(
         min_length=1, max_length=3, description="admin includes write, which includes read")
 

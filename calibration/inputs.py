@@ -98,7 +98,7 @@ class Scores:
         """The same batch as float64 numpy arrays (for the parts that run on the host)."""
         if self.xp is np:
             return self
-        return Scores(**{self.source: to_host(self.xp.astype(getattr(self, self.source), self.xp.float64))})
+        return Scores(**{self.source: to_host(getattr(self.in_float64(), self.source))})
 
     def in_float64(self) -> Scores:
         if self.xp is np or getattr(self, self.source).dtype == self.xp.float64:
