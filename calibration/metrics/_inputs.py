@@ -52,7 +52,7 @@ def top_label_of(probs, labels) -> tuple[np.ndarray, np.ndarray]:
     """Validated top-label confidence and correctness as host float64 n-vectors (computed on
     the device for an array that has one, so only these vectors cross to the host)."""
     if is_numpy(probs):
-        return top_label(*probabilities_and_labels(probs, labels))
+        return top_label(*probabilities_and_labels(probs, labels, nonnegative=False))
     p, y, _ = labelled_probabilities(probs, labels)
     xp = namespace(p)
     return to_host(xp.max(p, axis=1)), (to_host(xp.argmax(p, axis=1)) == y).astype(np.float64)
@@ -60,7 +60,17 @@ def top_label_of(probs, labels) -> tuple[np.ndarray, np.ndarray]:
 
 def top_label(p: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Top-label confidence (the highest probability) and whether the argmax (first index
-    among ties) is the label."""
-    predicted = p.argmax(axis=1)
-    confidence = p[np.arange(p.shape[0]), predicted]
+    among ties) is the label; raises on a negative entry.
+
+    The argmax is taken over the IEEE bit patterns read as unsigned integers. They order
+    non-negative floats as the floats do and put every entry with the sign bit set (a negative
+    number, or -0.0) above them all, so a row holding one shows it as its top entry: the sign
+    check reads the n top entries, not all n·k."""
+    rows = np.arange(p.shape[0])
+    predicted = np.ascontiguousarray(p).view(np.uint64).argmax(axis=1)
+    confidence = p[rows, predicted]
+    if np.signbit(confidence).any():
+        check_probabilities(p)  # raises, naming the first row with a negative entry
+        predicted = p.argmax(axis=1)  # only -0.0 entries: the float order is the right one
+        confidence = p[rows, predicted]
     return confidence, (predicted == labels).astype(np.float64)

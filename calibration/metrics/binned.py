@@ -42,15 +42,34 @@ def equal_width_bin(values: np.ndarray, n_bins: int) -> np.ndarray:
     return np.minimum(index, n_bins - 1, out=index)
 
 
-def equal_count_bin(values: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bin index (``array_split`` of the stable sort) of each value, and the sort order."""
-    order = np.argsort(values, kind="stable")
-    n = len(values)
-    sizes = np.full(n_bins, n // n_bins)
-    sizes[: n % n_bins] += 1
-    index = np.empty(n, dtype=np.int64)
-    index[order] = np.repeat(np.arange(n_bins), sizes)
-    return index, order
+def equal_count_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int):
+    """Count, confidence sum, number correct, smallest and largest confidence of each
+    equal-count bin (``np.array_split`` of the stably sorted confidences; NaN bounds where empty).
+
+    No stable argsort is needed: the sorted values are those of the stable order, and the order
+    matters only where a run of equal confidences crosses a bin boundary. The number correct
+    before each boundary is counted on the sorted confidences of the correct rows, and such a
+    run is split in its original order."""
+    n = len(confidence)
+    count = np.full(n_bins, n // n_bins)
+    count[: n % n_bins] += 1
+    ends = np.cumsum(count)
+    full = count > 0
+    starts = (ends - count)[full]
+    ordered = np.sort(confidence)
+    confidence_sum = np.zeros(n_bins)
+    confidence_sum[full] = np.add.reduceat(ordered, starts)
+    lower = np.full(n_bins, np.nan)
+    upper = np.full(n_bins, np.nan)
+    lower[full], upper[full] = ordered[starts], ordered[ends[full] - 1]
+    is_correct = correct.astype(bool)
+    at = ordered[np.minimum(ends, n - 1)]
+    correct_before = np.searchsorted(np.sort(confidence[is_correct]), at).astype(np.float64)
+    run_start = np.searchsorted(ordered, at)
+    for b in np.flatnonzero((ends < n) & (ends > run_start)):
+        correct_before[b] += is_correct[np.flatnonzero(confidence == at[b])[: ends[b] - run_start[b]]].sum()
+    correct_before[ends == n] = is_correct.sum()
+    return count, confidence_sum, np.diff(correct_before, prepend=0.0), lower, upper
 
 
 def _check_bins(n_bins: int) -> None:
@@ -86,16 +105,12 @@ def adaptive_ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
     _check_bins(n_bins)
     _check_norm(norm)
     confidence, correct = top_label_of(probs, labels)
-    n = len(confidence)
-    order = np.argsort(confidence, kind="stable")
-    sizes = np.full(n_bins, n // n_bins)
-    sizes[: n % n_bins] += 1
-    full = sizes > 0
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])[full]
-    gaps = np.add.reduceat((confidence - correct)[order], starts)
+    count, confidence_sum, hits, _, _ = equal_count_bins(confidence, correct, n_bins)
+    full = count > 0
+    gaps = confidence_sum[full] - hits[full]
     if norm == 1:
-        return float(np.abs(gaps).sum() / n)
-    return float(np.sqrt(np.sum(gaps**2 / sizes[full]) / n))
+        return float(np.abs(gaps).sum() / len(confidence))
+    return float(np.sqrt(np.sum(gaps**2 / count[full]) / len(confidence)))
 
 
 def mce(probs, labels, n_bins: int = 15) -> float:
@@ -175,16 +190,14 @@ def reliability_diagram(probs, labels, n_bins: int = 15, strategy: str = "unifor
         index = equal_width_bin(confidence, n_bins)
         edges = np.linspace(0.0, 1.0, n_bins + 1)
         lower, upper = edges[:-1], edges[1:]
+        count = np.bincount(index, minlength=n_bins)
+        confidence_sum = np.bincount(index, weights=confidence, minlength=n_bins)
+        hits = np.bincount(index, weights=correct, minlength=n_bins)
     elif strategy == "quantile":
-        index, _ = equal_count_bin(confidence, n_bins)
-        lower = np.full(n_bins, np.nan)
-        upper = np.full(n_bins, np.nan)
-        np.fmin.at(lower, index, confidence)
-        np.fmax.at(upper, index, confidence)
+        count, confidence_sum, hits, lower, upper = equal_count_bins(confidence, correct, n_bins)
     else:
         raise ValueError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
-    count = np.bincount(index, minlength=n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_confidence = np.bincount(index, weights=confidence, minlength=n_bins) / count
-        accuracy = np.bincount(index, weights=correct, minlength=n_bins) / count
+        mean_confidence = confidence_sum / count
+        accuracy = hits / count
     return ReliabilityDiagram(strategy, lower, upper, count, mean_confidence, accuracy)

@@ -45,6 +45,35 @@ def test_adaptive_ece_uses_array_split_of_the_sorted_confidences():
     assert cal.adaptive_ece(probs, labels, n_bins=2) == pytest.approx(expected)
 
 
+@given(st.lists(st.tuples(st.sampled_from([0.5, 0.6, 0.75, 0.9, 1.0]), st.booleans()), min_size=1, max_size=60),
+       st.integers(1, 20), st.sampled_from([1, 2]))
+def test_equal_count_bins_split_runs_of_ties_in_their_original_order(rows, n_bins, norm):
+    # heavy ties with mixed correctness: bins must be np.array_split of the stable argsort
+    scores = np.array([p for p, _ in rows])
+    labels = np.array([int(right) for _, right in rows])  # the top label is class 1 (or 0 at 0.5)
+    confidence, correct = np.maximum(scores, 1 - scores), (np.where(scores > 0.5, 1, 0) == labels) * 1.0
+    parts = np.array_split(np.argsort(confidence, kind="stable"), n_bins)
+    gaps = np.array([np.sum(confidence[i] - correct[i]) for i in parts])
+    sizes = np.array([len(i) for i in parts])
+    full = sizes > 0
+    n = len(rows)
+    expected = np.abs(gaps).sum() / n if norm == 1 else np.sqrt(np.sum(gaps[full] ** 2 / sizes[full]) / n)
+    assert cal.adaptive_ece(scores, labels, n_bins=n_bins, norm=norm) == pytest.approx(expected, abs=1e-12)
+    diagram = cal.reliability_diagram(scores, labels, n_bins=n_bins, strategy="quantile")
+    assert diagram.count.tolist() == sizes.tolist()
+    for b, i in enumerate(parts):
+        if len(i):
+            assert diagram.accuracy[b] == pytest.approx(correct[i].mean(), abs=1e-12)
+            assert (diagram.bin_lower[b], diagram.bin_upper[b]) == (confidence[i].min(), confidence[i].max())
+
+
+@pytest.mark.parametrize("metric", ALL)
+def test_negative_zero_entries_count_as_zero(metric):
+    probs = np.array([[0.0, 0.3, 0.7], [0.5, 0.0, 0.5], [0.0, 1.0, 0.0], [0.2, 0.8, 0.0]])
+    labels = [2, 0, 1, 0]
+    assert metric(np.where(probs == 0, -0.0, probs), labels) == metric(probs, labels)
+
+
 def test_brier_and_nll_agree_with_scikit_learn(reference):
     logits, labels = reference
     probs = cal.softmax(logits)
