@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from . import logs, problems
+from . import hot_path, logs, problems
 from .auth import KeyVerifier
 from .db import Database
 from .main_info import server_version
@@ -50,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     problems.install(app)
+    hot_path.install(app, settings.serve_threads)
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
     app.include_router(health.router)

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import store
+from .. import hot_path, store
 from ..auth import ADMIN, READ, WRITE
 from ..codecs import JSON_TYPE, NPY_TYPE, NPZ_TYPE, dump_json
 from ..openapi import body, problems
@@ -164,7 +164,7 @@ REPORT_DOC = dict(
 @router.post("/calibrators/{ref}/calibrate", summary="Calibrate a batch (latest or alias)", **CALIBRATE_DOC,
              dependencies=[READ])
 async def calibrate(request: Request, ref: str = REF):
-    content, media = await _call(request, _service(request).calibrate, parse_ref(ref))
+    content, media = await hot_path.run(request, _service(request).calibrate, parse_ref(ref), await incoming(request))
     return Response(content, media_type=media)
 
 
@@ -172,7 +172,8 @@ async def calibrate(request: Request, ref: str = REF):
              **CALIBRATE_DOC, dependencies=[READ])
 async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
     store.check_name(name)
-    content, media = await _call(request, _service(request).calibrate, (name, version, None))
+    content, media = await hot_path.run(request, _service(request).calibrate, (name, version, None),
+                                        await incoming(request))
     return Response(content, media_type=media)
 
 

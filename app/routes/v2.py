@@ -6,7 +6,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
-from .. import oip, store
+from .. import hot_path, oip, store
 from ..auth import READ
 from ..codecs import dump_json
 from ..main_info import SERVER_NAME, server_version
@@ -109,8 +109,8 @@ INFER_DOC = {
 @router.post("/models/{name}/infer", summary="Inference (latest version)", openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer(request: Request, name: str = MODEL):
     body = await request.body()
-    content, headers = await run_in_threadpool(_infer, request.app.state.service, _check(name), None, body,
-                                               request.headers.get(oip.HEADER_LENGTH))
+    content, headers = await hot_path.run(request, _infer, request.app.state.service, _check(name), None, body,
+                                          request.headers.get(oip.HEADER_LENGTH))
     return Response(content, headers=headers, media_type=headers["content-type"])
 
 
@@ -118,7 +118,6 @@ async def infer(request: Request, name: str = MODEL):
              openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
     body = await request.body()
-    content, headers = await run_in_threadpool(_infer, request.app.state.service, _check(name),
-                                               _version_number(version), body,
-                                               request.headers.get(oip.HEADER_LENGTH))
+    content, headers = await hot_path.run(request, _infer, request.app.state.service, _check(name),
+                                          _version_number(version), body, request.headers.get(oip.HEADER_LENGTH))
     return Response(content, headers=headers, media_type=headers["content-type"])

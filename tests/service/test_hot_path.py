@@ -1,0 +1,72 @@
+"""Calibrate and /v2 inference run on their own bounded threads (CALIBRATION_SERVE_THREADS);
+other work keeps anyio's default pool."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from app.main import create_app
+from app.migrate import upgrade
+from app.settings import Settings
+from tests.service.test_api import LOGITS, fit
+
+
+class ConcurrencyProbe:
+    """Wraps a real service method: counts the calls inside it at once (each held 50 ms)."""
+
+    def __init__(self, method):
+        self.method, self.active, self.most, self.lock = method, 0, 0, threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+        try:
+            time.sleep(0.05)
+            return self.method(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_hot_path_runs_at_most_serve_threads_calls_at_once(sqlite_url, threads):
+    upgrade(sqlite_url)
+    app = create_app(Settings(database_url=sqlite_url, serve_threads=threads))
+    with TestClient(app) as client:
+        fit(client)
+    service = app.state.service
+    # calibrate and /v2 infer both resolve the version first, on the thread they run on
+    probe = service.resolve_loaded = ConcurrencyProbe(service.resolve_loaded)
+    batch = LOGITS[:8]
+    v1 = {"logits": batch.tolist()}
+    v2 = {"inputs": [{"name": "logits", "shape": list(batch.shape), "datatype": "FP64",
+                      "data": batch.ravel().tolist()}]}
+
+    async def burst():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            calls = [asyncio.create_task(client.post("/v1/calibrators/demo/calibrate", json=v1)) for _ in range(4)]
+            calls += [asyncio.create_task(client.post("/v2/models/demo/infer", json=v2)) for _ in range(4)]
+            while probe.active == 0:
+                await asyncio.sleep(0.001)
+            # a listing uses the default pool: it is answered while the burst still queues
+            listing = await client.get("/v1/calibrators")
+            pending = sum(not call.done() for call in calls)
+            return [await call for call in calls], listing, pending
+
+    responses, listing, pending = asyncio.run(burst())
+    assert [r.status_code for r in responses] == [200] * 8, [r.text for r in responses]
+    assert listing.status_code == 200 and pending > 0
+    assert probe.most == threads
+
+
+def test_serve_threads_must_be_positive():
+    with pytest.raises(ValueError, match="serve_threads"):
+        Settings(serve_threads=0)
