@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import Select, create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -44,9 +45,7 @@ def make_engine(url: str, timeout: float = 30.0) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _begin(connection):
-            mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-            if mode != "NONE":  # NONE: single statements, each its own implicit transaction
-                connection.exec_driver_sql(f"BEGIN {mode}")
+            connection.exec_driver_sql(f"BEGIN {connection.get_execution_options().get('sqlite_begin', 'DEFERRED')}")
 
         return engine
     return create_engine(
@@ -67,12 +66,8 @@ class Database:
         writer = self.engine
         if self.engine.dialect.name == "sqlite":
             writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
-        # one-statement reads on the hot path need no explicit transaction: a lone SELECT sees
-        # one consistent snapshot on both databases
-        if self.engine.dialect.name == "sqlite":
-            self.single_statement = self.engine.execution_options(sqlite_begin="NONE")
-        else:
-            self.single_statement = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._compiled: dict = {}
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(writer, expire_on_commit=False)
 
@@ -89,6 +84,38 @@ class Database:
     def write(self) -> Iterator[Session]:
         with self._write() as session, session.begin():
             yield session
+
+    def first_row(self, statement: Select, params: dict) -> tuple | None:
+        """The first row of one SELECT, or None: the hot path's lookup, in no explicit
+        transaction (a lone SELECT sees one consistent snapshot on both databases).
+
+        On SQLite it runs on a pooled DBAPI connection directly (the connection is in
+        autocommit mode, see ``make_engine``): SQLAlchemy's connection and result layers cost
+        ~100 µs a call there, five times the query itself (119 vs 19 µs measured). Errors are
+        raised as SQLAlchemy's, so they map to the same problems. On Postgres the round trip
+        dominates, and the statement goes through SQLAlchemy.
+        """
+        if self.dialect != "sqlite":
+            with self._autocommit.connect() as connection:
+                return connection.execute(statement, params).first()
+        compiled = self._compiled.get(statement)
+        if compiled is None:
+            compiled = self._compiled[statement] = statement.compile(dialect=self.engine.dialect)
+        values = compiled.construct_params(params)
+        positional = tuple(values[key] for key in compiled.positiontup)
+        dbapi_error = self.engine.dialect.loaded_dbapi.Error
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(compiled.string, positional)
+                return cursor.fetchone()
+            finally:
+                cursor.close()
+        except dbapi_error as exc:
+            raise DBAPIError.instance(compiled.string, positional, exc, dbapi_error) from exc
+        finally:
+            connection.close()
 
     def dispose(self) -> None:
         self.engine.dispose()

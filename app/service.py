@@ -280,8 +280,7 @@ class CalibrationService:
         return resolved, loaded.calibrator
 
     def resolve_loaded(self, name: str, version: int | None = None, alias: str | None = None):
-        with self.db.single_statement.connect() as connection:
-            resolved = store.resolve(connection, name, version=version, alias=alias)
+        resolved = store.resolve(self.db, name, version=version, alias=alias)
 
         def load() -> Loaded:
             with self.db.read() as session:

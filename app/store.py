@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import orjson
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from .db import Database
 from .models import AliasRow, CalibratorRow, VersionRow, utcnow
 from .problems import conflict, invalid, not_found
 
@@ -191,20 +191,20 @@ LATEST, PINNED, ALIASED = _resolution_queries()
 NAME_EXISTS = select(CalibratorRow.id).where(CalibratorRow.name == bindparam("name"))
 
 
-def resolve(connection: Connection, name: str, version: int | None = None, alias: str | None = None) -> Resolved:
+def resolve(database: Database, name: str, version: int | None = None, alias: str | None = None) -> Resolved:
     """The version that ``name`` (latest), ``name@alias`` or ``name`` + pinned version means.
 
-    One indexed query per call on a plain connection (no ORM session: this is the hot path), so
-    every replica sees moves of aliases and new versions at once.
+    One indexed query per call, outside any session (``Database.first_row``: this is the hot
+    path), so every replica sees moves of aliases and new versions at once.
     """
     if alias is not None:
-        row = connection.execute(ALIASED, {"name": name, "alias": alias}).first()
+        row = database.first_row(ALIASED, {"name": name, "alias": alias})
     elif version is not None:
-        row = connection.execute(PINNED, {"name": name, "version": version}).first()
+        row = database.first_row(PINNED, {"name": name, "version": version})
     else:
-        row = connection.execute(LATEST, {"name": name}).first()
+        row = database.first_row(LATEST, {"name": name})
     if row is None:
-        if connection.execute(NAME_EXISTS, {"name": name}).first() is None:
+        if database.first_row(NAME_EXISTS, {"name": name}) is None:
             raise not_found(f"no calibrator named {name!r}")
         if alias is not None:
             raise not_found(f"calibrator {name!r} has no alias {alias!r}")

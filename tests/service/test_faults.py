@@ -261,3 +261,20 @@ def _fit_with(client, method: str) -> int:
     response = client.post("/v1/calibrators/demo/versions", json=body)
     assert response.status_code == 201, response.text
     return response.json()["version"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_database_without_the_schema_is_503_on_the_hot_path_not_500(kind, request):
+    from starlette.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    url = request.getfixturevalue(f"{kind}_url")  # created, not migrated
+    missing = "the database schema is missing or behind: run `calibration-service migrate`"
+    with TestClient(create_app(Settings(database_url=url))) as client:
+        response = client.post("/v1/calibrators/demo/calibrate", json={"logits": [[1.0, 2.0]]})
+        assert (response.status_code, response.json()["detail"]) == (503, missing)
+        response = client.post("/v2/models/demo/infer", json={"inputs": [
+            {"name": "logits", "shape": [1, 2], "datatype": "FP64", "data": [1.0, 2.0]}]})
+        assert (response.status_code, response.json()) == (503, {"error": missing})
