@@ -297,7 +297,7 @@ class TemperatureCalibrator(Calibrator):
     accuracy_preserving = True
 
     def _predict(self, scores: Scores) -> np.ndarray:
-        return softmax(scores.logits / self.temperature_)
+        return softmax(scores.logits / self.temperature_, overwrite=True)
 
     def _params(self) -> dict:
         return {"temperature": self.temperature_}
