@@ -39,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         # a job still running at shutdown stays "running" in the database (see README, jobs)
         app.state.service.executor.shutdown(wait=False, cancel_futures=True)
+        hot_path_pool.shutdown(wait=False)
         database.dispose()
 
     app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,
@@ -50,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     problems.install(app)
-    hot_path.install(app, settings.serve_threads)
+    hot_path_pool = hot_path.install(app, settings.serve_threads)
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
     app.include_router(health.router)

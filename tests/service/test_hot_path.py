@@ -39,8 +39,7 @@ class ConcurrencyProbe:
 def test_hot_path_runs_at_most_serve_threads_calls_at_once(sqlite_url, threads):
     upgrade(sqlite_url)
     app = create_app(Settings(database_url=sqlite_url, serve_threads=threads))
-    with TestClient(app) as client:
-        fit(client)
+    fit(TestClient(app))  # outside the context manager: no lifespan, so nothing is shut down
     service = app.state.service
     # calibrate and /v2 infer both resolve the version first, on the thread they run on
     probe = service.resolve_loaded = ConcurrencyProbe(service.resolve_loaded)
@@ -54,7 +53,7 @@ def test_hot_path_runs_at_most_serve_threads_calls_at_once(sqlite_url, threads):
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             calls = [asyncio.create_task(client.post("/v1/calibrators/demo/calibrate", json=v1)) for _ in range(4)]
             calls += [asyncio.create_task(client.post("/v2/models/demo/infer", json=v2)) for _ in range(4)]
-            while probe.active == 0:
+            while probe.active == 0 and not any(call.done() for call in calls):
                 await asyncio.sleep(0.001)
             # a listing uses the default pool: it is answered while the burst still queues
             listing = await client.get("/v1/calibrators")
