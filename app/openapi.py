@@ -58,6 +58,24 @@ ERROR_TEXT = {"400": "Malformed request", "401": "Missing, unknown or revoked AP
               "503": "The database is unreachable (with Retry-After)"}
 
 
+def _document_security(app, schema: dict) -> None:
+    """The API-key schemes, on every operation that depends on ``auth.authorize``."""
+    from .auth import CHECKS, SECURITY_SCHEMES
+
+    def routes(items):
+        for route in items:
+            if hasattr(route, "original_router"):  # an included router (FastAPI >= 0.16x)
+                yield from routes(route.original_router.routes)
+            else:
+                yield route
+
+    schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+    for route in routes(app.routes):
+        if any(dependency.dependency in CHECKS for dependency in getattr(route, "dependencies", [])):
+            for method in route.methods:
+                schema["paths"][route.path_format][method.lower()]["security"] = [{"ApiKey": []}, {"Bearer": []}]
+
+
 def document_common_errors(app) -> None:
     """Add the answers every operation of a kind can give: 401 and 403 where an API key is
     taken, 503 where the database is read; on /v2 the protocol's ``{"error": ...}`` bodies
@@ -72,6 +90,7 @@ def document_common_errors(app) -> None:
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = generate()
+            _document_security(app, schema)
             for path, operations in schema["paths"].items():
                 v2 = path.startswith("/v2/models")
                 for operation in operations.values():
