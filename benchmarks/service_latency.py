@@ -1,10 +1,16 @@
 """Latency and throughput of /calibrate for a 64 x 1000 batch, JSON and binary (.npy), with 1 and
-2 uvicorn workers, against the floor (benchmarks/floor_app.py: a bare FastAPI endpoint doing
-only decode -> softmax -> encode). Load from ``wrk`` (Debian package) on loopback: one thread,
-32 keep-alive connections (with fewer, all of them can land on one worker), ``--seconds`` per
-run (default 8). The calibrator is temperature scaling on SQLite, so each call also resolves
-the version in the database. Floor and ours alternate for 3 rounds per case; medians and the
-median ratio are reported.
+2 uvicorn workers, against two floors (benchmarks/floor_app.py: a bare FastAPI endpoint doing
+only decode -> softmax -> encode, on the event loop, and the same on FastAPI's thread pool, as
+the service must: its numeric work never runs on the event loop). Load from ``wrk`` (Debian
+package) on loopback: one thread, 32 keep-alive connections (with fewer, all of them can land
+on one worker), ``--seconds`` per run (default 8). The calibrator is temperature scaling on
+SQLite, so each call also resolves the version in the database. The three servers alternate
+for 3 rounds per case; medians and the median ratios are reported.
+
+Every server runs with the same fixed glibc allocator thresholds (``ALLOCATOR``): with glibc's
+default dynamic mmap threshold, the on-loop floor's speed swings by 2x from run to run on this
+machine (435 to 1083 req/s seen for the same binary case), as 512 KB temporaries are either
+reused or mapped and faulted in afresh.
 
 Run: ``python benchmarks/service_latency.py [--seconds 8] [--workers 1,2]``.
 """
@@ -43,8 +49,11 @@ def wait(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+
+
 def start(command: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen(command, cwd=REPO, env={**os.environ, **env},
+    return subprocess.Popen(command, cwd=REPO, env={**os.environ, **ALLOCATOR, **env},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -105,19 +114,22 @@ def main():
                 ("binary .npy", f"{base}/v1/calibrators/bench/calibrate", f"{floor_base}/npy", npy_body,
                  "application/x-npy", "application/x-npy"),
             ]
+            servers = [("floor, on the event loop", ""), ("floor, on the thread pool", "-threaded"),
+                       ("ours /v1 calibrate", None)]
             for name, url, floor_url, body, content_type, accept in cases:
-                # floor and ours alternate over several rounds: this machine's speed drifts by
+                # the servers alternate over several rounds: this machine's speed drifts by
                 # tens of percent over minutes, so only interleaved ratios are comparable
-                rounds = [(run_wrk(floor_url, body, content_type, accept, seconds),
-                           run_wrk(url, body, content_type, accept, seconds)) for _ in range(ROUNDS)]
-                ratios = sorted(ours["rps"] / floor["rps"] for floor, ours in rounds)
-                for who, index in (("floor (bare FastAPI)", 0), ("ours /v1 calibrate", 1)):
+                rounds = [[run_wrk(url if suffix is None else floor_url + suffix, body, content_type, accept, seconds)
+                           for _, suffix in servers] for _ in range(ROUNDS)]
+                for index, (who, _) in enumerate(servers):
                     results = [r[index] for r in rounds]
                     rows.append([workers, name, who, f"{np.median([r['rps'] for r in results]):.0f}",
                                  f"{np.median([r['p50'] for r in results]):.2f}",
                                  f"{np.median([r['p99'] for r in results]):.2f}", sum(r["errors"] for r in results)])
-                rows.append([workers, name, "ours / floor (req/s), median of rounds",
-                             f"{np.median(ratios):.0%} (range {ratios[0]:.0%}-{ratios[-1]:.0%})", "", "", ""])
+                for index, (who, _) in enumerate(servers[:2]):
+                    ratios = sorted(r[2]["rps"] / r[index]["rps"] for r in rounds)
+                    rows.append([workers, name, f"ours / {who} (req/s), median of rounds",
+                                 f"{np.median(ratios):.0%} (range {ratios[0]:.0%}-{ratios[-1]:.0%})", "", "", ""])
         finally:
             for process in (ours, floor):
                 process.terminate()
