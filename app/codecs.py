@@ -110,9 +110,13 @@ def read_npz(data: bytes, limit: int) -> dict[str, np.ndarray]:
 
 
 def write_npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    return buffer.getvalue()
+    """``.npy`` bytes (format 1.0) in one copy of the data."""
+    array = np.ascontiguousarray(array)
+    header = (f"{{'descr': {np.lib.format.dtype_to_descr(array.dtype)!r}, 'fortran_order': False, "
+              f"'shape': {array.shape!r}, }}")
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"  # data aligned to 64 bytes
+    prefix = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin-1")
+    return b"".join((prefix, array.reshape(-1).view(np.uint8)))
 
 
 def dump_json(value) -> bytes:
