@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -29,6 +30,12 @@ binary tensor extension included.
 """
 
 
+# FastAPI's built-in OpenTelemetry (recent releases) asks the global providers on every request;
+# the service exports Prometheus metrics (/metrics) instead
+NO_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+                if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     logs.configure(settings.log_level)
@@ -43,7 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         database.dispose()
 
     app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, **NO_TELEMETRY)
     app.state.settings = settings
     app.state.db = database
     app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,

@@ -5,9 +5,9 @@ metrics. Written as plain ASGI so it adds no buffering to the hot path."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -39,6 +39,7 @@ class RequestMiddleware:
         self.latency = Histogram("calibration_request_seconds", "HTTP request latency",
                                  ["method", "route"], registry=registry,
                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+        self._series: dict = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -46,7 +47,7 @@ class RequestMiddleware:
         start = time.perf_counter()
         headers = dict(scope["headers"])
         given_id = headers.get(b"x-request-id", b"").decode("latin-1")
-        request_id = given_id if REQUEST_ID.match(given_id) else uuid.uuid4().hex
+        request_id = given_id if REQUEST_ID.match(given_id) else os.urandom(16).hex()
         scope.setdefault("state", {})["request_id"] = request_id
         status_holder = {"status": 500}
         limit = self.max_body_bytes
@@ -89,8 +90,13 @@ class RequestMiddleware:
     def _record(self, scope, status: int, start: float, request_id: str) -> None:
         elapsed = time.perf_counter() - start
         route = getattr(scope.get("route"), "path", None) or "unmatched"
-        self.requests.labels(scope["method"], route, str(status)).inc()
-        self.latency.labels(scope["method"], route).observe(elapsed)
+        key = (scope["method"], route, status)
+        series = self._series.get(key)
+        if series is None:  # labels() validates and locks: look each series up once
+            series = self._series[key] = (self.requests.labels(key[0], route, str(status)),
+                                          self.latency.labels(key[0], route))
+        series[0].inc()
+        series[1].observe(elapsed)
         log.info("request", extra={"method": scope["method"], "path": scope["path"], "route": route,
                                    "status": status, "duration_ms": round(elapsed * 1000, 3),
                                    "request_id": request_id})
