@@ -1,12 +1,14 @@
 """Where the hot path's blocking work runs: calibrate and ``/v2`` inference have a pool of
-``CALIBRATION_SERVE_THREADS`` threads of their own (default 1); everything else (fits,
+``CALIBRATION_SERVE_THREADS`` threads of their own (default 2); everything else (fits,
 reports, listings) uses anyio's default pool of 40, so a long fit never queues them.
 
-These calls are short and numpy-bound. With more threads than the process can use, the
-threads pass the GIL back and forth at every numpy call: with 40 threads and 32 concurrent
-64×1000 calibrate calls, a worker made ~60 context switches per request and spent 2.66 ms of
-CPU on each; with one thread, ~12 and 1.99 ms (``perf stat``). A plain executor hands work
-over in ~35 µs less than anyio's ``to_thread`` (no capacity limiter or context copy).
+These calls are short and numpy-bound. With many threads they pass the GIL back and forth at
+every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one
+worker process made ~60 context switches per request and spent 2.66 ms of CPU on each. With
+one thread, ~11 and 1.5 ms; with two, ~19 and 1.56 ms but 12-18% more requests per second, as
+one thread's numpy work (which releases the GIL) overlaps the other's Python (``perf stat`` and
+benchmarks/service_latency.py, 1 worker, 2 cores). A plain executor hands work over in ~35 µs
+less than anyio's ``to_thread`` (no capacity limiter or context copy).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `serve` binds to.")
     port: int = Field(8000, ge=1, le=65535, description="Port `serve` listens on.")
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes.")
-    serve_threads: int = Field(1, ge=1, le=64, description="Threads per process for calibrate and /v2 "
+    serve_threads: int = Field(2, ge=1, le=64, description="Threads per process for calibrate and /v2 "
                                "inference (other work uses anyio's default pool).")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 above).")
     cache_size: int = Field(256, ge=1, description="Fitted calibrators kept in memory per process.")
