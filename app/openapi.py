@@ -58,6 +58,20 @@ ERROR_TEXT = {"400": "Malformed request", "401": "Missing, unknown or revoked AP
               "503": "The database is unreachable (with Retry-After)"}
 
 
+def _restore_docs_order(schema: dict) -> None:
+    """List the /v1 calibrator paths in the order they are written, not the order they are
+    matched in (``routes.calibrators.DOCS_ORDER``)."""
+    from .routes.calibrators import DOCS_ORDER
+
+    position: dict[str, int] = {}
+    for index, path in enumerate(DOCS_ORDER):
+        position.setdefault(path, index)
+    paths = list(schema["paths"])
+    written = iter(sorted((p for p in paths if p in position), key=position.__getitem__))
+    schema["paths"] = {path: schema["paths"][path] for path in
+                       (next(written) if p in position else p for p in paths)}
+
+
 def _document_security(app, schema: dict) -> None:
     """The API-key schemes, on every operation that depends on ``auth.authorize``."""
     from .auth import CHECKS, SECURITY_SCHEMES
@@ -90,6 +104,7 @@ def document_common_errors(app) -> None:
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = generate()
+            _restore_docs_order(schema)
             _document_security(app, schema)
             for path, operations in schema["paths"].items():
                 v2 = path.startswith("/v2/models")

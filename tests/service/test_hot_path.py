@@ -69,3 +69,13 @@ def test_hot_path_runs_at_most_serve_threads_calls_at_once(sqlite_url, threads):
 def test_serve_threads_must_be_positive():
     with pytest.raises(ValueError, match="serve_threads"):
         Settings(serve_threads=0)
+
+
+def test_calibrate_is_matched_first_but_docs_list_the_routes_as_written():
+    from app.routes.calibrators import DOCS_ORDER, router
+
+    assert [route.path.endswith("/calibrate") for route in router.routes[:2]] == [True, True]
+    schema = create_app(Settings(database_url="sqlite://")).openapi()
+    written = list(dict.fromkeys(DOCS_ORDER))
+    assert [path for path in schema["paths"] if path in written] == written
+    assert written[0] == "/v1/calibrators/{name}/versions"  # fit, then the rest, as in the module
