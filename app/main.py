@@ -16,7 +16,7 @@ from .middleware import RequestMiddleware
 from .openapi import document_common_errors
 from .routes import calibrators, evaluation, health, keys, v2
 from .service import CalibrationService
-from .settings import Settings, get_settings
+from .settings import Settings, get_settings, serve_threads
 
 DESCRIPTION = """
 Fit named calibrators on validation logits, serve calibrated probabilities and calibration
@@ -58,7 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     problems.install(app)
-    hot_path_pool = hot_path.install(app, settings.serve_threads)
+    hot_path_pool = hot_path.install(app, serve_threads(settings))
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
     app.include_router(health.router)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 from pydantic import AliasChoices, Field
@@ -23,8 +24,9 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `serve` binds to.")
     port: int = Field(8000, ge=1, le=65535, description="Port `serve` listens on.")
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes.")
-    serve_threads: int = Field(2, ge=1, le=64, description="Threads per process for calibrate and /v2 "
-                               "inference (other work uses anyio's default pool).")
+    serve_threads: int | None = Field(None, ge=1, le=64, description="Threads per process for calibrate "
+                                      "and /v2 inference (other work uses anyio's default pool); by default 2 "
+                                      "when there are at least 2 cores per worker, else 1.")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 above).")
     cache_size: int = Field(256, ge=1, description="Fitted calibrators kept in memory per process.")
     migrate_on_start: bool = Field(True, description="`serve` runs `alembic upgrade head` before starting.")
@@ -38,6 +40,15 @@ class Settings(BaseSettings):
     job_stale_seconds: float = Field(300.0, ge=1, description="A running job whose heartbeat (every tenth of "
                                      "this) stops for this long is reported failed: its process died.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
+
+
+def serve_threads(settings: Settings, cores: int | None = None) -> int:
+    """``settings.serve_threads``, or 2 where each worker has two cores to itself, else 1: a
+    second thread overlaps numpy work with Python only where a core is idle (binary calibrate:
+    1 worker on 2 cores 77% -> 86% of the floor with 2 threads; 2 workers 84% with 1, 80% with 2)."""
+    if settings.serve_threads is not None:
+        return settings.serve_threads
+    return 2 if (cores or os.cpu_count() or 1) >= 2 * settings.workers else 1
 
 
 @lru_cache

@@ -79,3 +79,11 @@ def test_calibrate_is_matched_first_but_docs_list_the_routes_as_written():
     written = list(dict.fromkeys(DOCS_ORDER))
     assert [path for path in schema["paths"] if path in written] == written
     assert written[0] == "/v1/calibrators/{name}/versions"  # fit, then the rest, as in the module
+
+
+def test_serve_threads_default_to_two_only_where_each_worker_has_two_cores():
+    from app.settings import serve_threads
+
+    assert [serve_threads(Settings(workers=w), cores=2) for w in (1, 2, 3)] == [2, 1, 1]
+    assert serve_threads(Settings(workers=4), cores=16) == 2
+    assert serve_threads(Settings(workers=1, serve_threads=5), cores=2) == 5
