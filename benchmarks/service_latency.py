@@ -139,7 +139,9 @@ def main():
           environment(["fastapi", "uvicorn", "orjson", "numpy"]),
           "Client and server share the machine's 2 cores; ratios are the comparable figure. With 2 workers "
           "the 32 keep-alive connections are split between the workers by asyncio's accept loop, which can "
-          "hand most of them to one worker: 2-worker figures vary with that split (see the note).")
+          "hand most of them to one worker: 2-worker figures vary with that split. Every server runs with "
+          "the same fixed glibc allocator thresholds (MALLOC_MMAP_THRESHOLD_ 32 MiB, MALLOC_TRIM_THRESHOLD_ "
+          "64 MiB); with glibc's dynamic defaults the event-loop floor's speed swings by 2x between runs.")
 
 
 if __name__ == "__main__":
