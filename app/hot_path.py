@@ -1,7 +1,7 @@
 """Where the hot path's blocking work runs: calibrate and ``/v2`` inference have a pool of
 ``CALIBRATION_SERVE_THREADS`` threads of their own (``settings.serve_threads``: 2 where each
-worker has two cores, else 1); everything else (fits,
-reports, listings) uses anyio's default pool of 40, so a long fit never queues them.
+worker has two cores, else 1); everything else (fits, reports, listings) uses anyio's default
+pool of 40, so a long fit never queues them.
 
 These calls are short and numpy-bound. With many threads they pass the GIL back and forth at
 every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one

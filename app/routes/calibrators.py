@@ -57,8 +57,13 @@ async def incoming(request: Request) -> Incoming:
                     request.headers.get("accept"), dict(request.query_params))
 
 
-async def _call(request: Request, method, *args):
-    return await run_in_threadpool(method, *args, await incoming(request))
+async def _call(request: Request, method, *args, hot: bool = False):
+    """``method(*args, incoming)`` off the event loop: calibrate on the hot path's own threads
+    (``hot_path``), everything else on anyio's pool."""
+    body = await incoming(request)
+    if hot:
+        return await hot_path.run(request, method, *args, body)
+    return await run_in_threadpool(method, *args, body)
 
 
 @router.post(
@@ -129,7 +134,7 @@ async def delete_version(request: Request, name: str = NAME, version: int = VERS
 
 @router.put("/calibrators/{name}/aliases/{alias}", summary="Point an alias at a version",
             response_model=AliasOut, responses=problems(400, 404, 415, 422), openapi_extra=body(AliasRequest),
-                                                        dependencies=[WRITE])
+            dependencies=[WRITE])
 async def set_alias(request: Request, name: str = NAME, alias: str = ALIAS):
     store.check_name(name)
     return _json(await _call(request, _service(request).set_alias, name, alias))
@@ -164,7 +169,7 @@ REPORT_DOC = dict(
 @router.post("/calibrators/{ref}/calibrate", summary="Calibrate a batch (latest or alias)", **CALIBRATE_DOC,
              dependencies=[READ])
 async def calibrate(request: Request, ref: str = REF):
-    content, media = await hot_path.run(request, _service(request).calibrate, parse_ref(ref), await incoming(request))
+    content, media = await _call(request, _service(request).calibrate, parse_ref(ref), hot=True)
     return Response(content, media_type=media)
 
 
@@ -172,8 +177,7 @@ async def calibrate(request: Request, ref: str = REF):
              **CALIBRATE_DOC, dependencies=[READ])
 async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
     store.check_name(name)
-    content, media = await hot_path.run(request, _service(request).calibrate, (name, version, None),
-                                        await incoming(request))
+    content, media = await _call(request, _service(request).calibrate, (name, version, None), hot=True)
     return Response(content, media_type=media)
 
 
