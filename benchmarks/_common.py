@@ -33,11 +33,17 @@ def environment(packages: list[str]) -> dict:
             versions[package] = "not installed"
     cpu = "unknown"
     if os.path.exists("/proc/cpuinfo"):
+        fields = {}
         with open("/proc/cpuinfo") as info:
             for line in info:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+        # the model name alone ("AMD EPYC") does not tell CPU generations apart
+        avx512 = "AVX-512" if "avx512f" in fields.get("flags", "").split() else "no AVX-512"
+        cpu = (f"{fields.get('model name', 'unknown')} (family {fields.get('cpu family', '?')}, "
+               f"model {fields.get('model', '?')}, {avx512})")
     return {"python": platform.python_version(), "cpu": cpu, "cores": os.cpu_count(), **versions}
 
 
