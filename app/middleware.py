@@ -17,6 +17,17 @@ log = logging.getLogger("app.access")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
+
+def route_label(scope) -> str:
+    """The path template of the route that took the request, for metrics and the access log.
+    FastAPI puts only its own routes in ``scope["route"]``; the docs pages and the OpenAPI document
+    are plain Starlette routes, which leave their ``endpoint`` there instead and have no path
+    parameters, so their path is their template. A request no route took is ``unmatched``."""
+    route = getattr(scope.get("route"), "path", None)
+    if route is None and scope.get("endpoint") is not None and not scope.get("path_params"):
+        route = scope["path"]
+    return route or "unmatched"
+
 class BodyTooLarge(Problem):
     def __init__(self, limit: int):
         super().__init__(413, f"the request body exceeds the limit of {limit} bytes "
@@ -89,7 +100,7 @@ class RequestMiddleware:
 
     def _record(self, scope, status: int, start: float, request_id: str) -> None:
         elapsed = time.perf_counter() - start
-        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        route = route_label(scope)
         key = (scope["method"], route, status)
         series = self._series.get(key)
         if series is None:  # labels() validates and locks: look each series up once

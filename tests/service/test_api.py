@@ -242,3 +242,15 @@ def test_health_readiness_and_prometheus(client):
     client.get("/v1/methods")
     assert 'calibration_requests_total{method="GET",route="/v1/methods",status="200"}' in client.get("/metrics").text
     assert client.get("/healthz", headers={"x-request-id": "abc-123"}).headers["x-request-id"] == "abc-123"
+
+
+def test_prometheus_labels_the_docs_pages_by_path_and_only_unrouted_requests_as_unmatched(client):
+    """FastAPI marks only its own routes in the scope; the docs pages and the OpenAPI document are
+    plain Starlette routes and must not be counted with the 404s."""
+    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect", "/no-such-page"):
+        client.get(path)
+    exposed = client.get("/metrics").text
+    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"):
+        assert f'calibration_requests_total{{method="GET",route="{path}",status="200"}} 1.0' in exposed
+    assert 'calibration_requests_total{method="GET",route="unmatched",status="404"} 1.0' in exposed
+    assert 'route="unmatched",status="200"' not in exposed
