@@ -227,6 +227,34 @@ def test_a_database_outage_is_503_and_the_service_recovers_without_a_restart(clu
     assert np.array_equal(np.array(before["probabilities"]), local.predict_proba(np.array(EXAMPLE_LOGITS)))
 
 
+@pytest.mark.postgres
+def test_connections_the_server_dropped_are_replaced_without_a_failed_request(postgres_url):
+    """Every backend of the service's database is terminated (as a Postgres restart or an idle
+    timeout in a proxy would): the next requests, reads on the hot path and writes, succeed."""
+    from starlette.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    upgrade(postgres_url)
+    with TestClient(create_app(Settings(database_url=postgres_url))) as client:
+        assert _fit_with(client, "temperature") == 1
+        before = client.post("/v1/calibrators/demo/calibrate", json=BATCH)
+        assert before.status_code == 200, before.text
+        admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            terminated = connection.execute(text(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()) AS killed")).scalar()
+        admin.dispose()
+        assert terminated >= 2  # the hot path's pooled connection and the sessions' one
+        for path in ("/v1/calibrators/demo/calibrate", "/v1/calibrators/demo/versions/1/calibrate"):
+            after = client.post(path, json=BATCH)
+            assert after.status_code == 200, after.text
+            assert after.json()["probabilities"] == before.json()["probabilities"]
+        assert _fit_with(client, "temperature") == 2
+
+
 @pytest.mark.parametrize("tamper", [
     # a digit put in front of the stored temperature (canonical JSON has no spaces)
     "UPDATE calibrator_versions SET params_json = replace(params_json, :old, :new) "
