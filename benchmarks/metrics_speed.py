@@ -39,12 +39,14 @@ def main():
     cases.update(peers(probs, labels, k))
     # The machine's speed drifts between seconds: every round times the max pass and then each
     # case, and a case's ratio is taken within its round; the table gives the median over rounds.
-    base, ratios, one_thread = [], {name: [] for name in cases}, {name: [] for name in ours}
+    base, seconds = [], {name: [] for name in cases}
+    ratios, one_thread = {name: [] for name in cases}, {name: [] for name in ours}
     for _ in range(ROUNDS):
         base.append(best_of(lambda: probs.max(axis=1), 10))
         for name, fn in cases.items():
             if callable(fn):
-                ratios[name].append(best_of(fn, 5) / base[-1])
+                seconds[name].append(best_of(fn, 5))
+                ratios[name].append(seconds[name][-1] / base[-1])
         for name, fn in ours.items():
             with threadpool_limits(1):  # the row-sum check is a BLAS product, on 2 threads by default
                 one_thread[name].append(best_of(fn, 5) / base[-1])
@@ -56,11 +58,12 @@ def main():
             continue
         r = np.array(ratios[name])
         single = one_thread.get(name.removeprefix("ours: "))
-        rows.append([name, f"{np.median(r):.2f}x", f"{r.min():.2f}-{r.max():.2f}", f"{np.median(r) * base_ms:.2f}",
-                     f"{np.median(single):.2f}x" if single else "", f"{fn():.10f}"])
+        rows.append([name, f"{np.median(r):.2f}x", f"{r.min():.2f}-{r.max():.2f}",
+                     f"{np.median(seconds[name]) * 1e3:.2f}", f"{np.median(single):.2f}x" if single else "",
+                     f"{fn():.10f}"])
     env = environment(["numpy", "torch", "torchmetrics", "netcal"])
     write("metrics_speed", "Metrics on 50000 x 100 probabilities (float64)",
-          ["metric", "time / probs.max(axis=1), median", f"range over {ROUNDS} rounds", "ms",
+          ["metric", "time / probs.max(axis=1), median", f"range over {ROUNDS} rounds", "ms, median",
            "same, BLAS on 1 thread", "value"], rows, env,
           "Each round times `probs.max(axis=1)` and then every case (best of 5 calls); a ratio is taken "
           "within its round. Our binned metrics include input validation (row sums, range, finiteness); "
