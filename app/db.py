@@ -66,11 +66,10 @@ class Database:
     def __init__(self, url: str, timeout: float = 30.0):
         self.url = url
         self.engine = make_engine(url, timeout)
-        writer = self.engine
+        writer = lookups = self.engine
         if self.engine.dialect.name == "sqlite":
             writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
-        lookups = self.engine
-        if self.engine.dialect.name != "sqlite":
+        else:
             # the hot path's lookups get their own pool without the pre-ping, which would double
             # their round trips; ``first_row`` retries a connection the server dropped instead
             lookups = make_engine(url, timeout, pre_ping=False)

@@ -17,7 +17,6 @@ log = logging.getLogger("app.access")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
-
 def route_label(scope) -> str:
     """The path template of the route that took the request, for metrics and the access log.
     FastAPI puts only its own routes in ``scope["route"]``; the docs pages and the OpenAPI document
@@ -27,6 +26,7 @@ def route_label(scope) -> str:
     if route is None and scope.get("endpoint") is not None and not scope.get("path_params"):
         route = scope["path"]
     return route or "unmatched"
+
 
 class BodyTooLarge(Problem):
     def __init__(self, limit: int):
