@@ -1,0 +1,352 @@
+"""The requests each client method makes, written once for the sync and the async client.
+
+Each operation is a generator: it yields ``Call`` (send this request, give me the response),
+``Sleep`` (wait) and ``Report`` (tell the caller's progress callback) instructions and returns
+the method's value. ``Client`` runs them with ``httpx.Client`` and ``time.sleep``,
+``AsyncClient`` with ``httpx.AsyncClient`` and ``asyncio.sleep``; retries, backoff and the
+``Idempotency-Key`` live in those runners (``send_plan``), once.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import numpy as np
+
+from .codec import INPUT_KINDS, NPY, NPZ, as_array, decode_npy, encode_npy, encode_npz
+from .errors import CalibrationError, JobFailed, error_class
+from .models import Calibrated, Calibrator, Job, Version
+
+RETRY_STATUSES = frozenset({429, 503})
+JSON = "application/json"
+
+
+@dataclass
+class Call:
+    """One HTTP request. ``ok`` are the statuses that are answers, not problems."""
+
+    method: str
+    path: str
+    params: dict[str, str] | None = None
+    json: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    ok: tuple[int, ...] = (200,)
+
+
+@dataclass
+class Sleep:
+    seconds: float
+
+
+@dataclass
+class Report:
+    callback: Callable[[float], Any]
+    percent: float
+
+
+Operation = Generator[Call | Sleep | Report, Any, Any]
+
+
+# -- retries -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``retries`` more tries after the first on 429, 503 and transport errors; the wait is the
+    answer's ``Retry-After`` when it gives one (a retry that would wait longer than
+    ``max_retry_after`` is not made), else exponential backoff with full jitter:
+    uniform(0, min(max_backoff, backoff * 2**attempt))."""
+
+    retries: int = 3
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+    max_retry_after: float = 120.0
+
+    def delay(self, attempt: int, retry_after: str | None) -> float | None:
+        """Seconds to wait before try ``attempt + 1`` (0-based ``attempt`` just failed), or
+        ``None``: do not retry."""
+        if attempt >= self.retries:
+            return None
+        if retry_after:
+            seconds = parse_retry_after(retry_after)
+            if seconds is not None:
+                return seconds if seconds <= self.max_retry_after else None
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+
+def parse_retry_after(value: str) -> float | None:
+    """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def prepare(call: Call) -> dict[str, Any]:
+    """The keyword arguments of every try of ``call``: a POST gets one ``Idempotency-Key``,
+    reused on its retries."""
+    headers = dict(call.headers)
+    if call.method == "POST":
+        headers.setdefault("Idempotency-Key", str(uuid.uuid4()))
+    kwargs: dict[str, Any] = {"params": call.params, "headers": headers}
+    if call.content is not None:
+        kwargs["content"] = call.content
+    elif call.json is not None:
+        kwargs["content"] = json.dumps(call.json, allow_nan=False).encode()
+        headers.setdefault("Content-Type", JSON)
+    return kwargs
+
+
+def problem(response: httpx.Response) -> CalibrationError:
+    """The typed exception of an error answer, with the problem document's fields."""
+    status = response.status_code
+    body: Any = None
+    try:
+        body = response.json()
+    except ValueError:
+        body = response.text
+    fields = body if isinstance(body, dict) else {}
+    detail = fields.get("detail")
+    if not isinstance(detail, str):  # FastAPI's own 422 ({"detail": [...]}), /v2's {"error": ...}, a proxy's page
+        detail = fields.get("error") if isinstance(fields.get("error"), str) else None
+        detail = detail or (json.dumps(fields["detail"]) if "detail" in fields else None)
+        detail = detail or (body.strip()[:500] if isinstance(body, str) and body.strip() else response.reason_phrase)
+    return error_class(status)(
+        detail, status=status, title=fields.get("title") or response.reason_phrase,
+        type=fields.get("type") or "about:blank", instance=fields.get("instance") or response.request.url.path,
+        request_id=fields.get("request_id") or response.headers.get("x-request-id"),
+        headers=dict(response.headers), body=body)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _segment(value: str) -> str:
+    return quote(str(value), safe="@")
+
+
+def _path(ref: str, version: int | None, action: str) -> str:
+    """``/v1/calibrators/{ref}/{action}`` or, pinned, ``/v1/calibrators/{name}/versions/{v}/{action}``."""
+    if version is None:
+        return f"/v1/calibrators/{_segment(ref)}/{action}"
+    if "@" in ref:
+        raise ValueError(f"pass a calibrator name with version=, not the alias reference {ref!r}")
+    return f"/v1/calibrators/{_segment(ref)}/versions/{int(version)}/{action}"
+
+
+def _kind(input: str) -> str:
+    if input not in INPUT_KINDS:
+        raise ValueError(f"input must be one of {', '.join(INPUT_KINDS)}, not {input!r}")
+    return input
+
+
+def _labelled(values, labels, input: str) -> dict[str, np.ndarray]:
+    if values is None or labels is None:
+        raise ValueError(f"{_kind(input)} and labels are both required")
+    return {_kind(input): as_array(values, input), "labels": as_array(labels, "labels")}
+
+
+def _query(**values) -> dict[str, str]:
+    """Query parameters: JSON for dicts, ``true``/``false`` for booleans, ``None`` left out."""
+    query = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            query[key] = json.dumps(value, allow_nan=False)
+        elif isinstance(value, bool):
+            query[key] = "true" if value else "false"
+        else:
+            query[key] = str(value)
+    return query
+
+
+def _json_body(arrays: dict[str, np.ndarray], **fields) -> dict:
+    body = {key: value.tolist() for key, value in arrays.items()}
+    body.update({key: value for key, value in fields.items() if value is not None})
+    return body
+
+
+# -- operations ----------------------------------------------------------------------------
+
+
+def fit(name, logits, labels, probabilities, scores, method, options, class_names, description, tags,
+        tensor_names, wait, progress, poll) -> Operation:
+    given = {kind: value for kind, value in (("logits", logits), ("probabilities", probabilities),
+                                             ("scores", scores)) if value is not None}
+    if len(given) != 1:
+        raise ValueError("pass exactly one of logits, probabilities or scores"
+                         + (f" (got {', '.join(given)})" if given else ""))
+    (kind, values), = given.items()
+    arrays = _labelled(values, labels, kind)
+    path = f"/v1/calibrators/{_segment(name)}/versions"
+    headers = {} if wait else {"Prefer": "respond-async"}
+    if class_names is not None and any("," in str(n) for n in class_names):
+        # the query form splits class_names at commas: names with one go as JSON
+        body = _json_body(arrays, method=method, options=options, class_names=list(class_names),
+                          description=description, tags=tags, tensor_names=tensor_names)
+        call = Call("POST", path, json=body, headers=headers, ok=(201, 202))
+    else:
+        query = _query(method=method, options=options, description=description, tags=tags,
+                       tensor_names=tensor_names,
+                       class_names=",".join(map(str, class_names)) if class_names is not None else None)
+        call = Call("POST", path, params=query, content=encode_npz(arrays), ok=(201, 202),
+                    headers={"Content-Type": NPZ, **headers})
+    response = yield call
+    if response.status_code == 202:  # a server that fits in the background: a job to follow
+        job = Job.from_dict(response.json())
+        if not wait:
+            return job
+        job = yield from wait_for_job(job.id, progress, poll, None)
+        return Version.from_dict(job.result)
+    if progress is not None:
+        yield Report(progress, 100.0)
+    return Version.from_dict(response.json())
+
+
+def calibrate(ref, values, version, input, with_version, binary) -> Operation:
+    kind = _kind(input)
+    array = as_array(values, kind)
+    path = _path(ref, version, "calibrate")
+    if with_version or not binary:
+        body = _json_body({kind: array}, outputs=["probabilities"])
+        answer = (yield Call("POST", path, json=body)).json()
+        return Calibrated(np.asarray(answer["probabilities"], dtype=np.float64).reshape(len(array), -1),
+                          answer.get("name"), answer.get("version"))
+    headers = {"Content-Type": NPY, "Accept": NPY}
+    response = yield Call("POST", path, params={"input": kind}, content=encode_npy(array), headers=headers)
+    # the binary answer carries no version header today: known only when the call pinned one
+    served = response.headers.get("x-calibrator-version")
+    name = ref.partition("@")[0]
+    return Calibrated(decode_npy(response.content), name,
+                      int(served) if served else (int(version) if version is not None else None))
+
+
+def report(ref, values, labels, version, input, n_bins, bootstrap, confidence, seed, image) -> Operation:
+    arrays = _labelled(values, labels, input)
+    headers = {"Content-Type": NPZ}
+    if image is not None:
+        types = {"png": "image/png", "svg": "image/svg+xml"}
+        if image not in types:
+            raise ValueError(f"image must be 'png' or 'svg', not {image!r}")
+        headers["Accept"] = types[image]
+    query = _query(n_bins=n_bins, bootstrap=bootstrap, confidence=confidence, seed=seed)
+    response = yield Call("POST", _path(ref, version, "report"), params=query, content=encode_npz(arrays),
+                          headers=headers)
+    return response.content if image is not None else response.json()
+
+
+def metrics(values, labels, input, n_bins, bootstrap, confidence, seed) -> Operation:
+    arrays = _labelled(values, labels, input)
+    query = _query(n_bins=n_bins, bootstrap=bootstrap, confidence=confidence, seed=seed)
+    response = yield Call("POST", "/v1/metrics", params=query, content=encode_npz(arrays),
+                          headers={"Content-Type": NPZ})
+    return response.json()
+
+
+def compare(values, labels, input, methods, folds, seed, preserve_accuracy, wait, progress, poll) -> Operation:
+    arrays = _labelled(values, labels, input)
+    headers = {"Prefer": "respond-async"}
+    if methods is None:
+        query = _query(folds=folds, seed=seed, preserve_accuracy=preserve_accuracy)
+        call = Call("POST", "/v1/compare", params=query, content=encode_npz(arrays), ok=(200, 202),
+                    headers={"Content-Type": NPZ, **headers})
+    else:  # the .npz form cannot carry the list of candidates (a query parameter is one string)
+        body = _json_body(arrays, methods=list(methods), folds=folds, seed=seed,
+                          preserve_accuracy=preserve_accuracy)
+        call = Call("POST", "/v1/compare", json=body, ok=(200, 202), headers=headers)
+    response = yield call
+    if response.status_code == 200:  # answered in the request
+        if progress is not None:
+            yield Report(progress, 100.0)
+        return response.json()
+    job = Job.from_dict(response.json())
+    if not wait:
+        return job
+    job = yield from wait_for_job(job.id, progress, poll, None)
+    return job.result
+
+
+def get_job(job_id: str) -> Operation:
+    return Job.from_dict((yield Call("GET", f"/v1/jobs/{_segment(job_id)}")).json())
+
+
+def wait_for_job(job_id: str, progress, poll: float, timeout: float | None) -> Operation:
+    """Poll until the job is done; ``progress(percent)`` on each new percent (increasing, ending
+    at 100 on success). A failed job raises ``JobFailed``; past ``timeout`` seconds,
+    ``TimeoutError``."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    told = None
+    while True:
+        job = yield from get_job(job_id)
+        percent = 100.0 if job.status == "succeeded" else float(job.percent or 0.0)
+        if progress is not None and (told is None or percent > told):
+            told = percent
+            yield Report(progress, percent)
+        if job.status == "failed":
+            raise JobFailed(job, instance=job.location)
+        if job.done:
+            return job
+        if deadline is not None and time.monotonic() + poll > deadline:
+            raise TimeoutError(f"job {job_id} still running after {timeout} s ({job.percent:.0f}% done)")
+        yield Sleep(poll)
+
+
+def _pages(path: str, key: str, page_size: int) -> Operation:
+    items, token = [], None
+    while True:
+        answer = (yield Call("GET", path, params=_query(page_size=page_size, page_token=token))).json()
+        items.extend(answer[key])
+        token = answer.get("next_page_token")
+        if not token:
+            return items
+
+
+def versions(name: str) -> Operation:
+    return [Version.from_dict(v) for v in (yield from _pages(f"/v1/calibrators/{_segment(name)}/versions",
+                                                             "versions", 1000))]
+
+
+def version(name: str, number: int) -> Operation:
+    response = yield Call("GET", f"/v1/calibrators/{_segment(name)}/versions/{int(number)}")
+    return Version.from_dict(response.json())
+
+
+def calibrators() -> Operation:
+    return [Calibrator.from_dict(c) for c in (yield from _pages("/v1/calibrators", "calibrators", 1000))]
+
+
+def calibrator(name: str) -> Operation:
+    return Calibrator.from_dict((yield Call("GET", f"/v1/calibrators/{_segment(name)}")).json())
+
+
+def set_alias(name: str, alias: str, number: int) -> Operation:
+    response = yield Call("PUT", f"/v1/calibrators/{_segment(name)}/aliases/{_segment(alias)}",
+                          json={"version": int(number)})
+    return response.json()
+
+
+def delete(path: str) -> Operation:
+    yield Call("DELETE", path, ok=(204,))
+
+
+def methods() -> Operation:
+    return (yield Call("GET", "/v1/methods")).json()["methods"]
+
+
+def ready() -> Operation:
+    return (yield Call("GET", "/readyz", ok=(200, 503))).json()

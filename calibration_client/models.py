@@ -1,0 +1,117 @@
+"""What the client returns: plain dataclasses over the service's JSON, and ``Calibrated``, a
+numpy array of probabilities that knows which version served it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def _known(cls, data: dict) -> dict:
+    """The fields of ``data`` that ``cls`` declares (a newer server may send more)."""
+    names = {f.name for f in dataclasses.fields(cls)} - {"raw"}
+    return {key: value for key, value in data.items() if key in names}
+
+
+@dataclass(frozen=True)
+class Version:
+    """One immutable fitted version of a calibrator (``GET /v1/calibrators/{name}/versions/{v}``).
+    ``raw`` is the whole JSON answer."""
+
+    name: str
+    version: int
+    method: str
+    options: dict[str, Any] = field(default_factory=dict)
+    input: str = "logits"
+    n_classes: int | None = None
+    n_samples: int | None = None
+    class_names: list[str] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[str, Any] | None = None
+    report: dict[str, Any] | None = field(default=None, repr=False)
+    description: str | None = None
+    tags: dict[str, str] | None = None
+    tensor_names: dict[str, Any] | None = None
+    aliases: list[str] = field(default_factory=list)
+    checksum: str | None = None
+    created_at: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Version:
+        return cls(**_known(cls, data), raw=data)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}/versions/{self.version}"
+
+
+@dataclass(frozen=True)
+class Calibrator:
+    """A calibrator's summary (``GET /v1/calibrators``): its versions and aliases."""
+
+    name: str
+    created_at: str | None = None
+    latest_version: int | None = None
+    n_versions: int = 0
+    aliases: dict[str, int] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Calibrator:
+        return cls(**_known(cls, data), raw=data)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A background job (``GET /v1/jobs/{id}``): ``status`` is ``running``, ``succeeded`` or
+    ``failed``; ``percent`` is 0 to 100; ``result`` the answer once succeeded; ``error`` a problem
+    document once failed."""
+
+    id: str
+    kind: str | None = None
+    status: str = "running"
+    percent: float = 0.0
+    result: Any = None
+    error: dict[str, Any] | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Job:
+        return cls(**_known(cls, data), raw=data)
+
+    @property
+    def done(self) -> bool:
+        return self.status != "running"
+
+    @property
+    def location(self) -> str:
+        return f"/v1/jobs/{self.id}"
+
+
+class Calibrated(np.ndarray):
+    """Calibrated probabilities, ``(n, k)`` float64, that also say what served them: ``name`` and
+    ``version`` (``None`` when the answer did not say: a binary answer to an unpinned call; ask
+    ``calibrate(..., with_version=True)``). Arrays derived from it (slices, ``argmax``) carry the
+    same attributes; ``np.asarray(calibrated)`` is a plain array."""
+
+    name: str | None
+    version: int | None
+
+    def __new__(cls, probabilities, name: str | None = None, version: int | None = None):
+        array = np.asarray(probabilities).view(cls)
+        array.name = name
+        array.version = version
+        return array
+
+    def __array_finalize__(self, obj) -> None:
+        self.name = getattr(obj, "name", None)
+        self.version = getattr(obj, "version", None)
+
+    def __reduce__(self):  # pickling keeps the attributes (np.ndarray's own reduce drops them)
+        return Calibrated, (np.asarray(self), self.name, self.version)
