@@ -3,7 +3,7 @@
 #   make test    install and run lint and the whole test suite (SQLite and Postgres)
 VENV ?= .venv
 SERVE_EXTRAS = plot,postgres
-TEST_EXTRAS = dev,plot,postgres,torch
+TEST_EXTRAS = dev,plot,postgres,torch,client
 
 .PHONY: serve test lint clean
 

@@ -1,0 +1,567 @@
+"""``calibration``: the calibration service from a terminal (typer + rich).
+
+Progress, tables and errors are for people; ``--json`` prints the service's answer for
+scripts, and the exit status says what went wrong (see ``EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .client import DEFAULT_URL, Client
+from .codec import INPUT_KINDS, load_arrays, save_npy
+from .errors import CalibrationError, ConnectionFailed, NotFound
+
+OK, PROBLEM, USAGE, NOT_FOUND, CONNECTION = 0, 1, 2, 3, 4
+EXIT_CODES = (
+    "[bold]Exit status[/bold]: 0 done; 1 the service answered with a problem (its detail is printed); "
+    "2 usage error (bad arguments, unreadable or incomplete file); 3 not found (calibrator, version, "
+    "alias or job); 4 the service could not be reached."
+)
+
+app = typer.Typer(
+    name="calibration",
+    help="Fit, serve and compare probability calibrators on a calibration service.",
+    epilog=EXIT_CODES,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+# names the shared data sets and other tools use for the same arrays
+MEMBER_ALIASES = {"probs": "probabilities", "y": "labels"}
+
+
+class Settings:
+    def __init__(self, url: str, api_key: str | None, timeout: float, retries: int):
+        self.url, self.api_key, self.timeout, self.retries = url, api_key, timeout, retries
+
+    def client(self) -> Client:
+        return Client(self.url, self.api_key or None, timeout=self.timeout, retries=self.retries)
+
+
+@app.callback()
+def main_options(
+    context: typer.Context,
+    url: Annotated[str, typer.Option(envvar="CALIBRATION_URL", help="Base URL of the service.")] = DEFAULT_URL,
+    api_key: Annotated[str | None, typer.Option(envvar="CALIBRATION_API_KEY", show_default=False,
+                                                help="API key (sent as X-API-Key).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for one answer.", min=0.1)] = 300.0,
+    retries: Annotated[int, typer.Option(help="Retries on 429, 503 and connection errors.", min=0)] = 3,
+) -> None:
+    context.obj = Settings(url, api_key, timeout, retries)
+
+
+def _fail(exc: CalibrationError, code: int) -> None:
+    where = f" [dim](request {exc.request_id})[/dim]" if exc.request_id else ""
+    head = " ".join(str(part) for part in (exc.status, exc.title) if part)
+    err.print(f"[bold red]error[/bold red]: {head + ': ' if head else ''}{exc.detail}{where}", soft_wrap=True,
+              markup=True)
+    raise typer.Exit(code)
+
+
+def handled(command: Callable) -> Callable:
+    """Turn the client's exceptions into a printed message and the documented exit status."""
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except NotFound as exc:
+            _fail(exc, NOT_FOUND)
+        except ConnectionFailed as exc:
+            _fail(exc, CONNECTION)
+        except CalibrationError as exc:
+            _fail(exc, PROBLEM)
+        except ValueError as exc:  # a local check of the arguments or the file's arrays
+            err.print(f"[bold red]error[/bold red]: {exc}", soft_wrap=True)
+            raise typer.Exit(USAGE) from exc
+
+    return run
+
+
+# -- files -------------------------------------------------------------------------------------
+
+LabelledFile = typer.Argument(metavar="FILE.npz", exists=True, dir_okay=False, readable=True, show_default=False,
+                              help="logits (or probabilities, probs or scores) and labels.")
+ArrayFile = typer.Argument(metavar="FILE", exists=True, dir_okay=False, readable=True, show_default=False,
+                           help="An .npy array, or an .npz holding logits (or probabilities or scores).")
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    try:
+        arrays = load_arrays(path)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"cannot read {path} as .npy or .npz: {exc}") from exc
+    return {MEMBER_ALIASES.get(name, name): array for name, array in arrays.items()}
+
+
+def _input_of(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> str:
+    present = [kind for kind in INPUT_KINDS if kind in arrays]
+    if input is not None:
+        if input not in arrays:
+            raise typer.BadParameter(f"{path} has no {input!r} array (it has {', '.join(arrays) or 'none'})")
+        return input
+    if len(present) != 1:
+        raise typer.BadParameter(f"{path} must hold exactly one of {', '.join(INPUT_KINDS)} (it has "
+                                 f"{', '.join(arrays) or 'none'}); or name one with --input")
+    return present[0]
+
+
+def _labelled(path: Path, input: str | None) -> tuple[str, np.ndarray, np.ndarray]:
+    arrays = _arrays(path)
+    if "" in arrays:
+        raise typer.BadParameter(f"{path} is one .npy array; this command needs an .npz with "
+                                 "logits (or probabilities or scores) and labels")
+    if "labels" not in arrays:
+        raise typer.BadParameter(f"{path} has no 'labels' array (it has {', '.join(arrays)})")
+    kind = _input_of(arrays, path, input)
+    return kind, arrays[kind], arrays["labels"]
+
+
+def _json_option(text: str | None, what: str) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"{what} must be a JSON object: {exc}") from exc
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"{what} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _print_json(value: Any) -> None:
+    out.print_json(json.dumps(value, default=str))
+
+
+InputOption = Annotated[str | None, typer.Option(
+    help="Which array of the file to send: logits, probabilities or scores (default: the one it holds).",
+    show_default=False)]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the service's JSON answer (for scripts).")]
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+
+def _spinner(text: str) -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                    transient=True)
+
+
+def _bar() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                    TimeElapsedColumn(), console=err, transient=True)
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+METRIC_ROWS = ("nll", "brier", "ece", "adaptive_ece", "classwise_ece", "kde_ece", "mce", "accuracy",
+               "mean_confidence")
+
+
+def _show(title: str, table: Table) -> None:
+    out.print(f"[bold]{title}[/bold]", soft_wrap=True)
+    out.print(table)
+
+
+def _before_after(report: dict) -> Table:
+    table = Table()
+    for column in ("metric", "before", "after", "change"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    before, after = report["before"]["metrics"], report["after"]["metrics"]
+    for name in METRIC_ROWS:
+        if name in before:
+            change = after[name] - before[name] if None not in (before[name], after[name]) else None
+            table.add_row(name, _fmt(before[name]), _fmt(after[name]),
+                          "—" if change is None else f"{change:+.4f}")
+    return table
+
+
+def _parameters(parameters: dict) -> str:
+    shown = []
+    for key, value in parameters.items():
+        if isinstance(value, bool) or value is None:
+            shown.append(f"{key}={value}")
+        elif isinstance(value, int | float):
+            shown.append(f"{key}={_fmt(float(value), 6)}")
+        elif isinstance(value, str):
+            if len(value) <= 40:
+                shown.append(f"{key}={value}")
+        elif isinstance(value, list):
+            shown.append(f"{key}=[{np.shape(value) if _rectangular(value) else len(value)}]")
+        else:
+            shown.append(f"{key}={{…}}")
+    return ", ".join(shown) or "—"
+
+
+def _rectangular(value: list) -> bool:
+    try:
+        np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+@app.command()
+@handled
+def fit(
+    context: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name (created on the first fit).",
+                                                  show_default=False)],
+    file: Annotated[Path, LabelledFile],
+    method: Annotated[str, typer.Option(help="A method of `calibration methods`, or auto.")] = "temperature",
+    options: Annotated[str | None, typer.Option(help='Method options as JSON, e.g. \'{"folds": 3}\'.',
+                                                show_default=False)] = None,
+    class_names: Annotated[str | None, typer.Option(help="Comma-separated class names, in label order.",
+                                                    show_default=False)] = None,
+    description: Annotated[str | None, typer.Option(show_default=False)] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE (repeatable).", show_default=False)] = None,
+    input: InputOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Fit a method on FILE.npz (logits/probabilities/scores and labels) and store the next version."""
+    kind, values, labels = _labelled(file, input)
+    tags = {}
+    for item in tag or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--tag takes KEY=VALUE, not {item!r}")
+        tags[key] = value
+    names = [n.strip() for n in class_names.split(",")] if class_names else None
+    with context.obj.client() as client, _spinner("") as progress:
+        progress.add_task(f"fitting {method} on {len(labels)} samples", total=None)
+        version = client.fit(name, labels=labels, **{kind: values}, method=method,
+                             options=_json_option(options, "--options"), class_names=names,
+                             description=description, tags=tags or None)
+    if as_json:
+        _print_json(version.raw)
+        return
+    converged = (version.diagnostics or {}).get("converged")
+    chosen = version.parameters.get("chosen") if version.method == "auto" else None
+    out.print(f"[bold]{version.name}[/bold] version [bold]{version.version}[/bold]: {version.method} "
+              f"{'(chose ' + chosen + ') ' if chosen else ''}"
+              f"on {version.n_samples} × {version.n_classes} {version.input}"
+              + ("" if converged is None else f"; converged: {converged}"))
+    out.print(f"parameters: {_parameters(version.parameters)}", soft_wrap=True)
+    if version.report and "before" in version.report:
+        _show("on the fitting data", _before_after(version.report))
+    comparison = (version.report or {}).get("comparison")
+    if comparison and comparison.get("selection"):
+        out.print(f"auto: {comparison['selection'].get('reason', '')}", soft_wrap=True)
+
+
+def _resolve(client: Client, ref: str, version: int | None) -> tuple[str, int]:
+    """The version ``ref`` serves now, so that a binary call can be pinned to it (and say which)."""
+    name, _, alias = ref.partition("@")
+    if version is not None:
+        if alias:
+            raise typer.BadParameter("give NAME with --version, not NAME@ALIAS")
+        return name, version
+    calibrator = client.calibrator(name)
+    if alias:
+        if alias not in calibrator.aliases:
+            raise NotFound(f"calibrator {name!r} has no alias {alias!r}", status=404, title="Not Found")
+        return name, calibrator.aliases[alias]
+    if calibrator.latest_version is None:
+        raise NotFound(f"calibrator {name!r} has no versions", status=404, title="Not Found")
+    return name, calibrator.latest_version
+
+
+@app.command()
+@handled
+def calibrate(
+    context: typer.Context,
+    ref: Annotated[str, typer.Argument(metavar="REF", help="NAME (latest version) or NAME@ALIAS.",
+                                                 show_default=False)],
+    file: Annotated[Path, ArrayFile],
+    version: Annotated[int | None, typer.Option(help="Pin a version.", min=1, show_default=False)] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the probabilities to this .npy file.",
+                                                  dir_okay=False, show_default=False)] = None,
+    input: InputOption = None,
+    rows: Annotated[int, typer.Option(help="Rows to show when not writing --out.", min=0)] = 10,
+) -> None:
+    """Calibrated probabilities of FILE.npy (one array) or FILE.npz (its logits/probabilities/scores)."""
+    arrays = _arrays(file)
+    if "" in arrays:
+        kind, values = input or "logits", arrays[""]
+    else:
+        kind = _input_of(arrays, file, input)
+        values = arrays[kind]
+    with context.obj.client() as client:
+        name, number = _resolve(client, ref, version)
+        probabilities = client.calibrate(name, values, version=number, input=kind)
+        served = f"{name} version {number}"
+        if out_file is not None:
+            save_npy(out_file, probabilities)
+            out.print(f"wrote {probabilities.shape[0]} × {probabilities.shape[1]} probabilities from {served} "
+                      f"to {out_file}")
+            return
+        class_names = client.version(name, number).class_names
+    table = Table()
+    for column in ("row", "class", "confidence"):
+        table.add_column(column, justify="right" if column != "class" else "left")
+    predicted = np.asarray(probabilities).argmax(axis=1)
+    for row in range(min(rows, len(predicted))):
+        label = class_names[predicted[row]] if class_names else str(predicted[row])
+        table.add_row(str(row), label, f"{probabilities[row, predicted[row]]:.4f}")
+    _show(f"{served}: {probabilities.shape[0]} rows × {probabilities.shape[1]} classes"
+          f"{' (first ' + str(rows) + ')' if probabilities.shape[0] > rows else ''}", table)
+    out.print("[dim]--out FILE.npy writes every row[/dim]")
+
+
+@app.command()
+@handled
+def report(
+    context: typer.Context,
+    ref: Annotated[str, typer.Argument(metavar="REF", help="NAME (latest version) or NAME@ALIAS.",
+                                                 show_default=False)],
+    file: Annotated[Path, LabelledFile],
+    version: Annotated[int | None, typer.Option(help="Pin a version.", min=1, show_default=False)] = None,
+    png: Annotated[Path | None, typer.Option(help="Also write the reliability diagram to this PNG.",
+                                             dir_okay=False, show_default=False)] = None,
+    bins: Annotated[int, typer.Option(help="Bins of the binned metrics.", min=1, max=1000)] = 15,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for intervals.", min=0, max=2000)] = 0,
+    input: InputOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Metrics before and after calibration on a labelled FILE.npz (and a PNG diagram with --png)."""
+    kind, values, labels = _labelled(file, input)
+    with context.obj.client() as client:
+        answer = client.report(ref, values, labels, version=version, input=kind, n_bins=bins, bootstrap=bootstrap)
+        if png is not None:
+            png.write_bytes(client.report(ref, values, labels, version=version, input=kind, n_bins=bins,
+                                          image="png"))
+    if as_json:
+        _print_json(answer)
+    else:
+        _show(f"{answer['name']} version {answer['version']} on {answer['n_samples']} samples",
+              _before_after(answer))
+    if png is not None:
+        err.print(f"wrote the reliability diagram to {png}")
+
+
+@app.command()
+@handled
+def metrics(
+    context: typer.Context,
+    file: Annotated[Path, LabelledFile],
+    bins: Annotated[int, typer.Option(help="Bins of the binned metrics.", min=1, max=1000)] = 15,
+    input: InputOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Metrics of a labelled FILE.npz as it is (no calibrator)."""
+    kind, values, labels = _labelled(file, input)
+    with context.obj.client() as client:
+        answer = client.metrics(values, labels, input=kind, n_bins=bins)
+    if as_json:
+        _print_json(answer)
+        return
+    table = Table()
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in answer["metrics"].items():
+        table.add_row(name, _fmt(value))
+    _show(f"{answer['n_samples']} samples × {answer['n_classes']} classes", table)
+
+
+COMPARE_COLUMNS = {"nll": "nll", "brier": "brier", "ece": "ece", "kde_ece": "kde-ece",
+                   "accuracy_change": "Δacc"}
+
+
+def _show_comparison(result: dict) -> None:
+    """The candidates' cross-validated means (NLL also with its sd across folds), the chosen one
+    starred, then why the others were not chosen."""
+    selection = result.get("selection") or {}
+    chosen = (selection.get("chosen") or {}).get("name")
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1))
+    table.add_column("candidate", overflow="fold")
+    for key, header in COMPARE_COLUMNS.items():
+        table.add_column(header, justify="right", min_width=6)
+        if key == "nll":
+            table.add_column("± sd", justify="right", min_width=6)
+
+    def cells(mean: dict, sd: dict | None) -> list[str]:
+        row = []
+        for key in COMPARE_COLUMNS:
+            row.append(_fmt(mean.get(key)))
+            if key == "nll":
+                row.append(_fmt((sd or {}).get(key)) if sd is not None else "")
+        return row
+
+    table.add_row("uncalibrated", *cells(result.get("uncalibrated") or {}, None), style="dim")
+    for method in result["methods"]:
+        mark = "★ " if method["name"] == chosen else "  "
+        table.add_row(mark + method["name"], *cells(method.get("mean") or {}, method.get("std") or {}),
+                      style="bold green" if method["name"] == chosen else None)
+    _show(f"{result['folds']}-fold comparison on {result['n_samples']} samples × {result['n_classes']} classes "
+          "(means over the held-out folds)", table)
+    reason = selection.get("reason")
+    out.print(f"selection: {reason}" if reason else "selection: no candidate passes the rule", soft_wrap=True)
+    for method in result["methods"]:
+        why = method.get("error") or (selection.get("excluded") or {}).get(method["name"])
+        if why:
+            out.print(f"  [dim]excluded {method['name']}: {why}[/dim]", soft_wrap=True)
+
+
+@app.command()
+@handled
+def compare(
+    context: typer.Context,
+    file: Annotated[Path, LabelledFile],
+    methods: Annotated[str | None, typer.Option(help="Comma-separated candidates (default: the service's set "
+                                                     "for the data's size).", show_default=False)] = None,
+    folds: Annotated[int, typer.Option(help="Stratified cross-validation folds.", min=2, max=20)] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the fold assignment.", min=0)] = 0,
+    preserve_accuracy: Annotated[bool, typer.Option(help="Choose among accuracy-preserving methods only.")] = False,
+    input: InputOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Compare methods by cross-validation on a labelled FILE.npz (a job; its progress is shown)."""
+    kind, values, labels = _labelled(file, input)
+    candidates = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+    with context.obj.client() as client, _bar() as progress:
+        task = progress.add_task(f"comparing on {len(labels)} samples, {folds} folds", total=100)
+        result = client.compare(values, labels, input=kind, methods=candidates, folds=folds, seed=seed,
+                                preserve_accuracy=preserve_accuracy,
+                                progress=lambda percent: progress.update(task, completed=percent), poll=0.25)
+    if as_json:
+        _print_json(result)
+        return
+    _show_comparison(result)
+
+
+@app.command()
+@handled
+def versions(
+    context: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name.", show_default=False)],
+    as_json: JsonFlag = False,
+) -> None:
+    """The versions of a calibrator, newest first."""
+    with context.obj.client() as client:
+        found = client.versions(name)
+    if as_json:
+        _print_json([v.raw for v in found])
+        return
+    table = Table()
+    for column in ("version", "method", "input", "samples", "classes", "converged", "aliases", "created"):
+        table.add_column(column, justify="right" if column in ("version", "samples", "classes") else "left")
+    for v in found:
+        table.add_row(str(v.version), v.method, v.input, _fmt(v.n_samples), _fmt(v.n_classes),
+                      _fmt((v.diagnostics or {}).get("converged")), ", ".join(v.aliases), (v.created_at or "")[:19])
+    _show(name, table)
+
+
+@app.command()
+@handled
+def calibrators(context: typer.Context, as_json: JsonFlag = False) -> None:
+    """Every calibrator: latest version, number of versions, aliases."""
+    with context.obj.client() as client:
+        found = client.calibrators()
+    if as_json:
+        _print_json([c.raw for c in found])
+        return
+    table = Table()
+    for column in ("name", "latest", "versions", "aliases", "created"):
+        table.add_column(column, justify="right" if column in ("latest", "versions") else "left")
+    for c in found:
+        aliases = ", ".join(f"{alias}→{number}" for alias, number in sorted(c.aliases.items()))
+        table.add_row(c.name, _fmt(c.latest_version), str(c.n_versions), aliases, (c.created_at or "")[:19])
+    out.print(table)
+
+
+@app.command()
+@handled
+def alias(
+    context: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name.", show_default=False)],
+    alias: Annotated[str, typer.Argument(metavar="ALIAS", help="Alias, e.g. production.", show_default=False)],
+    version: Annotated[int, typer.Argument(metavar="VERSION", help="The version it points at.", min=1,
+                                                show_default=False)],
+) -> None:
+    """Point ALIAS at VERSION; callers then serve NAME@ALIAS."""
+    with context.obj.client() as client:
+        answer = client.set_alias(name, alias, version)
+    out.print(f"{answer['name']}@{answer['alias']} → version {answer['version']}")
+
+
+@app.command()
+@handled
+def jobs(
+    context: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="Job id (from Location: /v1/jobs/ID).",
+                                          show_default=False)],
+    wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """A background job: status and percent done (--wait follows it with a progress bar)."""
+    with context.obj.client() as client:
+        if wait:
+            with _bar() as progress:
+                task = progress.add_task(f"job {job_id}", total=100)
+                try:
+                    client.wait_for_job(job_id, lambda p: progress.update(task, completed=p), poll=0.25)
+                except CalibrationError as exc:
+                    if getattr(exc, "job", None) is None:
+                        raise
+        job = client.job(job_id)
+    if as_json:
+        _print_json(job.raw)
+    else:
+        out.print(f"job {job.id} ({job.kind}): {job.status}, {job.percent:.0f}% done; updated {job.updated_at}")
+        if job.status == "succeeded" and isinstance(job.result, dict) and "methods" in job.result:
+            _show_comparison(job.result)
+    if job.error:
+        err.print(f"[bold red]failed[/bold red]: {job.error.get('title', '')}: {job.error.get('detail', '')}",
+                  soft_wrap=True)
+        raise typer.Exit(PROBLEM)
+
+
+@app.command("methods")
+@handled
+def list_methods(context: typer.Context, as_json: JsonFlag = False) -> None:
+    """The calibration methods the service offers."""
+    with context.obj.client() as client:
+        found = client.methods()
+    if as_json:
+        _print_json(found)
+        return
+    table = Table()
+    table.add_column("method")
+    table.add_column("keeps argmax")
+    table.add_column("description")
+    for method in found:
+        table.add_row(method["name"], "yes" if method.get("accuracy_preserving") else "no",
+                      method.get("description", ""))
+    out.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
