@@ -1,0 +1,74 @@
+"""Live servers for the client and CLI tests: ``calibration-service serve`` in a subprocess (one
+per module) on a SQLite file or a fresh Postgres database, API keys on, a 1 MiB body limit, and
+real model outputs (a few hundred CIFAR-10 ResNet-50 validation rows)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.helpers import DATA, REPO
+from tests.service.conftest import create_postgres_database
+from tests.service.live import live_server
+
+ROWS = 400
+MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass
+class Service:
+    """A running server: its base URL and one API key per scope."""
+
+    url: str
+    keys: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def cifar() -> tuple[np.ndarray, np.ndarray]:
+    """The first ROWS validation logits (float32, 10 classes) and labels of a real model."""
+    with np.load(DATA / "cifar10_resnet50_cross_entropy_val.npz") as data:
+        return data["logits"][:ROWS], data["labels"][:ROWS]
+
+
+@contextmanager
+def database(kind: str, tmp_path_factory):
+    """An empty database of ``kind`` (created, not migrated), dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('client') / 'calibration.db'}"
+        return
+    url, drop = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop()
+
+
+def _admin_key(url: str) -> str:
+    """The first admin key, made as an operator makes it: ``calibration-service keys create``
+    (which also needs the schema: ``migrate`` first)."""
+    environment = {**os.environ, "DATABASE_URL": url}
+    for command in (["migrate"], ["keys", "create", "--name", "client-tests", "--scope", "admin"]):
+        done = subprocess.run([sys.executable, "-m", "app.cli", *command], cwd=REPO, env=environment,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@contextmanager
+def keyed_server(url: str, log_file, env: dict | None = None):
+    """A live server with API keys on and a read-only and an admin key."""
+    admin = _admin_key(url)
+    settings = {"CALIBRATION_API_KEYS_ENABLED": "true", "CALIBRATION_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+                **(env or {})}
+    with live_server(url, env=settings, log_file=log_file) as base:
+        made = httpx.post(f"{base}/v1/keys", json={"name": "reader", "scopes": ["read"]},
+                          headers={"X-API-Key": admin}, timeout=30)
+        assert made.status_code == 201, made.text
+        yield Service(base, {"admin": admin, "read": made.json()["key"]})

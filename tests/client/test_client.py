@@ -1,0 +1,204 @@
+"""The Python client against a live server (SQLite and Postgres): what it returns equals what
+the numeric core computes in-process on the same arrays, problems arrive as typed exceptions
+with the server's detail, and a compare job reports increasing progress."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration_client import (
+    AsyncClient,
+    Calibrated,
+    Client,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    Job,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    Version,
+)
+from tests.client.conftest import MAX_BODY_BYTES, database, keyed_server
+from tests.helpers import REPO
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def service(request, tmp_path_factory):
+    with database(request.param, tmp_path_factory) as url, \
+            keyed_server(url, tmp_path_factory.mktemp("log") / "server.log") as running:
+        yield running
+
+
+@pytest.fixture
+def client(service):
+    with Client(service.url, api_key=service.keys["admin"], retries=0) as client:
+        yield client
+
+
+def test_the_client_imports_neither_the_service_nor_the_core():
+    code = ("import sys, calibration_client, calibration_client.cli; "
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'calibration')); "
+            "assert not loaded, loaded")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_fit_and_calibrate_equal_the_core_in_process(client, cifar):
+    logits, labels = cifar
+    fit_x, fit_y, batch = logits[:300], labels[:300], logits[300:]
+    version = client.fit("resnet", fit_x, fit_y, method="temperature", class_names=[f"c{i}" for i in range(10)],
+                         description="client test", tags={"team": "vision"})
+    local = cal.create("temperature").fit(fit_x, fit_y)
+    assert isinstance(version, Version) and version.name == "resnet" and version.version == 1
+    assert version.parameters["temperature"] == local.temperature_
+    assert (version.n_samples, version.n_classes, version.input) == (300, 10, "logits")
+    assert version.tags == {"team": "vision"} and version.class_names[3] == "c3"
+    assert version.diagnostics["converged"] is True
+    expected = local.predict_proba(batch)
+
+    served = client.calibrate("resnet", batch)  # .npy both ways
+    assert isinstance(served, Calibrated) and served.dtype == np.float64
+    assert np.array_equal(served, expected)
+    assert served.name == "resnet" and served.version is None  # the binary answer does not say
+    pinned = client.calibrate("resnet", batch, version=1)
+    assert np.array_equal(pinned, expected) and pinned.version == 1
+    named = client.calibrate("resnet", batch, with_version=True)  # JSON, which names the version
+    assert np.array_equal(named, expected) and (named.name, named.version) == ("resnet", 1)
+
+    # probabilities in, probabilities out: the same equality
+    probabilities = cal.softmax(fit_x.astype(np.float64))
+    version = client.fit("resnet-probs", probabilities=probabilities, labels=fit_y, method="isotonic_multiclass")
+    local = cal.create("isotonic_multiclass", {"input": "probabilities"}).fit(probabilities, fit_y)
+    assert version.input == "probabilities"
+    batch_p = cal.softmax(batch.astype(np.float64))
+    assert np.array_equal(client.calibrate("resnet-probs", batch_p, input="probabilities"),
+                          local.predict_proba(batch_p))
+
+
+def test_report_and_metrics_equal_the_core(client, cifar):
+    logits, labels = cifar
+    client.fit("reported", logits, labels)
+    calibrated = cal.create("temperature").fit(logits, labels).predict_proba(logits)
+    raw = cal.softmax(logits.astype(np.float64))
+    report = client.report("reported", logits, labels, n_bins=10)
+    assert (report["name"], report["version"], report["n_samples"], report["n_bins"]) == ("reported", 1, 400, 10)
+    assert report["after"]["metrics"]["nll"] == pytest.approx(cal.nll(calibrated, labels), rel=1e-12)
+    assert report["after"]["metrics"]["ece"] == pytest.approx(cal.ece(calibrated, labels, n_bins=10), rel=1e-12)
+    assert report["before"]["metrics"]["nll"] == pytest.approx(cal.nll(raw, labels), rel=1e-12)
+    png = client.report("reported", logits, labels, image="png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    measured = client.metrics(logits, labels, n_bins=10)
+    assert measured["n_samples"] == 400
+    assert measured["metrics"]["brier"] == pytest.approx(cal.brier(raw, labels), rel=1e-12)
+    assert measured["metrics"]["ece"] == pytest.approx(cal.ece(raw, labels, n_bins=10), rel=1e-12)
+
+
+def test_the_registry_versions_aliases_and_deletes(client, cifar):
+    logits, labels = cifar
+    first = client.fit("registry", logits, labels, method="temperature")
+    second = client.fit("registry", logits, labels, method="vector")
+    assert (first.version, second.version) == (1, 2)
+    assert [v.version for v in client.versions("registry")] == [2, 1]
+    assert client.version("registry", 1).parameters == first.parameters
+    assert client.set_alias("registry", "production", 1) == {"name": "registry", "alias": "production",
+                                                             "version": 1}
+    assert client.calibrator("registry").aliases == {"production": 1}
+    assert "registry" in [c.name for c in client.calibrators()]
+    served = client.calibrate("registry@production", logits[:5], with_version=True)
+    assert served.version == 1
+    assert np.array_equal(served, cal.create("temperature").fit(logits, labels).predict_proba(logits[:5]))
+    with pytest.raises(Conflict) as conflict:
+        client.delete_version("registry", 1)
+    assert conflict.value.status == 409 and "production" in conflict.value.detail
+    client.delete_alias("registry", "production")
+    client.delete_version("registry", 1)
+    assert [v.version for v in client.versions("registry")] == [2]
+    client.delete_calibrator("registry")
+    with pytest.raises(NotFound) as missing:
+        client.versions("registry")
+    assert missing.value.detail == "no calibrator named 'registry'"
+
+
+def test_problems_are_typed_exceptions_with_the_servers_fields(service, client, cifar):
+    logits, labels = cifar
+    with pytest.raises(NotFound) as missing:
+        client.calibrate("nobody", logits[:3])
+    problem = missing.value
+    assert (problem.status, problem.title, problem.detail) == (404, "Not Found", "no calibrator named 'nobody'")
+    assert problem.instance == "/v1/calibrators/nobody/calibrate" and len(problem.request_id) == 32
+    with pytest.raises(InvalidInput) as invalid:
+        client.fit("bad", logits, labels, method="no_such_method")
+    assert invalid.value.status == 422 and invalid.value.detail.startswith("unknown method 'no_such_method'")
+    with pytest.raises(InvalidInput) as invalid:
+        client.fit("bad", logits, labels[:-1])
+    assert "labels" in invalid.value.detail
+    with pytest.raises(PayloadTooLarge) as large:
+        client.calibrate("nobody", np.zeros((MAX_BODY_BYTES // 8 + 1024, 1)))
+    assert large.value.status == 413 and str(MAX_BODY_BYTES) in large.value.detail
+    with Client(service.url, retries=0) as anonymous, pytest.raises(Unauthorized) as unauthorized:
+        anonymous.calibrators()
+    assert unauthorized.value.status == 401 and unauthorized.value.headers["www-authenticate"].startswith("Bearer")
+    with Client(service.url, api_key=service.keys["read"], retries=0) as reader:
+        assert isinstance(reader.calibrators(), list)
+        with pytest.raises(Forbidden) as forbidden:
+            reader.fit("not-allowed", logits, labels)
+    assert forbidden.value.status == 403 and "write" in forbidden.value.detail
+
+
+def test_a_compare_job_reports_increasing_progress_and_the_cores_result(client, cifar):
+    logits, labels = cifar
+    seen: list[float] = []
+    result = client.compare(logits, labels, folds=10, progress=seen.append, poll=0.01)
+    assert seen == sorted(seen) and len(set(seen)) == len(seen) and seen[-1] == 100.0
+    assert any(0 < p < 100 for p in seen), seen  # a percent from the running job, not just start and end
+    local = cal.compare(logits, labels, folds=10, seed=0)
+    chosen = cal.select(local).to_dict()["chosen"]
+    assert result["selection"]["chosen"] == chosen
+    assert [m["name"] for m in result["methods"]] == [r.candidate.name for r in local.results]
+    expected = [r.mean("nll") for r in local.results]  # JSON has no infinity: the server sends null
+    assert [m["mean"]["nll"] for m in result["methods"]] == [
+        None if not np.isfinite(value) else pytest.approx(value, rel=1e-9) for value in expected]
+
+    # named candidates travel as JSON (the .npz form has no place for the list); wait=False gives the job
+    job = client.compare(logits, labels, methods=["temperature", "isotonic_multiclass"], folds=3, wait=False)
+    assert isinstance(job, Job) and job.kind == "compare"
+    done = client.wait_for_job(job.id, poll=0.02)
+    assert done.status == "succeeded" and done.percent == 100.0
+    assert [m["name"] for m in done.result["methods"]] == ["temperature", "isotonic_multiclass"]
+    assert client.job(job.id).result == done.result
+    with pytest.raises(NotFound) as missing:
+        client.job("0" * 32)
+    assert missing.value.detail.startswith(f"no job '{'0' * 32}'")
+
+
+def test_the_async_client_does_the_same(service, cifar):
+    logits, labels = cifar
+
+    async def scenario():
+        seen = []
+
+        async def progress(percent):
+            seen.append(percent)
+
+        async with AsyncClient(service.url, api_key=service.keys["admin"], retries=0) as client:
+            version = await client.fit("async", logits, labels)
+            served, comparison = await asyncio.gather(
+                client.calibrate("async", logits[:7], version=version.version),
+                client.compare(logits, labels, methods=["temperature"], folds=4, progress=progress, poll=0.01))
+            with pytest.raises(NotFound):
+                await client.version("async", 99)
+        return version, served, comparison, seen
+
+    version, served, comparison, seen = asyncio.run(scenario())
+    local = cal.create("temperature").fit(logits, labels)
+    assert version.parameters["temperature"] == local.temperature_
+    assert np.array_equal(served, local.predict_proba(logits[:7])) and served.version == version.version
+    assert comparison["selection"]["chosen"]["name"] == "temperature"
+    assert seen == sorted(seen) and seen[-1] == 100.0
