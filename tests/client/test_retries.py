@@ -138,4 +138,4 @@ def test_the_async_client_really_waits_and_reaches_the_recovered_server(tmp_path
         assert migrating and migrating[0].wait(timeout=60) == 0
     finally:
         server.stop()
-    assert 5.0 <= elapsed < 9.0
+    assert 5.0 <= elapsed < 20.0  # the 5 s asked for, plus two requests on a busy machine
