@@ -9,6 +9,10 @@
   after which the error is of order eps.
 * ``minimize_smooth``: L-BFGS-B with an analytic gradient, run to a tight gradient tolerance;
   the fit counts as converged when the final gradient's largest entry is below ``gtol``.
+* ``minimize_newton``: trust-region Newton with the exact Hessian (``trust-exact``) or
+  Hessian-vector products (``trust-ncg``); same criterion.
+* ``keeps_receding``: whether a convex NLL has no finite minimiser along the direction Newton's
+  method takes from a solution (separable data), so that a fit can say so.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
+from scipy.sparse.linalg import LinearOperator, minres
 
 from .base import FitDiagnostics
 
@@ -111,18 +116,67 @@ def minimize_smooth(
 
 def minimize_newton(
     fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
-    hess: Callable[[np.ndarray], np.ndarray],
+    hess: Callable[[np.ndarray], np.ndarray] | None,
     x0: np.ndarray,
     *,
+    hessp: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     gtol: float = 1e-6,
     maxiter: int = 1000,
 ) -> tuple[np.ndarray, FitDiagnostics]:
-    """Minimise a smooth convex function given with its gradient and exact Hessian (scipy's
-    trust-region ``trust-exact``, which copes with a singular Hessian); same criterion as
-    ``minimize_smooth``."""
-    result = minimize(fun, x0, jac=True, hess=hess, method="trust-exact",
-                      options={"maxiter": maxiter, "gtol": gtol * 1e-3})
+    """Minimise a smooth convex function given with its gradient and exact second derivatives by
+    a trust-region Newton method: with the Hessian ``hess``, scipy's ``trust-exact`` (which copes
+    with a singular Hessian); with Hessian-vector products ``hessp`` instead, ``trust-ncg``
+    (Newton-CG in a trust region, Steihaug 1983; Nocedal & Wright §7.1), which needs neither
+    the Hessian in memory nor its factorisation. (``trust-krylov`` stopped early here, at a
+    "bad approximation", on ill-conditioned matrix-scaling fits that ``trust-ncg`` finished.)
+    Same criterion as ``minimize_smooth``: converged when the largest gradient entry is at most
+    ``gtol``."""
+    if hess is not None:
+        result = minimize(fun, x0, jac=True, hess=hess, method="trust-exact",
+                          options={"maxiter": maxiter, "gtol": gtol * 1e-3})
+    else:
+        result = minimize(fun, x0, jac=True, hessp=hessp, method="trust-ncg",
+                          options={"maxiter": maxiter, "gtol": gtol * 1e-3})
     return result.x, _diagnostics(result, gtol)
+
+
+def keeps_receding(
+    fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
+    hessp: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    logit_spread: Callable[[np.ndarray], float],
+    theta: np.ndarray,
+    *,
+    steps: int = 10,
+    move: float = 0.5,
+    vanishing: float = 1e-9,
+) -> bool:
+    """Whether a convex loss of logits linear in ``theta`` (an NLL of softmax outputs) has no
+    finite minimiser in the direction Newton's method takes from ``theta``.
+
+    Near a minimiser Newton steps shrink quadratically, so a step soon moves no logit by more
+    than ``move`` (``logit_spread(step)``: the largest change of a difference of two logits of
+    one row). On a ray along which the loss decays like ``c·exp(-a t)`` (separable data: the
+    loss's infimum is approached only as the weights grow without bound) each Newton step is
+    ``1/a`` long for ever: it keeps moving some logit gap by about 1 and keeps lowering the loss.
+    This returns True when ``steps`` successive full Newton steps each move a logit gap by more
+    than ``move`` without raising the loss, or when the loss is (or falls) below ``vanishing``
+    nats: a mean NLL that small is reached only by separating the classes, and there the
+    Hessian is near rounding level, so that Newton steps stop being meaningful.
+    """
+    loss, gradient = fun(theta)
+    size = theta.size
+    for _ in range(steps):
+        if loss <= vanishing:
+            return True
+        operator = LinearOperator((size, size), matvec=lambda v, t=theta: hessp(t, v), dtype=np.float64)
+        step = minres(operator, -gradient, rtol=1e-10, maxiter=min(10 * size, 300))[0]
+        if not logit_spread(step) > move:
+            return False
+        new_loss, new_gradient = fun(theta + step)
+        if not new_loss <= loss:
+            return False
+        theta, loss, gradient = theta + step, new_loss, new_gradient
+    return True
 
 
 def _diagnostics(result, gtol: float) -> FitDiagnostics:

@@ -7,12 +7,26 @@
 
 Matrix and Dirichlet take the ODIR penalty of Kull et al., added to the mean NLL:
 ``λ/(k(k-1)) Σ_{i≠j} W_ij² + μ/k Σ_j b_j²`` (options ``off_diagonal_l2`` = λ and
-``bias_l2`` = μ; both 0 by default, the unregularised fit). Each objective is convex; it is
-minimised from the identity map by L-BFGS-B with its analytic gradient
-``∂/∂W = (P - Y)ᵀ X / n + penalty``, ``∂/∂b = mean(P - Y) + penalty``, taken in standardised
-feature coordinates (same optimum, far better conditioned), and the fit reports convergence
-when the gradient's largest entry (in those coordinates) is below 1e-6. Without regularisation the
-optimum may not exist (separable data); the fit then reports that it did not converge.
+``bias_l2`` = μ; both 0 by default, the unregularised fit). Each objective is convex and is
+minimised from the identity map, in standardised feature coordinates (same optimum, far better
+conditioned), by a trust-region Newton method with exact second derivatives: vector scaling
+with its 2k × 2k Hessian (scipy ``trust-exact``), matrix and Dirichlet with Hessian-vector
+products (``trust-ncg``): with ``P`` the probabilities, ``x̃`` the features and ``V`` a
+direction, ``Hv = ((P ⊙ (Δ - (P ⊙ Δ)1))ᵀ [x̃ 1]) / n + penalty`` where ``Δ = [x̃ 1] Vᵀ``.
+The gradient is ``(P - Y)ᵀ [x̃ 1] / n + penalty``. A fit reports convergence only when the
+gradient's largest entry (in those coordinates) is at most 1e-6; a fit stopped by
+``max_iterations`` does not.
+
+No finite optimum (separable data). When some labels are separated perfectly by the map (e.g.
+every label is its row's argmax, or a class never occurs), the NLL's infimum is approached only
+as the weights grow without bound; ODIR does not prevent it, since it leaves the diagonal free.
+Choice made here: such a fit is **reported as not converged** (``converged: false``, a
+``ConvergenceWarning``, and a message saying that no finite optimum exists), keeping the
+parameters where the solver stopped; it is not silently regularised. It is detected after the
+solve (``solvers.keeps_receding``): the objective is below 1e-9 nats, or ten more full Newton
+steps each still move some logit gap by more than 0.5 while lowering the loss (near a true
+minimiser Newton steps shrink quadratically; along a ray where the loss decays like
+``exp(-a t)`` each step has length ``1/a`` for ever).
 
 Dirichlet calibration also exposes its canonical parameters (Kull et al. §3): the matrix
 ``A = W - min over each column`` and the calibrated probabilities of a uniform input,
@@ -35,10 +49,10 @@ from ..base import Calibrator, FitDiagnostics, on_device, param_array
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
-from ..solvers import minimize_newton, minimize_smooth
+from ..solvers import keeps_receding, minimize_newton
 
 MAX_ITERATIONS_OPTION = Option(
-    "max_iterations", int, 1000, "L-BFGS iterations at most; a fit stopped by this limit "
+    "max_iterations", int, 1000, "Newton iterations at most; a fit stopped by this limit "
     "reports that it did not converge.", minimum=1)
 ODIR_OPTIONS = (
     Option("off_diagonal_l2", float, 0.0, "λ of the ODIR penalty on off-diagonal weights.",
@@ -55,16 +69,46 @@ def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return centre, scale
 
 
+def softmax_and_nll(out: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, float]:
+    """``softmax(out)`` and the mean NLL of the labels, with ``log Σ exp`` taken as
+    ``max + log1p(Σ of the other terms)`` so that a loss near 0 keeps its relative precision
+    (the trust-region solver compares predicted and actual decreases of it). Overwrites ``out``."""
+    rows = np.arange(len(out))
+    top = out.argmax(axis=1)
+    out -= out[rows, top][:, None]
+    e = np.exp(out)
+    e[rows, top] = 0.0
+    rest = e.sum(axis=1)
+    e[rows, top] = 1.0
+    return e / (1.0 + rest)[:, None], float(np.mean(np.log1p(rest) - out[rows, labels]))
+
+
+def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, theta) -> FitDiagnostics:
+    """The diagnostics, marked not converged when the objective has no finite minimiser
+    (``keeps_receding``: Newton steps from the solution keep moving the logits and lowering
+    the loss); ``logits(v)`` is the change of the logits along the parameter direction ``v``."""
+    def spread(step: np.ndarray) -> float:
+        change = logits(step)
+        return float(np.max(change.max(axis=1) - change.min(axis=1)))
+
+    if not keeps_receding(objective, hessp, spread, theta):
+        return diagnostics
+    diagnostics.converged = False
+    diagnostics.message = (
+        "no finite optimum exists: this map separates some labels perfectly (or a class never "
+        "occurs among them), so the NLL keeps falling towards its infimum as the weights grow "
+        "without bound (Newton steps keep moving the logits); the parameters returned (weight "
+        f"norm {np.linalg.norm(theta):.3g}) are where "
+        f"the solver stopped ({diagnostics.message}); fit on more data or use fewer parameters "
+        "(e.g. temperature scaling)")
+    return diagnostics
+
+
 class _AffineSoftmax(Calibrator):
     full_matrix: ClassVar[bool]
 
     def _features(self, scores: Scores) -> np.ndarray:
         return scores.logits
-
-    def _unpack(self, theta: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        split = k * k if self.full_matrix else k
-        weights = theta[:split].reshape((k, k) if self.full_matrix else (k,))
-        return weights, theta[split:]
 
     def _affine(self, x: np.ndarray, weights: np.ndarray, bias: np.ndarray) -> np.ndarray:
         return (x @ weights.T if self.full_matrix else x * weights) + bias
@@ -73,51 +117,58 @@ class _AffineSoftmax(Calibrator):
         x = self._features(scores)
         n, k = x.shape
         rows = np.arange(n)
-        lam = self.options.get("off_diagonal_l2", 0.0)
-        mu = self.options.get("bias_l2", 0.0)
+        factor = self.options.get("off_diagonal_l2", 0.0) / (k * (k - 1))
+        bias_factor = self.options.get("bias_l2", 0.0) / k
         off_diagonal = ~np.eye(k, dtype=bool)
         # The solver works in standardised coordinates (a linear change of variables that
-        # leaves the optimum unchanged): W = W' / s column-wise and b = b' - W m, with m and s
-        # the feature means and standard deviations. Log-probability features have means
-        # far from 0, which otherwise couples weights and intercepts badly.
+        # leaves the optimum unchanged): the logits are x̃ W'ᵀ + b' with x̃ = (x - m) / s, so
+        # W = W' / s column-wise and b = b' - W m. Log-probability features have means far
+        # from 0, which otherwise couples weights and intercepts badly.
         centre, scale = standardisation(x)
+        x = (x - centre) / scale
+        cache = {}
 
         def original(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            weights, bias = self._unpack(theta, k)
-            weights = weights / scale
-            return weights, bias - (weights @ centre if self.full_matrix else weights * centre)
+            weights = theta[: k * k].reshape(k, k) / scale
+            return weights, theta[k * k:] - weights @ centre
+
+        def penalty_gradient(theta: np.ndarray) -> np.ndarray:
+            """Gradient of the (quadratic) penalty, pulled back to standardised coordinates;
+            linear in ``theta``, so it is also the penalty's Hessian times ``theta``."""
+            weights, bias = original(theta)
+            grad_w, grad_b = 2 * factor * np.where(off_diagonal, weights, 0.0), 2 * bias_factor * bias
+            return np.concatenate([((grad_w - np.outer(grad_b, centre)) / scale).ravel(), grad_b])
+
+        def logits(theta: np.ndarray) -> np.ndarray:
+            return x @ theta[: k * k].reshape(k, k).T + theta[k * k:]
+
+        def probabilities(theta: np.ndarray) -> np.ndarray:
+            if cache.get("theta") is None or not np.array_equal(cache["theta"], theta):
+                p, nll = softmax_and_nll(logits(theta), labels)
+                cache.update(theta=theta.copy(), p=p, nll=nll)
+            return cache["p"]
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            weights, bias = original(theta)
-            out = self._affine(x, weights, bias)
-            shifted = out - out.max(axis=1, keepdims=True)
-            e = np.exp(shifted)
-            total = e.sum(axis=1)
-            loss = float(np.mean(np.log(total) - shifted[rows, labels]))
-            residual = e / total[:, None]
+            residual = probabilities(theta).copy()
             residual[rows, labels] -= 1.0
             residual /= n
-            grad_w = residual.T @ x if self.full_matrix else np.einsum("ij,ij->j", residual, x)
-            grad_b = residual.sum(axis=0)
-            if self.full_matrix and lam > 0:
-                factor = lam / (k * (k - 1))
-                loss += factor * float(np.sum(weights[off_diagonal] ** 2))
-                grad_w = grad_w + 2 * factor * np.where(off_diagonal, weights, 0.0)
-            if mu > 0:
-                loss += mu / k * float(bias @ bias)
-                grad_b = grad_b + 2 * mu / k * bias
-            # chain rule back to the standardised coordinates
-            if self.full_matrix:
-                grad_w = (grad_w - np.outer(grad_b, centre)) / scale
-            else:
-                grad_w = (grad_w - grad_b * centre) / scale
-            return loss, np.concatenate([grad_w.ravel(), grad_b])
+            weights, bias = original(theta)
+            loss = cache["nll"] + factor * float(np.sum(weights[off_diagonal] ** 2)) + bias_factor * float(bias @ bias)
+            gradient = np.concatenate([(residual.T @ x).ravel(), residual.sum(axis=0)])
+            return loss, gradient + penalty_gradient(theta)
 
-        identity = np.eye(k) if self.full_matrix else np.ones(k)
-        start = np.concatenate([(identity * scale).ravel(), centre])
-        theta, diagnostics = minimize_smooth(objective, start, maxiter=self.options["max_iterations"])
+        def hessp(theta: np.ndarray, v: np.ndarray) -> np.ndarray:
+            p = probabilities(theta)
+            change = p * logits(v)
+            change -= p * change.sum(axis=1, keepdims=True)
+            change /= n
+            return np.concatenate([(change.T @ x).ravel(), change.sum(axis=0)]) + penalty_gradient(v)
+
+        start = np.concatenate([np.diag(scale).ravel(), centre])
+        theta, diagnostics = minimize_newton(objective, None, start, hessp=hessp,
+                                             maxiter=self.options["max_iterations"])
         self.weights_, self.bias_ = original(theta)
-        return diagnostics
+        return check_finite_optimum(diagnostics, objective, hessp, logits, theta)
 
     def _predict(self, scores: Scores) -> np.ndarray:
         return softmax(self._affine(self._features(scores), on_device(self.weights_, scores),
@@ -158,12 +209,8 @@ class VectorScaling(_AffineSoftmax):
 
         def probabilities(theta: np.ndarray) -> np.ndarray:
             if state.get("theta") is None or not np.array_equal(state["theta"], theta):
-                out = x * theta[:k] + theta[k:]
-                out -= out.max(axis=1, keepdims=True)
-                e = np.exp(out)
-                total = e.sum(axis=1)
-                state.update(theta=theta.copy(), p=e / total[:, None],
-                             loss=float(np.mean(np.log(total) - out[rows, labels])))
+                p, nll = softmax_and_nll(x * theta[:k] + theta[k:], labels)
+                state.update(theta=theta.copy(), p=p, loss=nll)
             return state["p"]
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -185,7 +232,8 @@ class VectorScaling(_AffineSoftmax):
                                              maxiter=self.options["max_iterations"])
         self.weights_ = theta[:k] / scale
         self.bias_ = theta[k:] - self.weights_ * centre
-        return diagnostics
+        return check_finite_optimum(diagnostics, objective, lambda t, v: hessian(t) @ v,
+                                    lambda v: x * v[:k] + v[k:], theta)
 
 
 class MatrixScaling(_AffineSoftmax):
