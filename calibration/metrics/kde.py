@@ -10,9 +10,12 @@ the classwise ECE of a binary model and is at least its top-label ECE (top-label
 merges p₁ = c with p₁ = 1 - c). f is the kernel density of z and
 π(z) = Σ_i c_i K(z - z_i) / Σ_i K(z - z_i) the kernel estimate of accuracy at z (the paper's
 acc·f₁/f). Kernel: triweight, ``K(u) ∝ (1 - (u/3h)^2)^3`` on |u| < 3h, whose standard
-deviation is the bandwidth h (KDEpy's convention). Default ``h = 1.06 · σ̂ · n^(-1/5)`` with
-σ̂ the standard deviation of z over the samples with c_i = 1 (as the paper's code takes it;
-the standard deviation of all z if fewer than two such samples) and n the number of samples.
+deviation is the bandwidth h (KDEpy's convention). Default ``h = σ̂ · (2n)^(-1/5)``, exactly as
+``ece_kde_binary`` in the Mix-n-Match code (``kbw = np.std(dconf_1)*(N*2)**-0.2``): σ̂ the
+(population, ddof = 0) standard deviation of z over the samples with c_i = 1 (of all z if fewer
+than two such samples), n the number of samples — the count of points before mirroring, so
+``2n`` is not the mirrored sample size (that is 3n). No 1.06 factor (Silverman's normal-reference
+constant is not in the reference code).
 The default h is raised to at least ``MIN_BANDWIDTH`` = 1e-4 (it falls below only when the
 confidences are all but equal, e.g. two samples of one fold; the grid would need over 2·10⁵
 points); an explicit bandwidth below it is an error.
@@ -44,6 +47,13 @@ def _linear_binning(points: np.ndarray, weights: np.ndarray, origin: float, step
     return grid[:size]
 
 
+def default_bandwidth(z: np.ndarray, c: np.ndarray) -> float:
+    """``σ̂ · (2n)^(-1/5)`` of the Mix-n-Match code (see the module docstring), before the
+    ``MIN_BANDWIDTH`` floor: ``z`` the confidences, ``c`` the 0/1 correctness."""
+    spread = float(np.std(z[c == 1])) if np.count_nonzero(c) >= 2 else 0.0
+    return (spread or float(np.std(z))) * (2 * len(z)) ** -0.2
+
+
 def kde_ece(probs, labels, norm: int = 1, bandwidth: float | None = None) -> float:
     """Kernel-density ECE (see the module docstring)."""
     if norm not in (1, 2):
@@ -57,8 +67,7 @@ def kde_ece(probs, labels, norm: int = 1, bandwidth: float | None = None) -> flo
         z, c = top_label_of(probs, labels)
     n = len(z)
     if bandwidth is None:
-        spread = float(np.std(z[c == 1])) if np.count_nonzero(c) >= 2 else 0.0
-        h = 1.06 * (spread or float(np.std(z))) * n ** -0.2
+        h = default_bandwidth(z, c)
         if h == 0:  # all confidences equal: the density is a point mass
             return float(abs(z[0] - c.mean()))
         h = max(h, MIN_BANDWIDTH)
