@@ -9,8 +9,15 @@ the weights minimise that loss with ``t`` fixed:
 * ``loss="mse"`` (the paper's default): the loss is quadratic in ``w``; the minimum over the
   simplex is found exactly by solving the KKT system on each of the 7 faces and keeping the
   best feasible point.
-* ``loss="nll"``: ``-mean log(w . v_i)`` with ``v_i`` the three components' probabilities of
-  the label; convex, solved by SLSQP with the analytic gradient.
+* ``loss="nll"``: ``f(w) = -mean log(w . v_i)`` with ``v_i`` the three components'
+  probabilities of the label; convex. Writing ``w = (a, b, 1 - a - b)``, the partial minimum
+  ``g(a) = min_b f(a, b)`` over ``b in [0, 1 - a]`` is convex too, with ``g'(a) = ∂f/∂a`` at
+  the inner minimiser (envelope theorem); so the minimum is found by two nested bracketed
+  roots (Brent) of increasing derivatives, ``∂f/∂b = -mean((v_2 - v_3)/q)`` inside and ``g'``
+  outside, each ending at an end of its interval when the derivative does not change sign.
+  Only signs and interpolation use the derivatives, so their scale does not matter: a row
+  whose label probability is 5e-24 (a gradient of 1e19 at the vertex ``(1, 0, 0)``) does not
+  stop the fit as it stopped SLSQP started there.
 
 Accuracy-preserving: each component keeps the order of each row.
 
@@ -24,7 +31,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy.optimize import minimize
+from scipy.optimize import brentq
 
 from ..backend import label_entries, namespace, row_dot, to_host
 from ..base import Calibrator, FitDiagnostics, param_array, param_float
@@ -34,6 +41,7 @@ from ..softmax import softmax
 from .temperature import shifted_logits, solve_brier_temperature, solve_nll_temperature
 
 COMPONENTS = ("temperature_scaled", "identity", "uniform")
+EPS = float(np.finfo(np.float64).eps)
 
 
 def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarray:
@@ -58,6 +66,49 @@ def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarra
             if value < best_value - 1e-15:
                 best, best_value = w, value
     return best
+
+
+def _increasing_root(g, lo: float, hi: float) -> float:
+    """The point of ``[lo, hi]`` where the increasing ``g`` changes sign (an end if it does not);
+    Brent's method with ±inf (a zero probability at an end) replaced by ±1e300 for the
+    interpolation only."""
+    g_lo, g_hi = g(lo), g(hi)
+    if hi <= lo or g_lo >= 0:
+        return lo
+    if g_hi <= 0:
+        return hi
+    return brentq(lambda t: float(np.clip(g(t), -1e300, 1e300)), lo, hi, xtol=1e-300, rtol=4 * EPS,
+                  maxiter=500)
+
+
+def simplex_log_loss_minimum(v: np.ndarray) -> tuple[np.ndarray, float, int]:
+    """argmin over the simplex of ``f(w) = -mean log(v w)`` for three components (see the
+    module docstring): the weights, the loss and the number of loss-gradient evaluations."""
+    calls = [0]
+
+    def partials(a: float, b: float) -> tuple[float, float]:
+        """``∂f/∂a`` and ``∂f/∂b`` for ``w = (a, b, 1 - a - b)``."""
+        calls[0] += 1
+        q = a * v[:, 0] + b * v[:, 1] + max(0.0, 1.0 - a - b) * v[:, 2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(-np.mean((v[:, 0] - v[:, 2]) / q)), float(-np.mean((v[:, 1] - v[:, 2]) / q))
+
+    def inner(a: float) -> float:
+        return _increasing_root(lambda b: partials(a, b)[1], 0.0, 1.0 - a)
+
+    def outer_slope(a: float) -> float:
+        """Derivative of ``min_b f(a, b)`` (envelope theorem; along the edge b = 1 - a when the
+        inner minimum is there)."""
+        b = inner(a)
+        f_a, f_b = partials(a, b)
+        return f_a - f_b if b > 0 and b >= 1.0 - a else f_a
+
+    a = _increasing_root(outer_slope, 0.0, 1.0)
+    b = inner(a)
+    w = np.array([a, b, max(0.0, 1.0 - a - b)])
+    w /= w.sum()
+    with np.errstate(divide="ignore"):
+        return w, float(-np.mean(np.log(v @ w))), calls[0]
 
 
 class EnsembleTemperatureScaling(Calibrator):
@@ -106,20 +157,9 @@ class EnsembleTemperatureScaling(Calibrator):
             converged, message, iterations = True, "exact minimum over the simplex", 1
         else:
             v = np.column_stack([*at_label, np.full(scores.n, 1.0 / k)])
-
-            def loss(w):
-                q = v @ w
-                return -np.mean(np.log(q)), -(v / q[:, None]).mean(axis=0)
-
-            result = minimize(loss, np.array([1.0, 0.0, 0.0]), jac=True, method="SLSQP",
-                              bounds=[(0.0, 1.0)] * 3,
-                              constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0,
-                                            "jac": lambda w: np.ones(3)}],
-                              options={"ftol": 1e-15, "maxiter": 1000})
-            w = np.clip(result.x, 0.0, None)
-            self.weights_ = w / w.sum()
-            objective, converged = float(result.fun), bool(result.success)
-            message, iterations = str(result.message), int(result.nit)
+            self.weights_, objective, iterations = simplex_log_loss_minimum(v)
+            converged = bool(np.isfinite(objective))
+            message = "minimum over the simplex (nested bracketed roots of the derivatives)"
         return FitDiagnostics(
             converged=t_diagnostics.converged and converged,
             iterations=t_diagnostics.iterations + iterations,
