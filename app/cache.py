@@ -13,24 +13,19 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from calibration import Calibrator, from_dict
 
-from .problems import Problem
-from .store import Resolved, checksum
+from .errors import IntegrityFailure
+from .store import ResolvedVersion, checksum
 
 
-class IntegrityFailure(Problem):
-    def __init__(self, detail: str):
-        super().__init__(500, detail, title="Stored calibrator failed its integrity check")
-
-
-def load_calibrator(resolved: Resolved, params_json: str) -> Calibrator:
+def load_calibrator(resolved: ResolvedVersion, params_json: str) -> Calibrator:
     """Parse stored parameters after checking them against the stored checksum."""
     where = f"calibrator {resolved.name!r} version {resolved.version}"
     if checksum(params_json) != resolved.checksum:
         raise IntegrityFailure(f"the stored parameters of {where} do not match their checksum; refusing to serve")
-    import orjson
-
     try:
         return from_dict(orjson.loads(params_json))
     except (ValueError, orjson.JSONDecodeError) as exc:
@@ -38,32 +33,46 @@ def load_calibrator(resolved: Resolved, params_json: str) -> Calibrator:
 
 
 @dataclass(frozen=True)
-class Loaded:
-    """A stored version ready to serve."""
+class LoadedVersion:
+    """A stored version ready to serve: which version it is, its calibrator, and the class and
+    ``/v2`` tensor names served with it."""
 
+    resolved: ResolvedVersion
     calibrator: Calibrator
     class_names: list[str] | None = None
     tensor_names: dict | None = None
+
+    @property
+    def name(self) -> str:
+        return self.resolved.name
+
+    @property
+    def version(self) -> int:
+        return self.resolved.version
 
 
 class CalibratorCache:
     def __init__(self, size: int):
         self.size = size
-        self._items: OrderedDict[tuple, Loaded] = OrderedDict()
+        self._items: OrderedDict[tuple, LoadedVersion] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, resolved: Resolved, load: Callable[[], Loaded]) -> Loaded:
-        key = (resolved.name, resolved.version, resolved.checksum)
+    @staticmethod
+    def _key(resolved: ResolvedVersion) -> tuple:
+        return resolved.name, resolved.version, resolved.checksum
+
+    def get(self, resolved: ResolvedVersion, load: Callable[[], LoadedVersion]) -> LoadedVersion:
+        key = self._key(resolved)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
         loaded = load()
-        self.put(resolved, loaded)
+        self.put(loaded)
         return loaded
 
-    def put(self, resolved: Resolved, loaded: Loaded) -> None:
-        key = (resolved.name, resolved.version, resolved.checksum)
+    def put(self, loaded: LoadedVersion) -> None:
+        key = self._key(loaded.resolved)
         with self._lock:
             self._items[key] = loaded
             self._items.move_to_end(key)

@@ -18,7 +18,7 @@ import zipfile
 import numpy as np
 import orjson
 
-from .problems import Problem, bad_request, invalid
+from .errors import InvalidInput, MalformedRequest, TooLarge
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
@@ -26,19 +26,15 @@ JSON_TYPE = "application/json"
 ALLOWED_KINDS = "biuf"
 
 
-def media_type(content_type: str | None) -> str:
-    return (content_type or "").split(";")[0].strip().lower()
-
-
 def parse_json(body: bytes) -> dict:
     if not body:
-        raise bad_request("the request body is empty; send a JSON object")
+        raise MalformedRequest("the request body is empty; send a JSON object")
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise bad_request(f"malformed JSON: {exc}") from exc
+        raise MalformedRequest(f"malformed JSON: {exc}") from exc
     if not isinstance(value, dict):
-        raise bad_request("the request body must be a JSON object")
+        raise MalformedRequest("the request body must be a JSON object")
     return value
 
 
@@ -73,15 +69,15 @@ def read_npy(data: bytes, name: str = "array") -> np.ndarray:
     try:
         shape, fortran, dtype, offset = _npy_header(data)
     except (ValueError, EOFError, SyntaxError, TypeError) as exc:
-        raise invalid(f"{name} is not a valid .npy array: {exc}") from exc
+        raise InvalidInput(f"{name} is not a valid .npy array: {exc}") from exc
     if dtype.hasobject or dtype.kind not in ALLOWED_KINDS or dtype.fields is not None:
-        raise invalid(f"{name} has dtype {dtype}; only numeric arrays are accepted (no objects, no pickles)")
+        raise InvalidInput(f"{name} has dtype {dtype}; only numeric arrays are accepted (no objects, no pickles)")
     if len(shape) > 2:
-        raise invalid(f"{name} must have 1 or 2 dimensions, got shape {shape}")
+        raise InvalidInput(f"{name} must have 1 or 2 dimensions, got shape {shape}")
     count = math.prod(shape)
     expected = count * dtype.itemsize
     if len(data) - offset != expected:
-        raise invalid(f"{name}: the .npy header promises {expected} bytes of data for shape {shape}, "
+        raise InvalidInput(f"{name}: the .npy header promises {expected} bytes of data for shape {shape}, "
                       f"the body holds {len(data) - offset}")
     array = np.frombuffer(data, dtype=dtype, offset=offset, count=count)
     return array.reshape(shape, order="F" if fortran else "C")
@@ -93,18 +89,18 @@ def read_npz(data: bytes, limit: int) -> dict[str, np.ndarray]:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise invalid(f"the body is not a valid .npz archive: {exc}") from exc
+        raise InvalidInput(f"the body is not a valid .npz archive: {exc}") from exc
     if sum(member.file_size for member in members) > limit:
-        raise Problem(413, f"the .npz archive expands beyond the {limit}-byte limit")
+        raise TooLarge(f"the .npz archive expands beyond the {limit}-byte limit")
     arrays = {}
     for member in members:
         if not member.filename.endswith(".npy"):
-            raise invalid(f".npz member {member.filename!r} is not a .npy array")
+            raise InvalidInput(f".npz member {member.filename!r} is not a .npy array")
         name = member.filename[:-4]
         try:
             raw = archive.read(member)
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-            raise invalid(f".npz member {member.filename!r} cannot be read: {exc}") from exc
+            raise InvalidInput(f".npz member {member.filename!r} cannot be read: {exc}") from exc
         arrays[name] = read_npy(raw, name)
     return arrays
 
@@ -122,7 +118,3 @@ def write_npy(array: np.ndarray) -> bytes:
 def dump_json(value) -> bytes:
     """JSON bytes; numpy arrays are serialised natively, NaN and infinity become null."""
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def wants(accept: str | None, media: str) -> bool:
-    return media in (accept or "").lower()

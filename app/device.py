@@ -10,19 +10,16 @@ the host.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 import calibration as cal
-from calibration.backend import to_host
 
-PATTERN = re.compile(r"^(cpu|torch-cpu|cuda(:\d+)?)$")
+from .settings import DEVICE_PATTERN
 
 
 class Device:
     def __init__(self, name: str):
-        if not PATTERN.match(name):
+        if not DEVICE_PATTERN.match(name):
             raise ValueError(f"CALIBRATION_DEVICE must be cpu, torch-cpu, cuda or cuda:N, got {name!r}")
         self.name = name
         self.torch = None
@@ -44,4 +41,4 @@ class Device:
         if self.torch is None:
             return calibrator.predict_scores(scores)
         batch = self.torch.as_tensor(getattr(scores, scores.source), device=self.target)
-        return to_host(calibrator.predict_scores(cal.Scores(**{scores.source: batch})))
+        return cal.to_host(calibrator.predict_scores(cal.Scores(**{scores.source: batch})))

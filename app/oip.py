@@ -19,15 +19,15 @@ import orjson
 import calibration as cal
 
 from .codecs import parse_json
-from .problems import Problem
+from .errors import MalformedRequest
 
 HEADER_LENGTH = "inference-header-content-length"
 DTYPES = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
 OUTPUT_DTYPES = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8")}
 
 
-def bad(detail: str) -> Problem:
-    return Problem(400, detail)
+def bad(detail: str) -> MalformedRequest:
+    return MalformedRequest(detail)
 
 
 @dataclass

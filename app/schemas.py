@@ -1,6 +1,6 @@
-"""Request and response models. The array fields appear here for the OpenAPI docs only: the
-service decodes arrays straight from the JSON body into numpy (see ``app.codecs``) and
-validates the remaining small fields with these models."""
+"""Request and response models. The array fields appear here for the OpenAPI docs only:
+``app.decoding`` takes arrays straight from the body into numpy and validates the remaining
+small fields with these models."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from calibration import METHODS
+from calibration import INPUT_KINDS, METHODS
 
 from .keys import NAME_PATTERN as KEY_NAME_PATTERN
 
-ARRAY_FIELDS = ("logits", "probabilities", "scores", "labels")
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
 
 EXAMPLE_LOGITS = [
@@ -59,7 +58,7 @@ class FitRequest(FitFields, Arrays):
 
 
 class CalibrateFields(Strict):
-    outputs: list[Literal["probabilities", "predicted_class", "confidence"]] = Field(
+    outputs: list[Literal[OUTPUTS]] = Field(
         default_factory=lambda: ["probabilities"],
         description="Which outputs to return",
     )
@@ -118,7 +117,7 @@ class VersionOut(BaseModel):
     version: int
     method: str
     options: dict[str, Any]
-    input: Literal["logits", "probabilities", "scores"]
+    input: Literal[INPUT_KINDS]
     n_classes: int
     n_samples: int
     class_names: list[str] | None = None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./calibration.db"
+DEVICE_PATTERN = re.compile(r"^(cpu|torch-cpu|cuda(:\d+)?)$")
 
 
 class Settings(BaseSettings):
@@ -34,7 +36,7 @@ class Settings(BaseSettings):
     api_keys_enabled: bool = Field(False, description="Require API keys with scopes (see `keys create`).")
     api_key_cache_seconds: float = Field(5.0, ge=0, description="How long a process trusts a looked-up key "
                                                                 "(a revocation takes effect within this).")
-    device: str = Field("cpu", pattern=r"^(cpu|torch-cpu|cuda(:\d+)?)$",
+    device: str = Field("cpu", pattern=DEVICE_PATTERN.pattern,
                         description="Where calibrate, report and /v2 inference run: cpu (numpy), or with the "
                                     "torch extra cuda, cuda:N or torch-cpu.")
     job_stale_seconds: float = Field(300.0, ge=1, description="A running job whose heartbeat (every tenth of "

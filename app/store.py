@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from dataclasses import dataclass
 
 import orjson
@@ -19,30 +18,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from .db import Database
+from .errors import Conflict, InvalidInput, NotFound
 from .models import AliasRow, CalibratorRow, VersionRow, utcnow
-from .problems import conflict, invalid, not_found
+from .names import Reference
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ALIAS_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 MAX_PAGE_SIZE = 1000
-
-
-def check_name(name: str) -> str:
-    if not NAME_PATTERN.match(name):
-        raise invalid(
-            f"invalid calibrator name {name[:80]!r}: use 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
-
-
-def check_alias(alias: str) -> str:
-    if not ALIAS_PATTERN.match(alias) or alias == "latest":
-        raise invalid(
-            f"invalid alias {alias[:80]!r}: use 1-64 letters, digits, '_' or '-', starting with a "
-            "letter ('latest' is reserved)"
-        )
-    return alias
 
 
 def canonical_json(value) -> str:
@@ -54,8 +34,9 @@ def checksum(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class Resolved:
-    """A version a reference points at, with what is needed to load it."""
+class ResolvedVersion:
+    """The version a reference points at, with what is needed to load it (its row id) and to
+    trust it (its checksum)."""
 
     name: str
     version: int
@@ -66,7 +47,7 @@ class Resolved:
 def _calibrator(session: Session, name: str) -> CalibratorRow:
     row = session.scalar(select(CalibratorRow).where(CalibratorRow.name == name))
     if row is None:
-        raise not_found(f"no calibrator named {name!r}")
+        raise NotFound(f"no calibrator named {name!r}")
     return row
 
 
@@ -101,9 +82,9 @@ def decode_token(token: str) -> str:
     try:
         value = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True).decode()
     except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid("invalid page_token") from exc
+        raise InvalidInput("invalid page_token") from exc
     if encode_token(value) != token:
-        raise invalid("invalid page_token")
+        raise InvalidInput("invalid page_token")
     return value
 
 
@@ -153,7 +134,7 @@ def list_versions(session: Session, name: str, page_size: int, page_token: str |
         try:
             before = int(decode_token(page_token))
         except ValueError as exc:
-            raise invalid("invalid page_token") from exc
+            raise InvalidInput("invalid page_token") from exc
         query = query.where(VersionRow.version < before)
     rows = list(session.scalars(query))
     more = len(rows) > page_size
@@ -169,7 +150,7 @@ def get_version(session: Session, name: str, version: int) -> VersionRow:
     )
     if row is None:
         _calibrator(session, name)
-        raise not_found(f"calibrator {name!r} has no version {version}")
+        raise NotFound(f"calibrator {name!r} has no version {version}")
     return row
 
 
@@ -191,12 +172,13 @@ LATEST, PINNED, ALIASED = _resolution_queries()
 NAME_EXISTS = select(CalibratorRow.id).where(CalibratorRow.name == bindparam("name"))
 
 
-def resolve(database: Database, name: str, version: int | None = None, alias: str | None = None) -> Resolved:
+def resolve(database: Database, reference: Reference) -> ResolvedVersion:
     """The version that ``name`` (latest), ``name@alias`` or ``name`` + pinned version means.
 
     One indexed query per call, outside any session (``Database.first_row``: this is the hot
     path), so every replica sees moves of aliases and new versions at once.
     """
+    name, version, alias = reference.name, reference.version, reference.alias
     if alias is not None:
         row = database.first_row(ALIASED, {"name": name, "alias": alias})
     elif version is not None:
@@ -205,21 +187,40 @@ def resolve(database: Database, name: str, version: int | None = None, alias: st
         row = database.first_row(LATEST, {"name": name})
     if row is None:
         if database.first_row(NAME_EXISTS, {"name": name}) is None:
-            raise not_found(f"no calibrator named {name!r}")
+            raise NotFound(f"no calibrator named {name!r}")
         if alias is not None:
-            raise not_found(f"calibrator {name!r} has no alias {alias!r}")
+            raise NotFound(f"calibrator {name!r} has no alias {alias!r}")
         if version is not None:
-            raise not_found(f"calibrator {name!r} has no version {version}")
-        raise not_found(f"calibrator {name!r} has no versions")
-    return Resolved(*row)
+            raise NotFound(f"calibrator {name!r} has no version {version}")
+        raise NotFound(f"calibrator {name!r} has no versions")
+    return ResolvedVersion(*row)
 
 
-def load_for_serving(session: Session, version_id: int):
+def load_for_serving(session: Session, resolved: ResolvedVersion):
     """What serving a version needs: its parameters and its class and tensor names."""
-    return session.execute(
+    row = session.execute(
         select(VersionRow.params_json, VersionRow.class_names, VersionRow.tensor_names)
-        .where(VersionRow.id == version_id)
-    ).one()
+        .where(VersionRow.id == resolved.version_id)
+    ).first()
+    if row is None:
+        raise NotFound(f"calibrator {resolved.name!r} has no version {resolved.version}")
+    return row
+
+
+def version_by_id(session: Session, resolved: ResolvedVersion) -> VersionRow:
+    """The row of a resolved version (a 404 if it was deleted since it was resolved)."""
+    row = session.get(VersionRow, resolved.version_id)
+    if row is None:
+        raise NotFound(f"calibrator {resolved.name!r} has no version {resolved.version}")
+    return row
+
+
+def version_numbers(session: Session, name: str) -> list[int]:
+    """The newest ``MAX_PAGE_SIZE`` version numbers of ``name``, ascending."""
+    calibrator = _calibrator(session, name)
+    newest = session.scalars(select(VersionRow.version).where(VersionRow.calibrator_id == calibrator.id)
+                             .order_by(VersionRow.version.desc()).limit(MAX_PAGE_SIZE))
+    return sorted(newest)
 
 
 def delete_calibrator(session: Session, name: str) -> None:
@@ -233,7 +234,7 @@ def delete_version(session: Session, name: str, version: int) -> None:
     row = get_version(session, name, version)
     pointing = [a for a, v in aliases_of(session, row.calibrator_id).items() if v == version]
     if pointing:
-        raise conflict(
+        raise Conflict(
             f"version {version} of {name!r} is the target of alias(es) {', '.join(pointing)}; "
             "move or delete them first"
         )
@@ -258,4 +259,4 @@ def delete_alias(session: Session, name: str, alias: str) -> None:
         delete(AliasRow).where(AliasRow.calibrator_id == calibrator.id, AliasRow.alias == alias)
     )
     if result.rowcount == 0:
-        raise not_found(f"calibrator {name!r} has no alias {alias!r}")
+        raise NotFound(f"calibrator {name!r} has no alias {alias!r}")

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import calibration as cal
 from benchmarks._common import environment, write
-from calibration.selection import compare, default_candidates, select
+from calibration.comparison import compare, default_candidates
+from calibration.selection import select
 from tests.helpers import DATASETS, load_split
 
 

@@ -4,17 +4,26 @@ Imports numpy and scipy only. Every calibrator follows ``calibration.base.Calibr
 ``fit(x, labels)``, ``predict_proba(x)``, ``to_dict()`` / ``from_dict()``.
 """
 
+from .backend import to_host
 from .base import Calibrator, ConvergenceWarning, FitDiagnostics
-from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, Scores, to_scores
-from .methods.class_temperature import ClassTemperatureScaling
-from .methods.composition import Composition
-from .methods.ensemble_temperature import EnsembleTemperatureScaling
-from .methods.expectation_consistency import ExpectationConsistency
-from .methods.histogram_binning import HistogramBinning
-from .methods.isotonic import IsotonicMulticlass, IsotonicOneVsAll
-from .methods.linear import DirichletCalibration, MatrixScaling, VectorScaling
-from .methods.platt import PlattScaling
-from .methods.temperature import TemperatureScaling
+from .comparison import Comparison, compare, default_candidates, prepare_comparison
+from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, Scores, check_labels, to_scores
+from .json_values import json_safe
+from .methods import (
+    AutoCalibrator,
+    ClassTemperatureScaling,
+    Composition,
+    DirichletCalibration,
+    EnsembleTemperatureScaling,
+    ExpectationConsistency,
+    HistogramBinning,
+    IsotonicMulticlass,
+    IsotonicOneVsAll,
+    MatrixScaling,
+    PlattScaling,
+    TemperatureScaling,
+    VectorScaling,
+)
 from .metrics.binned import (
     ReliabilityDiagram,
     adaptive_ece,
@@ -35,13 +44,14 @@ from .metrics.scores import (
     top_n_accuracy,
 )
 from .registry import METHODS, create, describe_methods, from_dict, method_class
-from .selection import Comparison, Selection, compare, default_candidates, select
+from .selection import Selection, select
 from .softmax import log_softmax, predicted_class, softmax
 
 __all__ = [
     "INPUT_KINDS",
     "METHODS",
     "PROBABILITY_FLOOR",
+    "AutoCalibrator",
     "Calibrator",
     "ClassTemperatureScaling",
     "Comparison",
@@ -67,6 +77,7 @@ __all__ = [
     "bootstrap_interval",
     "brier",
     "calibration_gain",
+    "check_labels",
     "classwise_ece",
     "compare",
     "create",
@@ -75,6 +86,7 @@ __all__ = [
     "ece",
     "expectation_consistency_gap",
     "from_dict",
+    "json_safe",
     "kde_ece",
     "log_softmax",
     "mce",
@@ -82,9 +94,22 @@ __all__ = [
     "method_class",
     "nll",
     "predicted_class",
+    "prepare_comparison",
     "reliability_diagram",
+    "reliability_figure",
     "select",
     "softmax",
+    "to_host",
     "to_scores",
     "top_n_accuracy",
 ]
+
+
+def __getattr__(name: str):
+    """``reliability_figure`` (``calibration.plot``) is imported on first use: it needs
+    matplotlib, the optional ``plot`` extra."""
+    if name == "reliability_figure":
+        from .plot import reliability_figure
+
+        return reliability_figure
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

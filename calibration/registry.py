@@ -1,42 +1,28 @@
 """The method registry: names → calibrator classes, their option schemas, and dispatch.
 
-The service lists methods, validates options and loads stored calibrators through this
-module alone, so it exposes exactly what the core offers.
+A leaf module: ``calibration.methods`` registers every method class here (in the order the
+docs list them), so methods that build other methods (``composition``, ``auto`` through
+``selection``) import this module without an import circle. The service lists methods,
+validates options and loads stored calibrators through this module alone, so it exposes
+exactly what the core offers.
 """
 
 from __future__ import annotations
 
 from .base import Calibrator
-from .methods.auto import AutoCalibrator
-from .methods.class_temperature import ClassTemperatureScaling
-from .methods.composition import Composition
-from .methods.ensemble_temperature import EnsembleTemperatureScaling
-from .methods.expectation_consistency import ExpectationConsistency
-from .methods.histogram_binning import HistogramBinning
-from .methods.isotonic import IsotonicMulticlass, IsotonicOneVsAll
-from .methods.linear import DirichletCalibration, MatrixScaling, VectorScaling
-from .methods.platt import PlattScaling
-from .methods.temperature import TemperatureScaling
 from .options import options_schema
 
-METHODS: dict[str, type[Calibrator]] = {
-    cls.method: cls
-    for cls in (
-        TemperatureScaling,
-        ExpectationConsistency,
-        EnsembleTemperatureScaling,
-        VectorScaling,
-        MatrixScaling,
-        DirichletCalibration,
-        PlattScaling,
-        ClassTemperatureScaling,
-        IsotonicMulticlass,
-        IsotonicOneVsAll,
-        HistogramBinning,
-        Composition,
-        AutoCalibrator,
-    )
-}
+METHODS: dict[str, type[Calibrator]] = {}
+
+ACCURACY_PRESERVING_WHEN = {"composition": "when every step is", "auto": "when preserve_accuracy is set"}
+
+
+def register(cls: type[Calibrator]) -> type[Calibrator]:
+    """Make ``cls`` available under ``cls.method``."""
+    if cls.method in METHODS and METHODS[cls.method] is not cls:
+        raise ValueError(f"method {cls.method!r} is registered twice")
+    METHODS[cls.method] = cls
+    return cls
 
 
 def method_class(name) -> type[Calibrator]:
@@ -65,8 +51,7 @@ def describe_methods() -> list[dict]:
         {
             "name": name,
             "description": cls.description,
-            "accuracy_preserving": {"composition": "when every step is",
-                                    "auto": "when preserve_accuracy is set"}.get(name, cls.accuracy_preserving),
+            "accuracy_preserving": ACCURACY_PRESERVING_WHEN.get(name, cls.accuracy_preserving),
             "options": options_schema(cls.options_spec),
         }
         for name, cls in METHODS.items()

@@ -1,11 +1,5 @@
-"""Choosing a calibration method: cross-validated comparison and a stated selection rule.
-
-``compare`` runs stratified K-fold cross-validation on the labelled validation set: each
-candidate is fitted on K-1 folds and scored on the held-out fold, and per candidate the mean
-and spread across folds of NLL, Brier, ECE, KDE-ECE, calibration gain ΔECE² (Zhang et al.
-2020, eq. 8: the drop in Brier from the raw to the calibrated probabilities of the held-out
-fold), accuracy change and fit time are reported. Folds are dealt class by class after a
-seeded shuffle, so every fold holds each class's share within one sample.
+"""Choosing a calibration method from a cross-validated comparison (``calibration.comparison``)
+by a stated rule.
 
 ``select`` applies the rule: among candidates that pass the constraints (accuracy-preserving
 maps only when ``preserve_accuracy``; every fold's fit converged; cross-validated NLL finite
@@ -20,40 +14,19 @@ Learning", ICML 2020, §5): data-efficient parametric maps (ETS, TS, EC) first; 
 when the parametric form is wrong); then IROvA-TS, which goes first instead when there is
 much data (at least ``MUCH_DATA_PER_CLASS`` validation samples per class) and no accuracy
 constraint; then the rest.
-
-Default candidates (``default_candidates``): temperature, ensemble_temperature,
-expectation_consistency, isotonic_multiclass, isotonic_one_vs_all and IROvA-TS always
-(platt too when k = 2); vector scaling when ``n >= 10 · 2k`` and Dirichlet calibration when
-``n >= 10 · (k² + k)`` (at least ten samples per fitted parameter). Matrix scaling is not a
-default: it has Dirichlet's parameter count, and unregularised on logits its optimum often
-does not exist (on cifar10_resnet50_cross_entropy it does not converge in 1000 iterations).
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from .inputs import Scores, check_labels, to_scores
-from .metrics.binned import ece
-from .metrics.kde import kde_ece
-from .metrics.scores import accuracy, brier, nll
+from .comparison import Candidate, Comparison, MethodResult
 
 MUCH_DATA_PER_CLASS = 500
-SAMPLES_PER_PARAMETER = 10
 TIE_TOLERANCE = 0.0025
-
-#: Named candidates beyond plain registry methods.
-NAMED_CANDIDATES: dict[str, dict] = {
-    "irova_ts": {
-        "method": "composition",
-        "options": {"steps": [{"method": "temperature"}, {"method": "isotonic_one_vs_all"}]},
-    },
-}
 
 GUIDELINE_ORDER = (
     "ensemble_temperature",
@@ -67,220 +40,6 @@ GUIDELINE_ORDER = (
     "platt",
     "isotonic_one_vs_all",
 )
-
-METRICS = ("nll", "brier", "ece", "kde_ece", "calibration_gain", "accuracy_change", "fit_seconds")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A method to try: a label, a registry method and its options."""
-
-    name: str
-    method: str
-    options: dict = field(default_factory=dict)
-
-    def create(self, input_kind: str):
-        from .registry import create  # the registry imports the "auto" method, which imports this
-
-        return create(self.method, {**self.options, "input": input_kind})
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "method": self.method, "options": self.options}
-
-
-def candidate(spec) -> Candidate:
-    """A candidate from a name (``"irova_ts"`` or any registry method with default options) or
-    a ``{"method", "options", "name"}`` object."""
-    from .registry import METHODS
-
-    if isinstance(spec, str):
-        if spec in NAMED_CANDIDATES:
-            return Candidate(spec, **NAMED_CANDIDATES[spec])
-        spec = {"method": spec}
-    if not isinstance(spec, dict) or "method" not in spec or set(spec) - {"method", "options", "name"}:
-        raise ValueError("a candidate is a method name or an object with 'method' and optional 'options', 'name'")
-    method, options = spec["method"], spec.get("options") or {}
-    if method == "auto":
-        raise ValueError("'auto' cannot be a candidate of itself")
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
-    if not isinstance(options, dict) or "input" in options:
-        raise ValueError(f"options of candidate {method!r} must be an object without 'input'")
-    name = spec.get("name") or method
-    if not isinstance(name, str):
-        raise ValueError("a candidate's name must be a string")
-    return Candidate(name, method, dict(options))
-
-
-def default_candidates(n: int, k: int) -> list[Candidate]:
-    """The default candidate set for ``n`` samples of ``k`` classes (rule in the module docstring)."""
-    names = ["temperature", "ensemble_temperature", "expectation_consistency",
-             "isotonic_multiclass", "isotonic_one_vs_all", "irova_ts"]
-    if k == 2:
-        names.append("platt")
-    if n >= SAMPLES_PER_PARAMETER * 2 * k:
-        names.append("vector")
-    if n >= SAMPLES_PER_PARAMETER * (k * k + k):
-        names.append("dirichlet")
-    return [candidate(name) for name in names]
-
-
-def stratified_folds(labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
-    """Fold number of each row: rows shuffled with ``seed``, then dealt out class by class
-    in turn, so each fold holds every class's share to within one sample."""
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(labels))
-    order = order[np.argsort(labels[order], kind="stable")]  # grouped by class, shuffled within
-    assignment = np.empty(len(labels), dtype=np.int64)
-    assignment[order] = np.arange(len(labels)) % folds
-    return assignment
-
-
-@dataclass
-class MethodResult:
-    """One candidate's per-fold values of every metric (NaN where a fit failed)."""
-
-    candidate: Candidate
-    accuracy_preserving: bool
-    per_fold: dict[str, list[float]]
-    converged: bool = True
-    error: str | None = None
-
-    def mean(self, metric: str) -> float:
-        return float(np.mean(self.per_fold[metric]))
-
-    def std(self, metric: str) -> float:
-        values = np.asarray(self.per_fold[metric])
-        if not np.isfinite(values).all():
-            return math.nan
-        return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.candidate.name,
-            "method": self.candidate.method,
-            "options": self.candidate.options,
-            "accuracy_preserving": self.accuracy_preserving,
-            "converged": self.converged,
-            "error": self.error,
-            "mean": {m: _finite_or_none(self.mean(m)) for m in METRICS},
-            "std": {m: _finite_or_none(self.std(m)) for m in METRICS},
-        }
-
-
-@dataclass
-class Comparison:
-    """The cross-validated comparison: the uncalibrated model's per-fold metrics and one
-    ``MethodResult`` per candidate."""
-
-    n_samples: int
-    n_classes: int
-    folds: int
-    seed: int
-    uncalibrated: dict[str, list[float]]
-    results: list[MethodResult]
-
-    def result(self, name: str) -> MethodResult:
-        for result in self.results:
-            if result.candidate.name == name:
-                return result
-        raise KeyError(name)
-
-    def to_dict(self) -> dict:
-        return {
-            "n_samples": self.n_samples,
-            "n_classes": self.n_classes,
-            "folds": self.folds,
-            "seed": self.seed,
-            "uncalibrated": {m: _finite_or_none(float(np.mean(v))) for m, v in self.uncalibrated.items()},
-            "methods": [result.to_dict() for result in self.results],
-        }
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def _fold_metrics(raw: np.ndarray, calibrated: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return {
-        "nll": nll(calibrated, labels),
-        "brier": brier(calibrated, labels),
-        "ece": ece(calibrated, labels),
-        "kde_ece": kde_ece(calibrated, labels),
-        "calibration_gain": brier(raw, labels) - brier(calibrated, labels),
-        "accuracy_change": accuracy(calibrated, labels) - accuracy(raw, labels),
-    }
-
-
-def prepare(n: int, k: int, methods: Sequence | None, folds: int, input: str) -> list[Candidate]:
-    """The candidates of a comparison of ``n`` samples of ``k`` classes, every option and the
-    fold count checked (``ValueError``) before anything is fitted."""
-    if isinstance(folds, bool) or not isinstance(folds, int | np.integer) or not 2 <= folds <= 20:
-        raise ValueError(f"folds must be an integer from 2 to 20, got {folds!r}")
-    if n < 2 * folds:
-        raise ValueError(f"{folds}-fold cross-validation needs at least {2 * folds} samples, got {n}")
-    candidates = default_candidates(n, k) if methods is None else [candidate(m) for m in methods]
-    if not candidates:
-        raise ValueError("methods must name at least one candidate")
-    names = [c.name for c in candidates]
-    if len(set(names)) != len(names):
-        raise ValueError(f"candidate names must be distinct, got {names}")
-    for c in candidates:
-        c.create(input)
-    return candidates
-
-
-def compare(
-    x,
-    labels,
-    methods: Sequence | None = None,
-    folds: int = 5,
-    seed: int = 0,
-    input: str = "logits",
-    progress: Callable[[int, int], None] | None = None,
-) -> Comparison:
-    """Stratified ``folds``-fold cross-validation of each candidate (names or
-    ``{"method", "options", "name"}``; default ``default_candidates``) on ``x`` of kind ``input``.
-
-    Deterministic for a seed (fit times aside). A candidate whose fit raises is reported with
-    its error and NaN metrics instead of stopping the comparison. ``progress(done, total)`` is
-    called after each fit.
-    """
-    scores = to_scores(x, input)
-    y = check_labels(labels, scores.n, scores.k)
-    candidates = prepare(scores.n, scores.k, methods, folds, input)
-
-    assignment = stratified_folds(y, folds, seed)
-    source = getattr(scores, scores.source)
-    uncalibrated: dict[str, list[float]] = {m: [] for m in METRICS}
-    results = [MethodResult(c, c.create(input).accuracy_preserving, {m: [] for m in METRICS}) for c in candidates]
-    done, total = 0, folds * len(candidates)
-    for fold in range(folds):
-        train, test = assignment != fold, assignment == fold
-        train_scores = Scores(**{scores.source: source[train]})
-        test_scores = Scores(**{scores.source: source[test]})
-        raw = test_scores.probabilities
-        for metric, value in _fold_metrics(raw, raw, y[test]).items():
-            uncalibrated[metric].append(value)
-        uncalibrated["fit_seconds"].append(0.0)
-        for result in results:
-            calibrator = result.candidate.create(input)
-            start = time.perf_counter()
-            try:
-                calibrator.fit_scores(train_scores, y[train], warn=False)
-                values = _fold_metrics(raw, calibrator.predict_scores(test_scores), y[test])
-                result.converged &= calibrator.diagnostics_.converged
-                result.accuracy_preserving = calibrator.accuracy_preserving
-            except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-                values = {m: math.nan for m in METRICS}
-                result.error = f"fold {fold}: {exc}"
-            values["fit_seconds"] = time.perf_counter() - start
-            for metric, value in values.items():
-                result.per_fold[metric].append(value)
-            done += 1
-            if progress is not None:
-                progress(done, total)
-    return Comparison(scores.n, scores.k, folds, seed, uncalibrated, results)
 
 
 @dataclass

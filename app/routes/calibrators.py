@@ -6,24 +6,31 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import hot_path, store
-from ..auth import ADMIN, READ, WRITE
-from ..codecs import JSON_TYPE, NPY_TYPE, NPZ_TYPE, dump_json
-from ..openapi import body, problems
+from .. import store
+from ..codecs import dump_json
+from ..decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
+from ..encoding import calibrated_body, image_format
+from ..names import Reference, check_alias, check_name
 from ..schemas import (
     AliasOut,
     AliasRequest,
+    CalibrateFields,
     CalibrateOut,
     CalibrateRequest,
     CalibratorList,
     CalibratorOut,
+    EvaluationFields,
+    FitFields,
     FitRequest,
     ReportOut,
     ReportRequest,
     VersionList,
     VersionOut,
 )
-from ..service import Incoming
+from ..service import CalibrationService
+from . import hot_path
+from .auth import ADMIN, READ, WRITE
+from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["calibrators"])
 
@@ -35,7 +42,7 @@ PAGE_SIZE = Query(50, ge=1, le=store.MAX_PAGE_SIZE)
 PAGE_TOKEN = Query(None, max_length=1000)
 
 
-def _service(request: Request):
+def _service(request: Request) -> CalibrationService:
     return request.app.state.service
 
 
@@ -43,27 +50,42 @@ def _json(value, status: int = 200, headers: dict | None = None) -> Response:
     return Response(dump_json(value), status_code=status, media_type=JSON_TYPE, headers=headers)
 
 
-def parse_ref(ref: str) -> tuple[str, None, str | None]:
-    name, _, alias = ref.partition("@")
-    store.check_name(name)
-    if alias:
-        store.check_alias(alias)
-    return name, None, alias or None
+async def request_body(request: Request) -> RequestBody:
+    """The body (read under the size limit) with the Content-Type and query that say how to
+    decode it."""
+    return RequestBody(await request.body(), request.headers.get("content-type"), dict(request.query_params))
 
 
-async def incoming(request: Request) -> Incoming:
-    """The body (read under the size limit) with the headers that say how to decode it."""
-    return Incoming(await request.body(), request.headers.get("content-type"),
-                    request.headers.get("accept"), dict(request.query_params))
+def _fit(service: CalibrationService, name: str, body: RequestBody) -> dict:
+    check_name(name)
+    batch = decode_batch(body, FitFields, need_labels=True, max_bytes=service.max_body_bytes)
+    return service.fit(name, batch)
 
 
-async def _call(request: Request, method, *args, hot: bool = False):
-    """``method(*args, incoming)`` off the event loop: calibrate on the hot path's own threads
-    (``hot_path``), everything else on anyio's pool."""
-    body = await incoming(request)
-    if hot:
-        return await hot_path.run(request, method, *args, body)
-    return await run_in_threadpool(method, *args, body)
+def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
+               accept: str | None) -> tuple[bytes, str]:
+    loaded = service.serving(reference)
+    batch = decode_batch(body, CalibrateFields, need_labels=False, max_bytes=service.max_body_bytes,
+                         npy_kind=loaded.calibrator.input)
+    return calibrated_body(service.calibrate(loaded, batch), batch.fields.outputs, accept)
+
+
+def _report(service: CalibrationService, reference: Reference, body: RequestBody,
+            accept: str | None) -> tuple[bytes, str]:
+    loaded = service.serving(reference)
+    batch = decode_batch(body, EvaluationFields, need_labels=True, max_bytes=service.max_body_bytes,
+                         npy_kind=loaded.calibrator.input)
+    image = image_format(accept)
+    if image is not None:
+        media, fmt = image
+        return service.reliability_figure(loaded, batch, fmt), media
+    return dump_json(service.report(loaded, batch)), JSON_TYPE
+
+
+def _set_alias(service: CalibrationService, name: str, alias: str, body: RequestBody) -> dict:
+    check_alias(alias)
+    request = decode_fields(body, AliasRequest)
+    return service.set_alias(name, alias, request.version)
 
 
 @router.post(
@@ -79,7 +101,7 @@ async def fit(request: Request, name: str = NAME):
     """Fit `method` on the labelled arrays and store it as the next version of `name` (created on
     first fit). Returns the version with its parameters, fit diagnostics and a validation report
     (metrics before and after calibration on the fitting data)."""
-    view = await _call(request, _service(request).fit, name)
+    view = await run_in_threadpool(_fit, _service(request), name, await request_body(request))
     return _json(view, 201, {"Location": f"/v1/calibrators/{name}/versions/{view['version']}",
                              "ETag": f'"{view["checksum"]}"'})
 
@@ -93,14 +115,14 @@ async def list_calibrators(request: Request, page_size: int = PAGE_SIZE, page_to
 @router.get("/calibrators/{name}", summary="Get a calibrator", response_model=CalibratorOut,
             responses=problems(404, 422), dependencies=[READ])
 async def get_calibrator(request: Request, name: str = NAME):
-    store.check_name(name)
+    check_name(name)
     return _json(await run_in_threadpool(_service(request).get_calibrator, name))
 
 
 @router.delete("/calibrators/{name}", status_code=204, summary="Delete a calibrator and all its versions",
                responses=problems(404, 422), dependencies=[ADMIN])
 async def delete_calibrator(request: Request, name: str = NAME):
-    store.check_name(name)
+    check_name(name)
     await run_in_threadpool(_service(request).delete_calibrator, name)
     return Response(status_code=204)
 
@@ -109,14 +131,14 @@ async def delete_calibrator(request: Request, name: str = NAME):
             response_model=VersionList, responses=problems(404, 422), dependencies=[READ])
 async def list_versions(request: Request, name: str = NAME, page_size: int = PAGE_SIZE,
                         page_token: str | None = PAGE_TOKEN):
-    store.check_name(name)
+    check_name(name)
     return _json(await run_in_threadpool(_service(request).list_versions, name, page_size, page_token))
 
 
 @router.get("/calibrators/{name}/versions/{version}", summary="Get a version", response_model=VersionOut,
             responses={304: {"description": "Not modified (If-None-Match)"}, **problems(404, 422)}, dependencies=[READ])
 async def get_version(request: Request, name: str = NAME, version: int = VERSION):
-    store.check_name(name)
+    check_name(name)
     view = await run_in_threadpool(_service(request).get_version, name, version)
     etag = f'"{view["checksum"]}"'
     if request.headers.get("if-none-match") in (etag, "*"):
@@ -127,7 +149,7 @@ async def get_version(request: Request, name: str = NAME, version: int = VERSION
 @router.delete("/calibrators/{name}/versions/{version}", status_code=204, summary="Delete a version",
                responses=problems(404, 409, 422), dependencies=[ADMIN])
 async def delete_version(request: Request, name: str = NAME, version: int = VERSION):
-    store.check_name(name)
+    check_name(name)
     await run_in_threadpool(_service(request).delete_version, name, version)
     return Response(status_code=204)
 
@@ -136,15 +158,15 @@ async def delete_version(request: Request, name: str = NAME, version: int = VERS
             response_model=AliasOut, responses=problems(400, 404, 415, 422), openapi_extra=body(AliasRequest),
             dependencies=[WRITE])
 async def set_alias(request: Request, name: str = NAME, alias: str = ALIAS):
-    store.check_name(name)
-    return _json(await _call(request, _service(request).set_alias, name, alias))
+    check_name(name)
+    return _json(await run_in_threadpool(_set_alias, _service(request), name, alias, await request_body(request)))
 
 
 @router.delete("/calibrators/{name}/aliases/{alias}", status_code=204, summary="Delete an alias",
                responses=problems(404, 422), dependencies=[WRITE])
 async def delete_alias(request: Request, name: str = NAME, alias: str = ALIAS):
-    store.check_name(name)
-    store.check_alias(alias)
+    check_name(name)
+    check_alias(alias)
     await run_in_threadpool(_service(request).delete_alias, name, alias)
     return Response(status_code=204)
 
@@ -169,30 +191,32 @@ REPORT_DOC = dict(
 @router.post("/calibrators/{ref}/calibrate", summary="Calibrate a batch (latest or alias)", **CALIBRATE_DOC,
              dependencies=[READ])
 async def calibrate(request: Request, ref: str = REF):
-    content, media = await _call(request, _service(request).calibrate, parse_ref(ref), hot=True)
+    content, media = await hot_path.run(request, _calibrate, _service(request), Reference.parse(ref),
+                                        await request_body(request), request.headers.get("accept"))
     return Response(content, media_type=media)
 
 
 @router.post("/calibrators/{name}/versions/{version}/calibrate", summary="Calibrate a batch (pinned version)",
              **CALIBRATE_DOC, dependencies=[READ])
 async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
-    store.check_name(name)
-    content, media = await _call(request, _service(request).calibrate, (name, version, None), hot=True)
+    content, media = await hot_path.run(request, _calibrate, _service(request), Reference.pinned(name, version),
+                                        await request_body(request), request.headers.get("accept"))
     return Response(content, media_type=media)
 
 
 @router.post("/calibrators/{ref}/report", summary="Report on a labelled batch (latest or alias)", **REPORT_DOC,
              dependencies=[READ])
 async def report(request: Request, ref: str = REF):
-    content, media = await _call(request, _service(request).report, parse_ref(ref))
+    content, media = await run_in_threadpool(_report, _service(request), Reference.parse(ref),
+                                              await request_body(request), request.headers.get("accept"))
     return Response(content, media_type=media)
 
 
 @router.post("/calibrators/{name}/versions/{version}/report", summary="Report on a labelled batch (pinned)",
              **REPORT_DOC, dependencies=[READ])
 async def report_version(request: Request, name: str = NAME, version: int = VERSION):
-    store.check_name(name)
-    content, media = await _call(request, _service(request).report, (name, version, None))
+    content, media = await run_in_threadpool(_report, _service(request), Reference.pinned(name, version),
+                                              await request_body(request), request.headers.get("accept"))
     return Response(content, media_type=media)
 
 

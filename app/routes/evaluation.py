@@ -9,14 +9,35 @@ from starlette.responses import Response
 
 import calibration as cal
 
-from ..auth import READ
-from ..codecs import JSON_TYPE, NPZ_TYPE, dump_json
-from ..openapi import body, problems
-from ..schemas import CompareOut, CompareRequest, JobOut, MethodList, MetricsOut, MetricsRequest
-from .calibrators import incoming
+from ..codecs import dump_json
+from ..decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
+from ..schemas import (
+    CompareFields,
+    CompareOut,
+    CompareRequest,
+    EvaluationFields,
+    JobOut,
+    MethodList,
+    MetricsOut,
+    MetricsRequest,
+)
+from ..service import CalibrationService
+from .auth import READ
+from .calibrators import request_body
+from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
 METHODS_BODY = dump_json({"methods": cal.describe_methods()})
+
+
+def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
+    batch = decode_batch(body, EvaluationFields, need_labels=True, max_bytes=service.max_body_bytes)
+    return dump_json(service.metrics(batch))
+
+
+def _compare(service: CalibrationService, body: RequestBody, in_background: bool) -> dict:
+    batch = decode_batch(body, CompareFields, need_labels=True, max_bytes=service.max_body_bytes)
+    return service.start_comparison_job(batch) if in_background else service.compare(batch)
 
 
 @router.post("/metrics", summary="Metrics of a labelled batch (no calibrator)", response_model=MetricsOut,
@@ -24,7 +45,7 @@ METHODS_BODY = dump_json({"methods": cal.describe_methods()})
 async def metrics(request: Request):
     """ECE, MCE, adaptive and classwise ECE, KDE-ECE, Brier, NLL, accuracy, mean confidence and
     the expectation-consistency gap, with reliability bins and optional bootstrap intervals."""
-    content = await run_in_threadpool(request.app.state.service.metrics, await incoming(request))
+    content = await run_in_threadpool(_metrics, request.app.state.service, await request_body(request))
     return Response(content, media_type=JSON_TYPE)
 
 
@@ -48,13 +69,12 @@ async def compare(request: Request):
     fit time, and the method the selection rule picks (lowest cross-validated NLL; Mix-n-Match
     guideline order among ties) with its reason. Long comparisons: send `Prefer: respond-async`
     to get `202` and a job at `/v1/jobs/{id}` that reports percent done."""
-    service = request.app.state.service
-    data = await incoming(request)
-    if "respond-async" in request.headers.get("prefer", "").lower():
-        job = await run_in_threadpool(service.start_compare_job, data)
-        return Response(dump_json(job), status_code=202, media_type=JSON_TYPE,
-                        headers={"Location": f"/v1/jobs/{job['id']}", "Preference-Applied": "respond-async"})
-    return Response(dump_json(await run_in_threadpool(service.compare, data)), media_type=JSON_TYPE)
+    in_background = "respond-async" in request.headers.get("prefer", "").lower()
+    result = await run_in_threadpool(_compare, request.app.state.service, await request_body(request), in_background)
+    if in_background:
+        return Response(dump_json(result), status_code=202, media_type=JSON_TYPE,
+                        headers={"Location": f"/v1/jobs/{result['id']}", "Preference-Applied": "respond-async"})
+    return Response(dump_json(result), media_type=JSON_TYPE)
 
 
 @router.get("/jobs/{job_id}", summary="A background job: status, percent done, result",

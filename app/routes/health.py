@@ -19,7 +19,7 @@ async def healthz():
     return {"status": "ok"}
 
 
-def _readiness(engine) -> tuple[int, dict]:
+def readiness(engine) -> tuple[int, dict]:
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
@@ -36,7 +36,7 @@ def _readiness(engine) -> tuple[int, dict]:
 @router.get("/readyz", summary="Readiness: database reachable and schema at head",
             responses={503: {"description": "Not ready (database unreachable or schema behind), with Retry-After"}})
 async def readyz(request: Request):
-    status, payload = await run_in_threadpool(_readiness, request.app.state.db.engine)
+    status, payload = await run_in_threadpool(readiness, request.app.state.db.engine)
     return JSONResponse(payload, status_code=status, headers={"Retry-After": "5"} if status == 503 else None)
 
 

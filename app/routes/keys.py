@@ -8,11 +8,12 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from .. import keys
-from ..auth import ADMIN
-from ..codecs import JSON_TYPE, dump_json
-from ..openapi import problems
-from ..problems import invalid, not_found
+from ..codecs import dump_json
+from ..decoding import JSON_TYPE
+from ..errors import InvalidInput, NotFound
 from ..schemas import KeyCreated, KeyList, KeyRequest
+from .auth import ADMIN
+from .openapi import problems
 
 router = APIRouter(prefix="/v1/keys", tags=["access"], dependencies=[ADMIN])
 KEY_ID = Path(description="The key's id (the 12 hex digits after `cal_`)", pattern="^[0-9a-f]{12}$")
@@ -24,7 +25,7 @@ async def create(request: Request, body: KeyRequest):
     try:
         info, key = await run_in_threadpool(keys.create_key, request.app.state.db, body.name, body.scopes)
     except ValueError as exc:
-        raise invalid(str(exc)) from exc
+        raise InvalidInput(str(exc)) from exc
     return Response(dump_json({**info.as_dict(), "key": key}), status_code=201, media_type=JSON_TYPE)
 
 
@@ -37,5 +38,5 @@ async def list_all(request: Request):
 @router.delete("/{key_id}", status_code=204, summary="Revoke an API key", responses=problems(404, 422))
 async def revoke(request: Request, key_id: str = KEY_ID):
     if not await run_in_threadpool(keys.revoke_key, request.app.state.db, key_id):
-        raise not_found(f"no active API key {key_id!r}")
+        raise NotFound(f"no active API key {key_id!r}")
     return Response(status_code=204)

@@ -6,13 +6,15 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
-from .. import hot_path, oip, store
-from ..auth import READ
+from .. import oip
 from ..codecs import dump_json
+from ..errors import NotFound
 from ..main_info import SERVER_NAME, server_version
-from ..models import VersionRow
-from ..problems import Problem
-from .health import _readiness
+from ..names import NAME_PATTERN, Reference
+from ..service import CalibrationService
+from . import hot_path
+from .auth import READ
+from .health import readiness
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 MODEL = Path(description="Calibrator name", examples=["demo"])
@@ -20,18 +22,16 @@ VERSION = Path(description="Version number (as a string)", examples=["1"])
 EXTENSIONS = ["binary_tensor_data"]
 
 
-def _version_number(version: str | None) -> int | None:
+def _reference(name: str, version: str | None = None) -> Reference:
+    """A model name (and version, a string on this protocol) as a reference; a name or version
+    that cannot exist is a 404 here, as the protocol has no 422."""
+    if not NAME_PATTERN.match(name):
+        raise NotFound(f"no model named {name[:80]!r}")
     if version is None:
-        return None
+        return Reference(name)
     if not version.isdigit() or not 0 < int(version) < 2**31:
-        raise Problem(404, f"no model version {version!r}")
-    return int(version)
-
-
-def _check(name: str) -> str:
-    if not store.NAME_PATTERN.match(name):
-        raise Problem(404, f"no model named {name[:80]!r}")
-    return name
+        raise NotFound(f"no model version {version!r}")
+    return Reference(name, version=int(version))
 
 
 @router.get("", summary="Server metadata")
@@ -47,51 +47,45 @@ async def live():
 
 @router.get("/health/ready", summary="Server readiness", responses={503: {"description": "Not ready"}})
 async def ready(request: Request):
-    status, _ = await run_in_threadpool(_readiness, request.app.state.db.engine)
+    status, _ = await run_in_threadpool(readiness, request.app.state.db.engine)
     return JSONResponse({"ready": status == 200}, status_code=status)
 
 
-def _metadata(service, name: str, version: int | None) -> dict:
-    resolved, _ = service.resolve(name, version=version)
-    with service.db.read() as session:
-        row = session.get(VersionRow, resolved.version_id)
-        _, rows, _ = store.list_versions(session, name, store.MAX_PAGE_SIZE, None)
-        versions = sorted(r.version for r in rows)
-        return oip.model_metadata(name, versions if version is None else [version], row.method,
-                                  row.input_kind, row.n_classes, row.tensor_names)
+def _metadata(service: CalibrationService, reference: Reference) -> bytes:
+    return dump_json(oip.model_metadata(**service.model_metadata(reference)))
 
 
 @router.get("/models/{name}", summary="Model metadata (latest version)", dependencies=[READ])
 async def model(request: Request, name: str = MODEL):
-    return Response(dump_json(await run_in_threadpool(_metadata, request.app.state.service, _check(name), None)),
+    return Response(await run_in_threadpool(_metadata, request.app.state.service, _reference(name)),
                     media_type="application/json")
 
 
 @router.get("/models/{name}/versions/{version}", summary="Model version metadata", dependencies=[READ])
 async def model_version(request: Request, name: str = MODEL, version: str = VERSION):
-    metadata = await run_in_threadpool(_metadata, request.app.state.service, _check(name), _version_number(version))
-    return Response(dump_json(metadata), media_type="application/json")
+    metadata = await run_in_threadpool(_metadata, request.app.state.service, _reference(name, version))
+    return Response(metadata, media_type="application/json")
 
 
-def _ready(service, name: str, version: int | None) -> dict:
-    resolved, _ = service.resolve(name, version=version)
-    return {"name": name, "version": str(resolved.version), "ready": True}
+def _ready(service: CalibrationService, reference: Reference) -> dict:
+    return {"name": reference.name, "version": str(service.serving(reference).version), "ready": True}
 
 
 @router.get("/models/{name}/ready", summary="Model readiness (latest version)", dependencies=[READ])
 async def model_ready(request: Request, name: str = MODEL):
-    return await run_in_threadpool(_ready, request.app.state.service, _check(name), None)
+    return await run_in_threadpool(_ready, request.app.state.service, _reference(name))
 
 
 @router.get("/models/{name}/versions/{version}/ready", summary="Model version readiness", dependencies=[READ])
 async def model_version_ready(request: Request, name: str = MODEL, version: str = VERSION):
-    return await run_in_threadpool(_ready, request.app.state.service, _check(name), _version_number(version))
+    return await run_in_threadpool(_ready, request.app.state.service, _reference(name, version))
 
 
-def _infer(service, name: str, version: int | None, body: bytes, header_length: str | None):
-    resolved, loaded = service.resolve_loaded(name, version=version)
+def _infer(service: CalibrationService, reference: Reference, body: bytes, header_length: str | None):
+    loaded = service.serving(reference)
     request = oip.parse_request(body, header_length)
-    return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, resolved.version, service.device.predict)
+    return oip.infer(loaded.calibrator, request, loaded.tensor_names, reference.name, loaded.version,
+                     service.device.predict)
 
 
 INFER_DOC = {
@@ -109,7 +103,7 @@ INFER_DOC = {
 @router.post("/models/{name}/infer", summary="Inference (latest version)", openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer(request: Request, name: str = MODEL):
     body = await request.body()
-    content, headers = await hot_path.run(request, _infer, request.app.state.service, _check(name), None, body,
+    content, headers = await hot_path.run(request, _infer, request.app.state.service, _reference(name), body,
                                           request.headers.get(oip.HEADER_LENGTH))
     return Response(content, headers=headers, media_type=headers["content-type"])
 
@@ -118,6 +112,6 @@ async def infer(request: Request, name: str = MODEL):
              openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
     body = await request.body()
-    content, headers = await hot_path.run(request, _infer, request.app.state.service, _check(name),
-                                          _version_number(version), body, request.headers.get(oip.HEADER_LENGTH))
+    content, headers = await hot_path.run(request, _infer, request.app.state.service, _reference(name, version),
+                                          body, request.headers.get(oip.HEADER_LENGTH))
     return Response(content, headers=headers, media_type=headers["content-type"])

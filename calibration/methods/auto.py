@@ -16,9 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import Calibrator, FitDiagnostics
+from ..comparison import Candidate, compare
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
-from ..selection import Candidate, compare, select
+from ..registry import from_dict
+from ..selection import Selection, select
 
 
 class AutoCalibrator(Calibrator):
@@ -62,9 +64,6 @@ class AutoCalibrator(Calibrator):
                 "reason": self.selection_.reason}
 
     def _set_params(self, params: dict) -> None:
-        from ..registry import from_dict
-        from ..selection import Selection
-
         if not isinstance(params.get("name"), str) or not isinstance(params.get("reason"), str):
             raise ValueError("stored auto calibrator lacks the chosen name and reason")
         self.chosen_ = from_dict(params.get("chosen"))

@@ -19,6 +19,7 @@ import numpy as np
 from ..base import Calibrator, FitDiagnostics
 from ..inputs import Scores
 from ..options import INPUT_OPTION, Option
+from ..registry import create, from_dict
 
 
 class Composition(Calibrator):
@@ -36,8 +37,6 @@ class Composition(Calibrator):
 
     def __init__(self, **options):
         super().__init__(**options)
-        from ..registry import create  # the registry imports this module
-
         steps = self.options["steps"]
         if not steps:
             raise ValueError("option 'steps' must list at least one calibrator")
@@ -79,8 +78,6 @@ class Composition(Calibrator):
         return {"steps": [step.to_dict() for step in self.steps]}
 
     def _set_params(self, params: dict) -> None:
-        from ..registry import from_dict
-
         stored = params.get("steps")
         if not isinstance(stored, list) or len(stored) != len(self.steps):
             raise ValueError(f"stored composition needs {len(self.steps)} fitted steps")

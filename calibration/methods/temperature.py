@@ -24,6 +24,10 @@ Backends (``calibration.backend``): prediction runs on the input's device. With 
 objective the fit keeps its Halley solver on the host and computes the per-row sums of
 ``exp(beta d) d^j`` on the device (``DeviceShiftedLogits``); the Brier objective does the
 same with its loss and slope; the ECE objective fits on a host copy.
+
+One module, past 300 lines, because it is one thing: the shifted-logit sums (host and device)
+and the three temperature solvers built on them, which expectation consistency, ensemble and
+class temperatures reuse.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from scipy.optimize import brentq, minimize_scalar
 from ..backend import device, label_entries, namespace, on_cpu, to_host
 from ..base import Calibrator, FitDiagnostics, param_float
 from ..inputs import Scores
-from ..metrics.binned import ece
+from ..metrics.binned import validated_ece
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
 from ..solvers import increasing_root
@@ -274,7 +278,7 @@ def solve_brier_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnosti
 
 def solve_ece_temperature(scores: Scores, labels: np.ndarray) -> tuple[float, FitDiagnostics]:
     def objective(log_t: float) -> float:
-        return ece(softmax(scores.logits / math.exp(log_t)), labels)
+        return validated_ece(softmax(scores.logits / math.exp(log_t)), labels)
 
     centre, _ = solve_nll_temperature(ShiftedLogits(scores.logits, labels))
     grid, values, best = grid_minimum(lambda t: objective(math.log(t)), centre)

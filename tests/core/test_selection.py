@@ -11,17 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import calibration as cal
-from calibration.selection import (
+from calibration.comparison import (
     METRICS,
-    TIE_TOLERANCE,
     Comparison,
     MethodResult,
     candidate,
     compare,
     default_candidates,
-    select,
     stratified_folds,
 )
+from calibration.selection import TIE_TOLERANCE, select
 from tests.helpers import DATASETS, load_split, make_reference_input
 
 

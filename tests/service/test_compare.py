@@ -128,7 +128,7 @@ def test_a_job_without_a_heartbeat_is_reported_lost(client):
 
     from app.models import JobRow, utcnow
 
-    stale = utcnow() - client.app.state.service.job_stale - timedelta(seconds=1)
+    stale = utcnow() - client.app.state.service.jobs.stale - timedelta(seconds=1)
     with client.app.state.db.write() as session:
         session.add(JobRow(id="0" * 32, kind="compare", status="running", percent=35.0, updated_at=stale))
         session.add(JobRow(id="1" * 32, kind="compare", status="running", percent=35.0, updated_at=utcnow()))

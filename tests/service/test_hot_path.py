@@ -42,7 +42,7 @@ def test_hot_path_runs_at_most_serve_threads_calls_at_once(sqlite_url, threads):
     fit(TestClient(app))  # outside the context manager: no lifespan, so nothing is shut down
     service = app.state.service
     # calibrate and /v2 infer both resolve the version first, on the thread they run on
-    probe = service.resolve_loaded = ConcurrencyProbe(service.resolve_loaded)
+    probe = service.serving = ConcurrencyProbe(service.serving)
     batch = LOGITS[:8]
     v1 = {"logits": batch.tolist()}
     v2 = {"inputs": [{"name": "logits", "shape": list(batch.shape), "datatype": "FP64",

@@ -1,5 +1,9 @@
 """Errors as RFC 9457 problem details (``application/problem+json``) on /v1 and elsewhere,
-and as ``{"error": "..."}`` on /v2, as the Open Inference Protocol specifies."""
+and as ``{"error": "..."}`` on /v2, as the Open Inference Protocol specifies.
+
+The one place errors become responses: the service's domain errors (``app.errors``, each with
+its status and title), ``Problem`` for what only HTTP knows (keys, body size, the database
+being away), FastAPI's validation errors and Starlette's HTTP exceptions."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+
+from ..errors import Conflict, ServiceError
 
 log = logging.getLogger("app.errors")
 PROBLEM_TYPE = "about:blank"
@@ -30,20 +36,9 @@ class Problem(Exception):
         self.extra = extra
 
 
-def not_found(detail: str) -> Problem:
-    return Problem(404, detail)
-
-
-def conflict(detail: str) -> Problem:
-    return Problem(409, detail)
-
-
-def invalid(detail: str) -> Problem:
-    return Problem(422, detail, title="Invalid input")
-
-
-def bad_request(detail: str) -> Problem:
-    return Problem(400, detail)
+def from_error(error: ServiceError) -> Problem:
+    """The problem a domain error becomes."""
+    return Problem(error.status, error.detail, title=error.title, **error.extra)
 
 
 def unavailable(detail: str = "the database is unreachable; retry shortly") -> Problem:
@@ -88,9 +83,13 @@ def install(app: FastAPI) -> None:
     async def _problem(request: Request, exc: Problem):
         return render(request, exc)
 
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError):
+        return render(request, from_error(exc))
+
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        return render(request, invalid(_validation_detail(exc)))
+        return render(request, Problem(422, _validation_detail(exc), title="Invalid input"))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -116,7 +115,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(IntegrityError)
     async def _integrity(request: Request, exc: IntegrityError):
         log.info("integrity conflict: %s", str(exc.orig).splitlines()[0] if exc.orig else exc)
-        return render(request, conflict("the request conflicts with a concurrent change; retry it"))
+        return render(request, from_error(Conflict("the request conflicts with a concurrent change; retry it")))
 
     @app.exception_handler(DBAPIError)
     async def _database_error(request: Request, exc: DBAPIError):

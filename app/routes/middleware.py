@@ -9,6 +9,7 @@ import os
 import re
 import time
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from .problems import Problem
@@ -35,8 +36,6 @@ class BodyTooLarge(Problem):
 
 
 def _json_problem(status: int, detail: str, request_id: str) -> bytes:
-    import orjson
-
     return orjson.dumps({"type": "about:blank", "title": "Content Too Large", "status": status,
                          "detail": detail, "request_id": request_id})
 

@@ -20,8 +20,8 @@ import time
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
-from . import keys
-from .db import Database
+from .. import keys
+from ..db import Database
 from .problems import Problem
 
 SECURITY_SCHEMES = {

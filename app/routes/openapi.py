@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from .codecs import NPY_TYPE, NPZ_TYPE
+from ..decoding import NPY_TYPE, NPZ_TYPE
+from ..schemas import ProblemOut
+from .auth import CHECKS, SECURITY_SCHEMES
 
 
 def _inline(schema: dict, definitions: dict) -> dict:
@@ -46,8 +48,6 @@ def body(model: type[BaseModel], *binary: str, description: str | None = None) -
 
 
 def problems(*statuses: int) -> dict:
-    from .schemas import ProblemOut
-
     return {status: {"model": ProblemOut, "content": {"application/problem+json": {}}}
             for status in statuses}
 
@@ -58,13 +58,11 @@ ERROR_TEXT = {"400": "Malformed request", "401": "Missing, unknown or revoked AP
               "503": "The database is unreachable (with Retry-After)"}
 
 
-def _restore_docs_order(schema: dict) -> None:
-    """List the /v1 calibrator paths in the order they are written, not the order they are
-    matched in (``routes.calibrators.DOCS_ORDER``)."""
-    from .routes.calibrators import DOCS_ORDER
-
+def _restore_docs_order(schema: dict, docs_order: list[str]) -> None:
+    """List the paths of ``docs_order`` in that order (the order they are written), not the
+    order they are matched in (``routes.calibrators`` matches its calibrate routes first)."""
     position: dict[str, int] = {}
-    for index, path in enumerate(DOCS_ORDER):
+    for index, path in enumerate(docs_order):
         position.setdefault(path, index)
     paths = list(schema["paths"])
     written = iter(sorted((p for p in paths if p in position), key=position.__getitem__))
@@ -74,8 +72,6 @@ def _restore_docs_order(schema: dict) -> None:
 
 def _document_security(app, schema: dict) -> None:
     """The API-key schemes, on every operation that depends on ``auth.authorize``."""
-    from .auth import CHECKS, SECURITY_SCHEMES
-
     def routes(items):
         for route in items:
             if hasattr(route, "original_router"):  # an included router (FastAPI >= 0.16x)
@@ -90,7 +86,7 @@ def _document_security(app, schema: dict) -> None:
                 schema["paths"][route.path_format][method.lower()]["security"] = [{"ApiKey": []}, {"Bearer": []}]
 
 
-def document_common_errors(app) -> None:
+def document_common_errors(app, docs_order: list[str]) -> None:
     """Add the answers every operation of a kind can give: 401 and 403 where an API key is
     taken, 503 where the database is read; on /v2 the protocol's ``{"error": ...}`` bodies
     (400 for invalid input, never 422)."""
@@ -104,7 +100,7 @@ def document_common_errors(app) -> None:
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = generate()
-            _restore_docs_order(schema)
+            _restore_docs_order(schema, docs_order)
             _document_security(app, schema)
             for path, operations in schema["paths"].items():
                 v2 = path.startswith("/v2/models")

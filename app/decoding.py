@@ -1,0 +1,120 @@
+"""Request bodies → typed values: JSON (orjson, arrays straight to numpy), ``.npy`` (one array;
+the other fields as query parameters) or ``.npz`` (named arrays; fields as query parameters).
+
+``decode_batch`` gives one ``ArrayBatch``: the small fields validated by a pydantic model, the
+input kind, the input array and the labels. ``decode_fields`` reads a JSON body that carries
+only fields. Both raise the service's domain errors (``app.errors``), so a bad body is a 4xx
+naming the field, never a 500. Array values are validated by the core, in the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from calibration import INPUT_KINDS
+
+from .batches import ArrayBatch
+from .codecs import parse_json, read_npy, read_npz
+from .errors import InvalidInput, UnsupportedMediaType
+
+NPY_TYPE = "application/x-npy"
+NPZ_TYPE = "application/x-npz"
+JSON_TYPE = "application/json"
+ARRAY_FIELDS = (*INPUT_KINDS, "labels")
+JSON_QUERY_FIELDS = ("options", "tags", "tensor_names")  # query parameters given as JSON text
+LIST_QUERY_FIELDS = ("outputs", "class_names")  # query parameters given as comma-separated lists
+
+
+def media_type(content_type: str | None) -> str:
+    """The media type of a Content-Type header, without parameters, in lower case."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+@dataclass(frozen=True)
+class RequestBody:
+    """A request's body with the Content-Type and query parameters that say how to read it."""
+
+    content: bytes
+    content_type: str | None = JSON_TYPE
+    query: Mapping[str, str] = field(default_factory=dict)
+
+
+def validate_fields(model: type[BaseModel], payload: dict) -> BaseModel:
+    """``payload`` validated by ``model``; every error named by its field in one 422."""
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        parts = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"]) or "body"
+            message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
+            parts.append(f"{where}: {message}")
+        raise InvalidInput("; ".join(parts)) from exc
+
+
+def _query_payload(query: Mapping[str, str]) -> dict:
+    payload: dict = {}
+    for key, value in query.items():
+        if key == "input":
+            continue
+        if key in JSON_QUERY_FIELDS:
+            try:
+                payload[key] = orjson.loads(value)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInput(f"query parameter {key!r} must be JSON: {exc}") from exc
+        elif key in LIST_QUERY_FIELDS:
+            payload[key] = [item for item in value.split(",") if item]
+        else:
+            payload[key] = value
+    return payload
+
+
+def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool, max_bytes: int,
+                 npy_kind: str = "logits") -> ArrayBatch:
+    """A body that carries one input array (and labels when ``need_labels``) plus small fields;
+    a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind)."""
+    content, query = body.content, body.query
+    kind_type = media_type(body.content_type)
+    if kind_type == JSON_TYPE:
+        payload = parse_json(content)
+        arrays = {name: payload.pop(name) for name in ARRAY_FIELDS if name in payload}
+        fields = validate_fields(model, payload)
+    elif kind_type == NPY_TYPE:
+        if need_labels:
+            raise UnsupportedMediaType("this endpoint needs labels: send an .npz archive (application/x-npz) "
+                                       "with the input array and 'labels', or JSON")
+        kind = query.get("input") or npy_kind
+        if kind not in INPUT_KINDS:
+            raise InvalidInput(f"query parameter 'input' must be one of {', '.join(INPUT_KINDS)}")
+        arrays = {kind: read_npy(content, kind)}
+        fields = validate_fields(model, _query_payload(query))
+    elif kind_type == NPZ_TYPE:
+        arrays = read_npz(content, max_bytes)
+        unknown = sorted(set(arrays) - set(ARRAY_FIELDS))
+        if unknown:
+            raise InvalidInput(f"unknown .npz member(s) {', '.join(unknown)}; expected {', '.join(ARRAY_FIELDS)}")
+        fields = validate_fields(model, _query_payload(query))
+    else:
+        raise UnsupportedMediaType(f"unsupported Content-Type {body.content_type!r}: send {JSON_TYPE}, "
+                                   f"{NPY_TYPE} or {NPZ_TYPE}")
+    given = [name for name in INPUT_KINDS if arrays.get(name) is not None]
+    if len(given) != 1:
+        raise InvalidInput("send exactly one of logits, probabilities or scores"
+                           + (f" (got {', '.join(given)})" if given else ""))
+    labels = arrays.get("labels")
+    if need_labels and labels is None:
+        raise InvalidInput("labels are required")
+    if not need_labels and labels is not None:
+        raise InvalidInput("this endpoint takes no labels")
+    return ArrayBatch(fields, given[0], arrays[given[0]], labels)
+
+
+def decode_fields(body: RequestBody, model: type[BaseModel]) -> BaseModel:
+    """A JSON body of small fields only (no arrays)."""
+    if media_type(body.content_type) != JSON_TYPE:
+        raise UnsupportedMediaType(f"send {JSON_TYPE}")
+    return validate_fields(model, parse_json(body.content))

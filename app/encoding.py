@@ -1,0 +1,41 @@
+"""Typed results → response bodies: ``Accept`` negotiation, calibrated batches as JSON or
+``.npy``, and JSON bytes (``codecs.dump_json``: numpy arrays natively, non-finite as null)."""
+
+from __future__ import annotations
+
+from .batches import CalibratedBatch
+from .codecs import dump_json, write_npy
+from .decoding import JSON_TYPE, NPY_TYPE
+
+IMAGE_FORMATS = {"image/png": "png", "image/svg+xml": "svg"}
+
+
+def wants(accept: str | None, media: str) -> bool:
+    """Whether an ``Accept`` header asks for ``media``."""
+    return media in (accept or "").lower()
+
+
+def image_format(accept: str | None) -> tuple[str, str] | None:
+    """``(media type, format)`` of the image an ``Accept`` header asks for, if any."""
+    for media, fmt in IMAGE_FORMATS.items():
+        if wants(accept, media):
+            return media, fmt
+    return None
+
+
+def calibrated_body(result: CalibratedBatch, outputs: list[str], accept: str | None) -> tuple[bytes, str]:
+    """A calibrated batch as ``.npy`` probabilities (``Accept: application/x-npy``)
+    or as JSON with the requested ``outputs``."""
+    if wants(accept, NPY_TYPE):
+        return write_npy(result.probabilities), NPY_TYPE
+    out: dict = {"name": result.name, "version": result.version}
+    if "probabilities" in outputs:
+        out["probabilities"] = result.probabilities
+    if "predicted_class" in outputs:
+        predicted = result.predicted_class()
+        out["predicted_class"] = predicted
+        if result.class_names:
+            out["predicted_class_name"] = [result.class_names[i] for i in predicted]
+    if "confidence" in outputs:
+        out["confidence"] = result.confidence()
+    return dump_json(out), JSON_TYPE

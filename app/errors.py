@@ -1,0 +1,62 @@
+"""Domain errors: what the service, the store and the decoders raise when a request cannot be
+served. They know nothing of HTTP frameworks; each carries the status and title of the RFC 9457
+problem it becomes (``routes.problems`` renders them, on ``/v2`` as ``{"error": ...}``) and that a
+failed job records."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ServiceError(Exception):
+    """An error the client can act on, with a precise ``detail``."""
+
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal Server Error"
+
+    def __init__(self, detail: str, **extra):
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+    def as_problem(self) -> dict:
+        """The status, title and detail (a failed job's ``error``)."""
+        return {"status": self.status, "title": self.title, "detail": self.detail}
+
+
+class MalformedRequest(ServiceError):
+    """The body cannot be read at all (empty, not JSON, not an object)."""
+
+    status, title = 400, "Bad Request"
+
+
+class NotFound(ServiceError):
+    status, title = 404, "Not Found"
+
+
+class NotAcceptable(ServiceError):
+    status, title = 406, "Not Acceptable"
+
+
+class Conflict(ServiceError):
+    status, title = 409, "Conflict"
+
+
+class TooLarge(ServiceError):
+    status, title = 413, "Content Too Large"
+
+
+class UnsupportedMediaType(ServiceError):
+    status, title = 415, "Unsupported Media Type"
+
+
+class InvalidInput(ServiceError):
+    """Readable but wrong: a field, an array or an option the core refuses."""
+
+    status, title = 422, "Invalid input"
+
+
+class IntegrityFailure(ServiceError):
+    """A stored calibrator does not match its checksum or cannot be loaded: never served."""
+
+    status, title = 500, "Stored calibrator failed its integrity check"

@@ -1,0 +1,70 @@
+"""The FastAPI application: settings, database, service, routers, error handlers, middleware
+and the OpenAPI document, put together (served through ``app.main``)."""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from .. import logs
+from ..db import Database
+from ..main_info import server_version
+from ..service import CalibrationService
+from ..settings import Settings, get_settings, serve_threads
+from . import calibrators, evaluation, health, hot_path, keys, problems, v2
+from .auth import KeyVerifier
+from .middleware import RequestMiddleware
+from .openapi import document_common_errors
+
+DESCRIPTION = """
+Fit named calibrators on validation logits, serve calibrated probabilities and calibration
+reports. Each fit creates an immutable **version** of a named calibrator; **aliases** (e.g.
+`production`) point at versions. Call `name` (latest), `name@alias` or a pinned version.
+
+Try it: `POST /v1/calibrators/demo/versions` with the example body, then
+`POST /v1/calibrators/demo/calibrate` with its example. Errors are RFC 9457 problem details.
+The same calibrators answer the Open Inference Protocol under `/v2` (KServe v2 / Triton),
+binary tensor extension included.
+"""
+
+
+# FastAPI's built-in OpenTelemetry (recent releases) asks the global providers on every request;
+# the service exports Prometheus metrics (/metrics) instead
+NO_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+                if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    logs.configure(settings.log_level)
+    database = Database(settings.database_url, settings.db_timeout_seconds)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        app.state.service.jobs.shutdown()
+        hot_path_pool.shutdown(wait=False)
+        database.dispose()
+
+    app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,
+                  lifespan=lifespan, **NO_TELEMETRY)
+    app.state.settings = settings
+    app.state.db = database
+    app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
+                                           settings.job_stale_seconds)
+    app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
+    app.state.registry = CollectorRegistry()
+    problems.install(app)
+    hot_path_pool = hot_path.install(app, serve_threads(settings))
+    app.include_router(calibrators.router)
+    app.include_router(evaluation.router)
+    app.include_router(health.router)
+    app.include_router(keys.router)
+    app.include_router(v2.router)
+    document_common_errors(app, calibrators.DOCS_ORDER)
+    app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
+                       registry=app.state.registry)
+    return app
