@@ -2,7 +2,14 @@
 
 An isotonic map is the non-decreasing function minimising the squared error of 0/1 targets
 against scores, computed by the pool-adjacent-violators algorithm (``scipy.optimize.
-isotonic_regression``) after pooling equal scores. As in scikit-learn's
+isotonic_regression``) after pooling equal and near-equal scores: greedily from the smallest,
+each score within ``1e-15 + 5e-7·|s|`` of a cluster's first score ``s`` joins that cluster
+(``merge_close``; scikit-learn pools within an absolute 1e-15 only). Consecutive knots are
+then more than that apart, so the map's slope is at most ``Δy / (5e-7·x)`` and one ulp of
+input (``≤ 2.2e-16·x``) moves it by at most ``4.4e-10·Δy``: without pooling, probabilities
+floored to 1e-12 before a softmax became distinct scores 1e-24 apart, knots 2e-28 apart and
+slopes of 1e24 (an ulp moved the output by up to 9e-3). 5e-7 is also small enough that IRM
+still equals scikit-learn's map on the reference input to 1e-12. As in scikit-learn's
 ``IsotonicRegression``, it is stored as knots (the first and last score of each constant
 block) and applied by linear interpolation between knots, constant outside them. The
 interpolation is clamped to each segment's end values so that it is monotone in floating
@@ -11,7 +18,10 @@ point too.
 * ``isotonic_multiclass`` — IRM (Mix-n-Match §3.3): one map ``g`` fitted to all n·k pairs
   ``(p_ij, [y_i = j])``, made strictly increasing as ``g(p) + 1e-9·p`` (the paper's code),
   applied to every entry and renormalised. Strict increase keeps each row's order, so IRM is
-  accuracy-preserving; the paper's code leaves rows unnormalised, this one does not.
+  accuracy-preserving; the paper's code leaves rows unnormalised, this one does not. In
+  floating point the 1e-9 slope can be lost (against an O(1) value, or in a float32 output),
+  tying the top entry with a smaller one; ``strict_top`` then raises the top entry by one ulp
+  of the returned dtype, so that even a plain first-index argmax of the output is the input's.
 * ``isotonic_one_vs_all`` — IROvA: one map per class fitted to ``(p_ij, [y_i = j])``,
   renormalised; a row that every map sends to 0 becomes uniform. Not accuracy-preserving.
 
@@ -24,27 +34,60 @@ interpolation through the knots) runs on the input's device.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from ..backend import column, namespace
+from ..backend import column, device, namespace
 from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
-from ..inputs import Scores
+from ..inputs import Scores, to_scores
 
 STRICT_SLOPE = 1e-9
+MERGE_ATOL = 1e-15
+MERGE_RTOL = 5e-7
+
+
+def merge_close(values: np.ndarray, atol: float = MERGE_ATOL, rtol: float = MERGE_RTOL) -> np.ndarray:
+    """For sorted distinct ``values``, the index of the cluster of each: greedily from the
+    smallest, a cluster takes every value within ``atol + rtol·|start|`` of its first value
+    ``start`` (as scikit-learn's ``_make_unique`` does with an absolute tolerance). The first
+    values of consecutive clusters are then more than that apart."""
+    cluster = np.zeros(len(values), dtype=np.int64)
+    if len(values) < 2:
+        return cluster
+    close = np.diff(values) <= atol + rtol * np.abs(values[:-1])
+    new = np.concatenate([[True], ~close])
+    if close.any():  # greedy pass, only through runs of close neighbours
+        run_starts = np.flatnonzero(close & new[:-1])
+        run_ends = np.flatnonzero(close & ~np.append(close[1:], False)) + 1
+        narrow = values[run_ends] - values[run_starts] <= atol + rtol * np.abs(values[run_starts])
+        # the runs wider than one cluster, all advanced together: one cluster per round each
+        i, last = run_starts[~narrow], run_ends[~narrow]
+        while len(i):
+            new[i] = True
+            limit = values[i] + atol + rtol * np.abs(values[i])
+            i = np.minimum(np.searchsorted(values, limit, side="right"), last + 1)
+            going = i <= last
+            i, last = i[going], last[going]
+    return np.cumsum(new) - 1
 
 
 def fit_isotonic_binary(x: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Knots ``(xs, ys)`` of the isotonic regression of the 0/1 targets ``positive`` on ``x``."""
+    """Knots ``(xs, ys)`` of the isotonic regression of the 0/1 targets ``positive`` on ``x``,
+    scores within ``merge_close``'s tolerance pooled first."""
     ordered = np.sort(x)
     new_value = np.empty(len(ordered), dtype=bool)
     new_value[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new_value[1:])
     starts = np.flatnonzero(new_value)
-    values = ordered[starts]
-    counts = np.diff(np.append(starts, len(ordered)))
-    hits = np.bincount(np.searchsorted(values, x[positive]), minlength=len(values))
-    fitted = isotonic_regression(hits / counts, weights=counts.astype(np.float64)).x
+    distinct = ordered[starts]
+    cluster = merge_close(distinct)
+    first = np.flatnonzero(np.concatenate([[True], cluster[1:] != cluster[:-1]]))
+    values = distinct[first]
+    counts = np.bincount(cluster, weights=np.diff(np.append(starts, len(ordered))))
+    hits = np.bincount(cluster[np.searchsorted(distinct, x[positive])], minlength=len(values))
+    fitted = isotonic_regression(hits / counts, weights=counts).x
     if len(values) <= 2:
         return values, fitted
     inner = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
@@ -65,6 +108,28 @@ def interpolate_monotone(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.nd
     t = xp.clip((flat - x0) / (x1 - x0), min=0.0, max=1.0)
     value = xp.minimum(xp.maximum(y0 + (y1 - y0) * t, y0), y1)
     return xp.reshape(value, x.shape)
+
+
+def strict_top(probabilities, inputs):
+    """Make each row's input argmax (the first of its largest inputs) strictly the largest
+    output among the entries whose input is smaller, in the output's own dtype: where rounding
+    (float32 output, or a strict slope of 1e-9 lost against an O(1) value) tied the top entry
+    with such an entry, the top entry is raised to the next representable number. A monotone
+    map never puts such an entry strictly above the top one, so this changes only exact ties,
+    by one unit in the last place, and a plain argmax of the output is the input's argmax."""
+    xp = namespace(probabilities)
+    k = probabilities.shape[1]
+    top_value = xp.max(inputs, axis=1, keepdims=True)
+    first = xp.argmax(inputs, axis=1)
+    is_top = xp.arange(k, device=device(inputs))[None, :] == first[:, None]
+    smaller = inputs < top_value
+    out_top = xp.max(xp.where(is_top, probabilities, -math.inf), axis=1, keepdims=True)
+    rival = xp.max(xp.where(smaller, probabilities, -math.inf), axis=1, keepdims=True)
+    tied = rival >= out_top
+    if not bool(xp.any(tied)):
+        return probabilities
+    raised = xp.nextafter(xp.maximum(out_top, rival), xp.full_like(out_top, math.inf))
+    return xp.where(is_top & tied, raised, probabilities)
 
 
 def _knot_params(xs, ys) -> dict:
@@ -102,6 +167,12 @@ class IsotonicMulticlass(Calibrator):
         p = scores.probabilities
         xs, ys = on_device(self.knots_x_, scores), on_device(self.knots_y_, scores)
         return normalise_rows(interpolate_monotone(p, xs, ys) + STRICT_SLOPE * p)
+
+    def predict_proba(self, x):
+        """As ``Calibrator.predict_proba``, then ``strict_top`` in the returned dtype."""
+        probabilities = super().predict_proba(x)
+        scores = to_scores(x, self.input)
+        return strict_top(probabilities, getattr(scores, scores.source))
 
     def _params(self) -> dict:
         return {"knots": _knot_params(self.knots_x_, self.knots_y_)}
