@@ -10,7 +10,7 @@ from .. import oip
 from ..codecs import dump_json
 from ..errors import NotFound
 from ..main_info import SERVER_NAME, server_version
-from ..names import NAME_PATTERN, Reference
+from ..names import Reference, is_name
 from ..service import CalibrationService
 from . import hot_path
 from .auth import READ
@@ -24,13 +24,14 @@ EXTENSIONS = ["binary_tensor_data"]
 
 def _reference(name: str, version: str | None = None) -> Reference:
     """A model name (and version, a string on this protocol) as a reference; a name or version
-    that cannot exist is a 404 here, as the protocol has no 422."""
-    if not NAME_PATTERN.match(name):
+    that cannot exist is a 404 here, as the protocol has no 422. A version is ASCII digits only
+    (``str.isdigit`` also takes '١' and '²', which ``int`` reads as 1 or refuses)."""
+    if not is_name(name):
         raise NotFound(f"no model named {name[:80]!r}")
     if version is None:
         return Reference(name)
-    if not version.isdigit() or not 0 < int(version) < 2**31:
-        raise NotFound(f"no model version {version!r}")
+    if not (version.isascii() and version.isdigit()) or len(version) > 10 or not 0 < int(version) < 2**31:
+        raise NotFound(f"no model version {version[:80]!r}")
     return Reference(name, version=int(version))
 
 
