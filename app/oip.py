@@ -11,6 +11,7 @@ or ``binary_data_output`` for all).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,31 +31,120 @@ def bad(detail: str) -> MalformedRequest:
     return MalformedRequest(detail)
 
 
+INT64_MAX = 2**63 - 1
+MAX_DIMENSIONS = 2  # a calibrator takes [n] (binary scores) or [n, k]
+
+
+@dataclass
+class RequestedOutput:
+    name: str
+    binary: bool | None  # None: as the request's binary_data_output says
+
+
 @dataclass
 class InferenceRequest:
     id: str | None
     input_name: str
     datatype: str
     array: np.ndarray
-    outputs: list[dict] | None
+    outputs: list[RequestedOutput] | None
     binary_default: bool
+    input_check: bool = True
 
 
-def _shape(value, name: str) -> tuple[int, ...]:
+def _short(value) -> str:
+    """``repr(value)``, cut to 80 characters: messages never echo a huge field back."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _parameters(value, where: str) -> dict:
+    """A ``parameters`` field: absent or null is empty, anything but an object is refused."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad(f"{where}'parameters' must be an object, got {_short(value)}")
+    return value
+
+
+def _flag(parameters: dict, key: str, default: bool, where: str) -> bool:
+    value = parameters.get(key, default)
+    if not isinstance(value, bool):
+        raise bad(f"{where}parameter {key!r} must be true or false, got {_short(value)}")
+    return value
+
+
+def _header_length(header_length: str, body_length: int) -> int:
+    if not (header_length.isascii() and header_length.isdigit()) or len(header_length) > 18:
+        raise bad(f"Inference-Header-Content-Length must be a non-negative integer, got {_short(header_length)}")
+    length = int(header_length)
+    if not 0 < length <= body_length:
+        raise bad(f"Inference-Header-Content-Length {length} does not fit a body of {body_length} bytes")
+    return length
+
+
+def _shape(value, name: str) -> tuple[tuple[int, ...], int]:
+    """The shape and its number of elements (exact: the product of Python ints)."""
     if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                               for d in value):
         raise bad(f"input {name!r}: 'shape' must be a list of non-negative integers")
-    return tuple(value)
+    if not 1 <= len(value) <= MAX_DIMENSIONS:
+        raise bad(f"input {name!r}: 'shape' must have 1 or 2 dimensions ([-1] for binary scores, [-1, k] "
+                  f"otherwise), got {_short(value)}")
+    size = math.prod(value)
+    if size > INT64_MAX:
+        raise bad(f"input {name!r}: shape {value} has {size} elements, beyond the int64 range")
+    return tuple(value), size
+
+
+def _json_data(data, name: str, shape: tuple[int, ...], size: int, datatype: str) -> np.ndarray:
+    """JSON ``data`` (nested or flat, row-major) as an array of ``datatype``: numbers only
+    (null is NaN, which the core refuses by row), and each representable in ``datatype``."""
+    try:
+        array = np.asarray(data)
+    except (TypeError, ValueError) as exc:
+        raise bad(f"input {name!r}: 'data' must be numbers (nested or flat): {exc}") from exc
+    if array.dtype.kind == "O":
+        if not all(v is None or type(v) in (int, float) for v in array.flat):
+            raise bad(f"input {name!r}: 'data' must be numbers (nested or flat) or null")
+        array = array.astype(np.float64)
+    if array.dtype.kind not in "iuf":
+        raise bad(f"input {name!r}: 'data' must be numbers (nested or flat), got "
+                  f"{'booleans' if array.dtype.kind == 'b' else 'strings' if array.dtype.kind in 'US' else 'objects'}")
+    if array.size != size:
+        raise bad(f"input {name!r}: 'data' holds {array.size} values, shape {list(shape)} needs {size}")
+    dtype = DTYPES[datatype]
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = array.reshape(shape).astype(dtype)
+    lost = np.isinf(converted) & np.isfinite(array.reshape(shape))
+    if lost.any():
+        first = array.reshape(-1)[np.flatnonzero(lost.reshape(-1))[0]]
+        raise bad(f"input {name!r}: {first.item()!r} is beyond the range of {datatype}")
+    return converted
+
+
+def _outputs(value) -> list[RequestedOutput] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(o, dict) for o in value):
+        raise bad("'outputs' must be a list of objects")
+    outputs = []
+    for position, spec in enumerate(value):
+        name = spec.get("name")
+        if not isinstance(name, str):
+            raise bad(f"output {position}: 'name' must be a string, got {_short(name)}")
+        where = f"output {_short(name)}: "
+        parameters = _parameters(spec.get("parameters"), where)
+        binary = _flag(parameters, "binary_data", False, where) if "binary_data" in parameters else None
+        outputs.append(RequestedOutput(name, binary))
+    return outputs
 
 
 def parse_request(body: bytes, header_length: str | None) -> InferenceRequest:
+    """An inference request (JSON, or a JSON header and binary tensor data), every field
+    checked: anything malformed is a 400 naming the field, never a 500."""
     if header_length is not None:
-        try:
-            length = int(header_length)
-        except ValueError as exc:
-            raise bad("Inference-Header-Content-Length must be an integer") from exc
-        if not 0 < length <= len(body):
-            raise bad(f"Inference-Header-Content-Length {length} does not fit a body of {len(body)} bytes")
+        length = _header_length(header_length, len(body))
         header, binary = body[:length], memoryview(body)[length:]
     else:
         header, binary = body, memoryview(b"")
@@ -65,49 +155,40 @@ def parse_request(body: bytes, header_length: str | None) -> InferenceRequest:
     tensor = inputs[0]
     name = tensor.get("name")
     if not isinstance(name, str):
-        raise bad("the input tensor needs a 'name'")
+        raise bad("the input tensor needs a 'name' string")
+    label = name if len(name) <= 80 else name[:77] + "..."  # for messages
     datatype = tensor.get("datatype")
-    if datatype not in DTYPES:
-        raise bad(f"input {name!r}: datatype must be one of {', '.join(DTYPES)}, got {datatype!r}")
-    shape = _shape(tensor.get("shape"), name)
+    if not isinstance(datatype, str) or datatype not in DTYPES:
+        raise bad(f"input {label!r}: datatype must be one of {', '.join(DTYPES)}, got {_short(datatype)}")
+    shape, size = _shape(tensor.get("shape"), label)
     dtype = DTYPES[datatype]
-    size = int(np.prod(shape, dtype=np.int64))
-    parameters = tensor.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise bad(f"input {name!r}: 'parameters' must be an object")
+    parameters = _parameters(tensor.get("parameters"), f"input {label!r}: ")
     if "binary_data_size" in parameters:
         declared = parameters["binary_data_size"]
         if not isinstance(declared, int) or isinstance(declared, bool) or declared < 0:
-            raise bad(f"input {name!r}: binary_data_size must be a non-negative integer")
+            raise bad(f"input {label!r}: binary_data_size must be a non-negative integer")
         if declared != len(binary):
-            raise bad(f"input {name!r}: binary_data_size is {declared} but {len(binary)} bytes follow the header")
+            raise bad(f"input {label!r}: binary_data_size is {declared} but {len(binary)} bytes follow the header")
         if declared != size * dtype.itemsize:
-            raise bad(f"input {name!r}: shape {list(shape)} of {datatype} needs {size * dtype.itemsize} bytes, "
+            raise bad(f"input {label!r}: shape {list(shape)} of {datatype} needs {size * dtype.itemsize} bytes, "
                       f"binary_data_size is {declared}")
+        if "data" in tensor:
+            raise bad(f"input {label!r} has both 'data' and binary data")
         array = np.frombuffer(binary, dtype=dtype, count=size).reshape(shape)
     else:
         if len(binary):
             raise bad("binary data follows the header but no input declares binary_data_size")
         if "data" not in tensor:
-            raise bad(f"input {name!r} has neither 'data' nor binary data")
-        try:
-            array = np.asarray(tensor["data"], dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise bad(f"input {name!r}: 'data' must be numbers (nested or flat): {exc}") from exc
-        if array.size != size:
-            raise bad(f"input {name!r}: 'data' holds {array.size} values, shape {list(shape)} needs {size}")
-        array = array.reshape(shape).astype(dtype)
-    outputs = request.get("outputs")
-    if outputs is not None and (not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs)):
-        raise bad("'outputs' must be a list of objects")
-    request_parameters = request.get("parameters") or {}
-    if not isinstance(request_parameters, dict):
-        raise bad("'parameters' must be an object")
+            raise bad(f"input {label!r} has neither 'data' nor binary data")
+        array = _json_data(tensor["data"], label, shape, size, datatype)
+    outputs = _outputs(request.get("outputs"))
+    request_parameters = _parameters(request.get("parameters"), "")
     request_id = request.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise bad("'id' must be a string")
     return InferenceRequest(request_id, name, datatype, array, outputs,
-                            bool(request_parameters.get("binary_data_output", False)))
+                            _flag(request_parameters, "binary_data_output", False, ""),
+                            _flag(request_parameters, "input_check", True, ""))
 
 
 def output_names(tensor_names: dict | None) -> dict[str, str]:
@@ -125,11 +206,11 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
     given) and encode the response (JSON, plus binary outputs if asked)."""
     allowed = accepted_inputs(tensor_names)
     if allowed and request.input_name not in allowed:
-        raise bad(f"unknown input {request.input_name!r}; this model takes {', '.join(allowed)}")
+        raise bad(f"unknown input {_short(request.input_name)}; this model takes {', '.join(allowed)}")
     expected_ndim = 1 if calibrator.input == "scores" else 2
     if request.array.ndim != expected_ndim:
         expected = "[-1]" if expected_ndim == 1 else f"[-1, {calibrator.n_classes_}]"
-        raise bad(f"input {request.input_name!r}: expected shape {expected}, got {list(request.array.shape)}")
+        raise bad(f"input {_short(request.input_name)}: expected shape {expected}, got {list(request.array.shape)}")
     try:
         scores = cal.to_scores(request.array, calibrator.input, request.input_name)
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_scores(scores)
@@ -137,13 +218,13 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         raise bad(str(exc)) from exc
     names = output_names(tensor_names)
     by_name = {name: kind for kind, name in names.items()}
-    wanted = request.outputs if request.outputs else [{"name": names["probabilities"]}]
+    wanted = request.outputs if request.outputs else [RequestedOutput(names["probabilities"], None)]
     probability_type = "FP64" if request.datatype == "FP64" else "FP32"
     outputs, binary = [], []
     for spec in wanted:
-        kind = by_name.get(spec.get("name"))
+        kind = by_name.get(spec.name)
         if kind is None:
-            raise bad(f"unknown output {spec.get('name')!r}; outputs are {', '.join(names.values())}")
+            raise bad(f"unknown output {_short(spec.name)}; outputs are {', '.join(names.values())}")
         if kind == "probabilities":
             value, datatype = probabilities, probability_type
         elif kind == "predicted_class":
@@ -151,9 +232,8 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         else:
             value, datatype = probabilities.max(axis=1), probability_type
         value = np.ascontiguousarray(value, dtype=OUTPUT_DTYPES[datatype])
-        entry = {"name": spec["name"], "datatype": datatype, "shape": list(value.shape)}
-        parameters = spec.get("parameters") or {}
-        if parameters.get("binary_data", request.binary_default):
+        entry = {"name": spec.name, "datatype": datatype, "shape": list(value.shape)}
+        if request.binary_default if spec.binary is None else spec.binary:
             data = value.tobytes()
             entry["parameters"] = {"binary_data_size": len(data)}
             binary.append(data)

@@ -61,6 +61,11 @@ def infer(**tensor) -> dict:
     return {"json": {"inputs": [{"name": "logits", "shape": [1, 3], "datatype": "FP64", "data": [1, 2, 3], **tensor}]}}
 
 
+def infer_with(**fields) -> dict:
+    """A valid /v2 request with request-level fields (outputs, parameters) added."""
+    return {"json": {**infer()["json"], **fields}}
+
+
 NPY_BYTES = npy(np.zeros((2, 3)))
 CASES = [
     # numbers that are not numbers
@@ -200,7 +205,45 @@ CASES = [
     ("v2: null in data", "post", INFER, infer(data=[None, 1, 2]), 400, "logits contains NaN or infinity"),
     ("v2: shape that lies", "post", INFER, infer(shape=[5, 3]), 400, "'data' holds 3 values, shape [5, 3] needs 15"),
     ("v2: negative shape", "post", INFER, infer(shape=[-1, 3]), 400, "'shape' must be a list of non-negative integers"),
-    ("v2: enormous shape", "post", INFER, infer(shape=[99999999999, 99999999999]), 400, "needs 1864711849423024129"),
+    ("v2: enormous shape", "post", INFER, infer(shape=[99999999999, 99999999999]), 400,
+     "shape [99999999999, 99999999999] has 9999999999800000000001 elements, beyond the int64 range"),
+    ("v2: shape beyond int64", "post", INFER, infer(shape=[2**62, 4]), 400,
+     "has 18446744073709551616 elements, beyond the int64 range"),
+    ("v2: shape of 3 dimensions", "post", INFER, infer(shape=[1, 1, 3]), 400,
+     "'shape' must have 1 or 2 dimensions ([-1] for binary scores, [-1, k] otherwise), got [1, 1, 3]"),
+    ("v2: shape of 33 dimensions", "post", INFER, infer(shape=[1] * 32 + [3]), 400,
+     "'shape' must have 1 or 2 dimensions"),
+    ("v2: dimension of 2**70", "post", INFER, infer(shape=[2**70, 3]), 400,
+     "'shape' must be a list of non-negative integers"),
+    ("v2: datatype as a list", "post", INFER, infer(datatype=["FP32"]), 400,
+     "datatype must be one of FP16, FP32, FP64, got ['FP32']"),
+    ("v2: input parameters as a list", "post", INFER, infer(parameters=[]), 400,
+     "input 'logits': 'parameters' must be an object, got []"),
+    ("v2: strings as data", "post", INFER, infer(data=["1", "2", "3"]), 400,
+     "input 'logits': 'data' must be numbers (nested or flat), got strings"),
+    ("v2: booleans as data", "post", INFER, infer(data=[True, False, True]), 400, "got booleans"),
+    ("v2: FP16 overflow", "post", INFER, infer(datatype="FP16", data=[1e5, 1, 2]), 400,
+     "input 'logits': 100000.0 is beyond the range of FP16"),
+    ("v2: output name as a list", "post", INFER, infer_with(outputs=[{"name": ["probabilities"]}]), 400,
+     "output 0: 'name' must be a string, got ['probabilities']"),
+    ("v2: output without a name", "post", INFER, infer_with(outputs=[{}]), 400,
+     "output 0: 'name' must be a string, got None"),
+    ("v2: output parameters as a list", "post", INFER,
+     infer_with(outputs=[{"name": "probabilities", "parameters": [1]}]), 400,
+     "output 'probabilities': 'parameters' must be an object, got [1]"),
+    ("v2: binary_data as a string", "post", INFER,
+     infer_with(outputs=[{"name": "probabilities", "parameters": {"binary_data": "yes"}}]), 400,
+     "output 'probabilities': parameter 'binary_data' must be true or false, got 'yes'"),
+    ("v2: binary_data_output as a string", "post", INFER, infer_with(parameters={"binary_data_output": "false"}),
+     400, "parameter 'binary_data_output' must be true or false, got 'false'"),
+    ("v2: request parameters as a number", "post", INFER, infer_with(parameters=0), 400,
+     "'parameters' must be an object, got 0"),
+    ("v2: data and binary data", "post", INFER,
+     raw(b'{"inputs": [{"name": "logits", "shape": [1, 3], "datatype": "FP64", "data": [1, 2, 3], '
+         b'"parameters": {"binary_data_size": 24}}]}' + bytes(24), {"inference-header-content-length": "128"}),
+     400, "input 'logits' has both 'data' and binary data"),
+    ("v2: header length with a sign", "post", INFER, raw(b"{}", {"inference-header-content-length": "+2"}), 400,
+     "Inference-Header-Content-Length must be a non-negative integer, got '+2'"),
     ("v2: BYTES tensor", "post", INFER, infer(datatype="BYTES", data=["a", "b", "c"]), 400,
      "datatype must be one of FP16, FP32, FP64, got 'BYTES'"),
     ("v2: no inputs", "post", INFER, {"json": {"inputs": []}}, 400, "exactly one input tensor"),
