@@ -6,7 +6,8 @@ FP64, given as JSON ``data`` (nested or flat, row-major) or as binary data after
 (``Inference-Header-Content-Length``, ``binary_data_size`` per input). Outputs are the
 probabilities (FP64 for FP64 input, else FP32), and on request the predicted class (INT64) and
 the confidence; each is returned as JSON ``data`` or as binary data (``binary_data`` per output,
-or ``binary_data_output`` for all).
+or ``binary_data_output`` for all). Logits that look like probabilities (every row non-negative,
+summing to 1) are refused unless the request parameter ``input_check`` is false.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def bad(detail: str) -> MalformedRequest:
 
 
 INT64_MAX = 2**63 - 1
+LOOKS_LIKE_PROBABILITIES = ("these look like probabilities; send them as `probabilities` (every row of the logits "
+                            "is non-negative and sums to 1, and this model was fitted on logits; set the request "
+                            "parameter input_check to false if they really are logits)")
 MAX_DIMENSIONS = 2  # a calibrator takes [n] (binary scores) or [n, k]
 
 
@@ -213,6 +217,11 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         raise bad(f"input {_short(request.input_name)}: expected shape {expected}, got {list(request.array.shape)}")
     try:
         scores = cal.to_scores(request.array, calibrator.input, request.input_name)
+    except ValueError as exc:
+        raise bad(str(exc)) from exc
+    if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.logits):
+        raise bad(LOOKS_LIKE_PROBABILITIES)
+    try:
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_scores(scores)
     except ValueError as exc:
         raise bad(str(exc)) from exc

@@ -15,6 +15,11 @@ from .keys import NAME_PATTERN as KEY_NAME_PATTERN
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
 
+
+def input_check_field():
+    return Field(True, description="Refuse logits that look like probabilities (every row non-negative and "
+                                   "summing to 1 within 1e-6) with a 422; false sends them as logits anyway")
+
 EXAMPLE_LOGITS = [
     [2.0, 0.5, -1.0], [0.3, 1.8, -0.2], [1.2, 1.0, 0.1], [-0.5, 0.2, 1.5],
     [1.5, -0.3, 0.4], [0.1, 0.9, 1.1], [2.2, 1.9, -0.4], [-1.0, 0.4, 0.8],
@@ -46,6 +51,7 @@ class FitFields(Strict):
     description: str | None = Field(None, max_length=10_000)
     tags: dict[str, str] | None = None
     tensor_names: TensorNames | None = Field(None, description="Tensor names on the /v2 protocol")
+    input_check: bool = input_check_field()
 
 
 class FitRequest(FitFields, Arrays):
@@ -62,6 +68,7 @@ class CalibrateFields(Strict):
         default_factory=lambda: ["probabilities"],
         description="Which outputs to return",
     )
+    input_check: bool = input_check_field()
 
 
 class CalibrateRequest(CalibrateFields, Arrays):
@@ -77,6 +84,7 @@ class EvaluationFields(Strict):
     bootstrap: int = Field(0, ge=0, le=2000, description="Bootstrap resamples for intervals (0: none)")
     confidence: float = Field(0.95, gt=0, lt=1, description="Level of the bootstrap intervals")
     seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling")
+    input_check: bool = input_check_field()
 
 
 class ReportRequest(EvaluationFields, Arrays):
@@ -214,6 +222,7 @@ class CompareFields(Strict):
     folds: int = Field(5, ge=2, le=20, description="Stratified cross-validation folds")
     seed: int = Field(0, ge=0, description="Seed of the fold assignment")
     preserve_accuracy: bool = Field(False, description="Select among accuracy-preserving candidates only")
+    input_check: bool = input_check_field()
 
 
 class CompareRequest(CompareFields, Arrays):

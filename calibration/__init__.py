@@ -7,7 +7,7 @@ Imports numpy and scipy only. Every calibrator follows ``calibration.base.Calibr
 from .backend import to_host
 from .base import Calibrator, ConvergenceWarning, FitDiagnostics
 from .comparison import Comparison, compare, default_candidates, prepare_comparison
-from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, Scores, check_labels, to_scores
+from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, Scores, check_labels, looks_like_probabilities, to_scores
 from .json_values import json_safe
 from .methods import (
     AutoCalibrator,
@@ -89,6 +89,7 @@ __all__ = [
     "json_safe",
     "kde_ece",
     "log_softmax",
+    "looks_like_probabilities",
     "mce",
     "mean_confidence",
     "method_class",

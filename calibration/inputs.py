@@ -9,7 +9,8 @@ Inputs are explicit, never guessed from their values:
   logits ``[0, s]`` (k = 2).
 
 Everything is converted to float64. Errors are ``ValueError`` naming the array and, for bad
-values, the first bad row.
+values, the first bad row. ``looks_like_probabilities`` tells a caller (the service) when a batch
+sent as logits is probably probabilities, so it can ask for the right kind instead of guessing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .softmax import softmax
 INPUT_KINDS = ("logits", "probabilities", "scores")
 PROBABILITY_FLOOR = 1e-12
 ROW_SUM_TOLERANCE = 1e-3
+LOOKALIKE_TOLERANCE = 1e-6
 
 
 def as_float_array(x, name: str) -> np.ndarray:
@@ -67,6 +69,26 @@ def check_probabilities(p: np.ndarray, name: str = "probabilities", nonnegative:
         )
     if nonnegative and not p.min() >= 0:
         raise ValueError(f"{name} must lie in [0, 1] (first negative entry in row {first_bad_row(p < 0)})")
+
+
+def looks_like_probabilities(x, tolerance: float = LOOKALIKE_TOLERANCE) -> bool:
+    """Whether a batch meant as logits, shape ``(n, k)`` with ``n >= 1``, looks like
+    probabilities: every entry ``>= 0`` and every row summing to 1 within ``tolerance``
+    (``|sum_j x_ij - 1| <= tolerance`` for all ``i``). Softmax outputs pass; logits almost never
+    do (any negative entry, or one row summing elsewhere, is enough to fail).
+
+    Vectorised, in ``x``'s array namespace (numpy or e.g. torch on its device), with no copy of
+    ``x``: a minimum and the row sums. Row 0 is tested alone first, so real logits, which almost
+    always fail there, cost O(k). NaN fails both tests. Anything not 2-D, or empty, is ``False``.
+    """
+    xp = namespace(x)
+    if len(x.shape) != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        return False
+
+    def all_rows(a) -> bool:
+        return bool(xp.min(a) >= 0) and bool(xp.all(xp.abs(xp.sum(a, axis=1) - 1.0) <= tolerance))
+
+    return all_rows(x[:1]) and all_rows(x)
 
 
 class Scores:
