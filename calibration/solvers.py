@@ -146,6 +146,7 @@ def keeps_receding(
     logit_spread: Callable[[np.ndarray], float],
     theta: np.ndarray,
     *,
+    certify: Callable[[np.ndarray], bool] | None = None,
     steps: int = 10,
     move: float = 0.5,
     vanishing: float = 1e-9,
@@ -161,22 +162,27 @@ def keeps_receding(
     This returns True when ``steps`` successive full Newton steps each move a logit gap by more
     than ``move`` without raising the loss, or when the loss is (or falls) below ``vanishing``
     nats: a mean NLL that small is reached only by separating the classes, and there the
-    Hessian is near rounding level, so that Newton steps stop being meaningful.
+    Hessian is near rounding level, so that Newton steps stop being meaningful. After the
+    ``steps`` Newton steps, ``certify(direction)`` (the sum of the steps) must confirm that the
+    direction is one along which the loss never rises (the caller checks it exactly, e.g. that
+    no label's logit margin falls along it), so that a far but finite optimum is not mistaken
+    for none. The Newton systems are solved by MINRES (the Hessian is singular along the
+    directions that leave the softmax unchanged) to a relative residual of 1e-6.
     """
     loss, gradient = fun(theta)
-    size = theta.size
+    start, size = theta, theta.size
     for _ in range(steps):
         if loss <= vanishing:
             return True
         operator = LinearOperator((size, size), matvec=lambda v, t=theta: hessp(t, v), dtype=np.float64)
-        step = minres(operator, -gradient, rtol=1e-10, maxiter=min(10 * size, 300))[0]
+        step = minres(operator, -gradient, rtol=1e-6, maxiter=min(10 * size, 200))[0]
         if not logit_spread(step) > move:
             return False
         new_loss, new_gradient = fun(theta + step)
         if not new_loss <= loss:
             return False
         theta, loss, gradient = theta + step, new_loss, new_gradient
-    return True
+    return loss <= vanishing or certify is None or certify(theta - start)
 
 
 def _diagnostics(result, gtol: float) -> FitDiagnostics:

@@ -22,11 +22,13 @@ every label is its row's argmax, or a class never occurs), the NLL's infimum is 
 as the weights grow without bound; ODIR does not prevent it, since it leaves the diagonal free.
 Choice made here: such a fit is **reported as not converged** (``converged: false``, a
 ``ConvergenceWarning``, and a message saying that no finite optimum exists), keeping the
-parameters where the solver stopped; it is not silently regularised. It is detected after the
-solve (``solvers.keeps_receding``): the objective is below 1e-9 nats, or ten more full Newton
-steps each still move some logit gap by more than 0.5 while lowering the loss (near a true
-minimiser Newton steps shrink quadratically; along a ray where the loss decays like
-``exp(-a t)`` each step has length ``1/a`` for ever).
+parameters where the solver stopped; it is not silently regularised. It is detected after a
+solve that met its gradient tolerance (``solvers.keeps_receding``): the objective is below 1e-9
+nats, or ten more full Newton steps each still move some logit gap by more than 0.5 while
+lowering the loss (near a true minimiser Newton steps shrink quadratically; along a ray where
+the loss decays like ``exp(-a t)`` each step has length ``1/a`` for ever) and the unpenalised
+part of their sum raises no label's margin ``z_y - z_j`` (to 1e-6 of the largest rise) while
+raising one: along such a direction the loss falls for ever, so no finite minimiser exists.
 
 Dirichlet calibration also exposes its canonical parameters (Kull et al. §3): the matrix
 ``A = W - min over each column`` and the calibrated probabilities of a uniform input,
@@ -83,15 +85,29 @@ def softmax_and_nll(out: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, fl
     return e / (1.0 + rest)[:, None], float(np.mean(np.log1p(rest) - out[rows, labels]))
 
 
-def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, theta) -> FitDiagnostics:
+def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, theta, labels,
+                         free_logits=None) -> FitDiagnostics:
     """The diagnostics, marked not converged when the objective has no finite minimiser
     (``keeps_receding``: Newton steps from the solution keep moving the logits and lowering
-    the loss); ``logits(v)`` is the change of the logits along the parameter direction ``v``."""
+    the loss, along a direction certified to raise no label's margin). ``logits(v)`` is the
+    change of the logits along the parameter direction ``v``; ``free_logits(v)`` that of its
+    unpenalised part (a penalised component makes the loss grow quadratically along ``v``).
+    Only a fit that met its gradient tolerance, or whose loss is below 1e-9, is checked."""
     def spread(step: np.ndarray) -> float:
         change = logits(step)
         return float(np.max(change.max(axis=1) - change.min(axis=1)))
 
-    if not keeps_receding(objective, hessp, spread, theta):
+    def certify(direction: np.ndarray) -> bool:
+        """No label margin ``Δz_y - Δz_j`` falls (to 1e-6 of the largest rise) and one rises."""
+        change = (free_logits or logits)(direction)
+        margins = change[np.arange(len(labels)), labels][:, None] - change
+        margins[np.arange(len(labels)), labels] = 0.0
+        largest = float(margins.max())
+        return largest > 0 and float(margins.min()) >= -1e-6 * largest
+
+    if not (diagnostics.converged or (diagnostics.objective or np.inf) <= 1e-9):
+        return diagnostics
+    if not keeps_receding(objective, hessp, spread, theta, certify=certify):
         return diagnostics
     diagnostics.converged = False
     diagnostics.message = (
@@ -168,7 +184,14 @@ class _AffineSoftmax(Calibrator):
         theta, diagnostics = minimize_newton(objective, None, start, hessp=hessp,
                                              maxiter=self.options["max_iterations"])
         self.weights_, self.bias_ = original(theta)
-        return check_finite_optimum(diagnostics, objective, hessp, logits, theta)
+
+        def free_logits(v: np.ndarray) -> np.ndarray:
+            """Logit change along the unpenalised part of ``v`` (in original coordinates)."""
+            weights, bias = original(v)
+            weights = np.where(off_diagonal, 0.0, weights) if factor > 0 else weights
+            return (x * scale + centre) @ weights.T + (0.0 if bias_factor > 0 else bias)
+
+        return check_finite_optimum(diagnostics, objective, hessp, logits, theta, labels, free_logits)
 
     def _predict(self, scores: Scores) -> np.ndarray:
         return softmax(self._affine(self._features(scores), on_device(self.weights_, scores),
@@ -233,7 +256,7 @@ class VectorScaling(_AffineSoftmax):
         self.weights_ = theta[:k] / scale
         self.bias_ = theta[k:] - self.weights_ * centre
         return check_finite_optimum(diagnostics, objective, lambda t, v: hessian(t) @ v,
-                                    lambda v: x * v[:k] + v[k:], theta)
+                                    lambda v: x * v[:k] + v[k:], theta, labels)
 
 
 class MatrixScaling(_AffineSoftmax):

@@ -122,3 +122,4 @@ def test_a_fit_stopped_by_the_iteration_cap_is_not_converged():
     with pytest.warns(cal.ConvergenceWarning):
         fit = cal.DirichletCalibration(max_iterations=2).fit(logits, labels)
     assert not fit.diagnostics_.converged and fit.diagnostics_.gradient_norm > 1e-6
+    assert "no finite optimum" not in fit.diagnostics_.message  # overlapping classes: it exists
