@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     job_stale_seconds: float = Field(300.0, ge=1, description="A running job whose heartbeat (every tenth of "
                                      "this) stops for this long is reported failed: its process died.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
+    cache_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Largest total size of the fitted calibrators "
+                             "kept in memory per process, counted as the length of their stored parameters "
+                             "(canonical JSON); the least recently used are evicted beyond it.")
 
 
 def serve_threads(settings: Settings, cores: int | None = None) -> int:
