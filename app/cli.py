@@ -28,13 +28,28 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from .migrate import downgrade, upgrade
+    from alembic.util import CommandError
+
+    from .migrate import describe_losses, downgrade, downgrade_losses, upgrade
 
     url = get_settings().database_url
-    if args.downgrade:
-        downgrade(url, args.downgrade)
-    else:
-        upgrade(url, args.revision)
+    try:
+        if args.downgrade:
+            losses = downgrade_losses(url, args.downgrade)
+            if losses and not args.yes:
+                print(f"error: downgrading to {args.downgrade} drops or changes tables that hold "
+                      f"{describe_losses(losses)} ({', '.join(losses)}); their data would be lost. "
+                      "Run again with --yes to proceed.", file=sys.stderr)
+                return 2
+            if losses:
+                print(f"downgrading to {args.downgrade}: dropping or changing {describe_losses(losses)}",
+                      file=sys.stderr)
+            downgrade(url, args.downgrade)
+        else:
+            upgrade(url, args.revision)
+    except CommandError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -94,6 +109,9 @@ def parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("migrate", help="apply the database migrations (alembic upgrade head)")
     schema.add_argument("--revision", default="head", help="upgrade to this revision (default head)")
     schema.add_argument("--downgrade", metavar="REVISION", help="downgrade to REVISION (e.g. base) instead")
+    schema.add_argument("--yes", action="store_true",
+                        help="downgrade even when that drops or changes tables holding data (without it the "
+                             "command lists what would be lost and exits with 2)")
     schema.set_defaults(handler=migrate)
     keys = commands.add_parser("keys", help="create, list and revoke API keys (stored as hashes)")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import tempfile
 from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import Engine
 
 
@@ -33,3 +36,77 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+# what a downgrade would lose, by table, in the order the message names them
+LOSS_NAMES = {
+    "calibrators": ("calibrator", "calibrators"),
+    "calibrator_versions": ("version", "versions"),
+    "aliases": ("alias", "aliases"),
+    "api_keys": ("API key", "API keys"),
+    "jobs": ("job", "jobs"),
+}
+
+
+def _schema(engine: Engine) -> dict[str, list[tuple[str, str]]]:
+    """Every table's columns (name and type), Alembic's own table aside."""
+    inspector = inspect(engine)
+    return {name: [(c["name"], str(c["type"])) for c in inspector.get_columns(name)]
+            for name in inspector.get_table_names() if name != "alembic_version"}
+
+
+def downgrade_losses(database_url: str, revision: str) -> dict[str, int]:
+    """The rows a downgrade to ``revision`` would drop or change, by table: the tables it
+    drops or alters (found by running the same migrations on a scratch SQLite database from
+    this database's revision down to ``revision`` and comparing the schemas), counted in this
+    database; only tables holding rows are named."""
+    from .db import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        current = current_revision(engine)
+        if current is None:
+            return {}
+        alembic_log = logging.getLogger("alembic")
+        level = alembic_log.level
+        alembic_log.setLevel(logging.WARNING)  # the scratch migrations are no news to the operator
+        try:
+            return _losses(engine, current, revision)
+        finally:
+            alembic_log.setLevel(level)
+    finally:
+        engine.dispose()
+
+
+def _losses(engine: Engine, current: str, revision: str) -> dict[str, int]:
+    from .db import make_engine
+
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch_url = f"sqlite:///{scratch}/schema.db"
+        upgrade(scratch_url, current)
+        scratch_engine = make_engine(scratch_url)
+        before = _schema(scratch_engine)
+        downgrade(scratch_url, revision)
+        after = _schema(scratch_engine)
+        scratch_engine.dispose()
+    affected = [name for name in before if after.get(name) != before[name]]
+    present = set(inspect(engine).get_table_names())
+    losses = {}
+    with engine.connect() as connection:
+        for name in affected:
+            if name in present:
+                rows = connection.execute(select(func.count()).select_from(table(name))).scalar_one()
+                if rows:
+                    losses[name] = rows
+    order = list(LOSS_NAMES)
+    return dict(sorted(losses.items(), key=lambda item: (order.index(item[0]) if item[0] in order else len(order),
+                                                          item[0])))
+
+
+def describe_losses(losses: dict[str, int]) -> str:
+    """``{"calibrators": 2, "aliases": 1}`` as "2 calibrators, 1 alias"."""
+    parts = []
+    for name, rows in losses.items():
+        singular, plural = LOSS_NAMES.get(name, (f"row of {name}", f"rows of {name}"))
+        parts.append(f"{rows} {singular if rows == 1 else plural}")
+    return ", ".join(parts)
