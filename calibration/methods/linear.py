@@ -255,8 +255,14 @@ class VectorScaling(_AffineSoftmax):
                                              maxiter=self.options["max_iterations"])
         self.weights_ = theta[:k] / scale
         self.bias_ = theta[k:] - self.weights_ * centre
-        return check_finite_optimum(diagnostics, objective, lambda t, v: hessian(t) @ v,
-                                    lambda v: x * v[:k] + v[k:], theta, labels)
+        last = {}
+
+        def hessp(t: np.ndarray, v: np.ndarray) -> np.ndarray:
+            if last.get("t") is None or not np.array_equal(last["t"], t):
+                last.update(t=t.copy(), h=hessian(t))
+            return last["h"] @ v
+
+        return check_finite_optimum(diagnostics, objective, hessp, lambda v: x * v[:k] + v[k:], theta, labels)
 
 
 class MatrixScaling(_AffineSoftmax):
