@@ -112,6 +112,17 @@ def test_fp16_and_custom_tensor_names(client):
         client.infer("named", [_input(x, "FP16", True)])
 
 
+def test_probabilities_sent_as_logits_are_refused_unless_input_check_is_false(client):
+    """The real client's request ``parameters`` reach the check: softmax outputs sent as the
+    logits input are a 400 with the reason, and served as logits with ``input_check: false``."""
+    probabilities = cal.softmax(BATCH.astype(np.float64)).astype(np.float32)
+    with pytest.raises(InferenceServerException, match="these look like probabilities; send them as `probabilities`"):
+        client.infer("resnet", [_input(probabilities, "FP32", True)])
+    result = client.infer("resnet", [_input(probabilities, "FP32", True)], parameters={"input_check": False})
+    assert np.array_equal(result.as_numpy("probabilities"),
+                          local("ensemble_temperature", probabilities).astype(np.float32))
+
+
 def _raw_infer(server, header: dict, binary: bytes = b"", declared: int | None = None):
     head = orjson.dumps(header)
     length = len(head) if declared is None else declared
