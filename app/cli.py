@@ -93,6 +93,12 @@ def keys_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def worker(args: argparse.Namespace) -> int:
+    from .worker import run_workers
+
+    return run_workers(args.concurrency)
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="calibration-service",
                                    description="Calibration service for ML classifiers.")
@@ -106,6 +112,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-migrate", action="store_true",
                      help="do not run `alembic upgrade head` first (also CALIBRATION_MIGRATE_ON_START=false)")
     run.set_defaults(handler=serve)
+    work = commands.add_parser("worker", help="take jobs (fits, comparisons) from the Postgres queue",
+                               description="Start job worker processes (Procrastinate, on DATABASE_URL's "
+                                           "Postgres); one process per core by default.")
+    work.add_argument("--concurrency", type=int, help="worker processes (default: the number of cores)")
+    work.set_defaults(handler=worker)
     schema = commands.add_parser("migrate", help="apply the database migrations (alembic upgrade head)")
     schema.add_argument("--revision", default="head", help="upgrade to this revision (default head)")
     schema.add_argument("--downgrade", metavar="REVISION", help="downgrade to REVISION (e.g. base) instead")

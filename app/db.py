@@ -24,6 +24,11 @@ def normalise_url(url: str) -> URL:
     return parsed
 
 
+def libpq_url(url: str) -> str:
+    """A Postgres URL as libpq (psycopg) reads it, without SQLAlchemy's driver name."""
+    return normalise_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def make_engine(url: str, timeout: float = 30.0, pre_ping: bool = True) -> Engine:
     """An engine for ``url``; on Postgres, ``pre_ping`` tests each pooled connection with a round
     trip before handing it out (SQLite has no server to lose)."""

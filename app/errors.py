@@ -56,6 +56,16 @@ class InvalidInput(ServiceError):
     status, title = 422, "Invalid input"
 
 
+class Unavailable(ServiceError):
+    """Not now: a queue is full or a dependency is away; ``retry_after`` seconds is a hint."""
+
+    status, title = 503, "Service Unavailable"
+
+    def __init__(self, detail: str, retry_after: int = 5, **extra):
+        super().__init__(detail, **extra)
+        self.retry_after = retry_after
+
+
 class IntegrityFailure(ServiceError):
     """A stored calibrator does not match its checksum or cannot be loaded: never served."""
 

@@ -1,95 +1,186 @@
-"""Background jobs: long work (today, comparisons) run off the request on a small thread pool,
-with their state in the database (``job_store``) so that any worker answers a poll.
+"""Background jobs: long work (fits, comparisons) recorded in the ``jobs`` table and run by an
+engine, so that any API process answers a poll and a restart loses nothing queued.
 
-States: ``running`` → ``succeeded`` (with the result) or ``failed`` (with a problem document).
-A running job writes its percent done every ``PROGRESS_STEP`` percent and a heartbeat
-(``updated_at``) every tenth of the stale time; a running job whose heartbeat has been silent
-for the stale time (its process died) is reported failed, "Worker lost", when it is read.
+States: ``queued`` → ``running`` → ``succeeded`` (with the result), ``failed`` (a problem
+document) or ``cancelled``. A running job writes its step and percent done at each progress
+point, where it also stops if it was cancelled, and a heartbeat (``updated_at``) every tenth of
+the stale time; a running job whose heartbeat has been silent for the stale time (its process
+died) is reported failed, "Worker lost", when it is read. Queued jobs are never lost.
+
+Engines (``CALIBRATION_JOB_ENGINE``):
+
+* ``EmbeddedEngine`` — a process pool of ``CALIBRATION_JOB_PROCESSES`` inside the API process
+  (the one-command SQLite default). At start-up the queued jobs are offered to it again.
+* ``ProcrastinateEngine`` — Procrastinate's queue in the same Postgres database (its tables come
+  from our migrations); ``calibration-service worker`` processes on any machine take the jobs.
+
+Either way the work is ``app.tasks.run_job(database_url, job_id)``; a job is claimed with a
+conditional update, so offering it twice runs it once.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from datetime import timedelta
 
+import orjson
+from sqlalchemy.exc import SQLAlchemyError
+
 from . import job_store
-from .db import Database
-from .errors import NotFound, ServiceError
+from .db import Database, libpq_url
+from .errors import NotFound, Unavailable
 from .models import utcnow
 
 PROGRESS_STEP = 5.0  # percent between progress writes
-WORKERS = 2
+PROCRASTINATE_QUEUE = "calibration"
+PROCRASTINATE_TASK = "calibration.run_job"
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[int, int], None]
+
+class JobCancelled(Exception):
+    """Raised at a progress point of a job whose cancellation was requested."""
+
+
+class JobProgress:
+    """A running job's progress points: ``step(name, percent)`` and ``folds(done, total)`` write
+    progress (every ``PROGRESS_STEP`` percent) and raise ``JobCancelled`` once a cancel was asked."""
+
+    def __init__(self, db: Database, job_id: str, start: float = 0.0, end: float = 100.0):
+        self.db = db
+        self.job_id = job_id
+        self.start, self.end = start, end
+        self.reported = -PROGRESS_STEP
+
+    def step(self, name: str, percent: float) -> None:
+        with self.db.write() as session:
+            if job_store.cancel_requested(session, self.job_id):
+                raise JobCancelled
+            job_store.update_job(session, self.job_id, step=name, percent=round(percent, 1))
+        self.reported = percent
+
+    def finish_with(self, session, result: dict) -> None:
+        """Record success in the caller's transaction; ``JobCancelled`` (which rolls it back)
+        when the job is no longer running: cancelled, or declared lost meanwhile."""
+        result = orjson.loads(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))  # datetimes as text
+        if not job_store.finish(session, self.job_id, "succeeded", result=result):
+            raise JobCancelled
+
+    def folds(self, done: int, total: int) -> None:
+        percent = self.start + (self.end - self.start) * done / total
+        if percent - self.reported >= PROGRESS_STEP and done < total:
+            self.step(f"cross-validation: {done} of {total} fits", percent)
+
+
+def job_view(row) -> dict:
+    return {"id": row.id, "kind": row.kind, "status": row.status, "percent": row.percent, "step": row.step,
+            "calibrator": row.calibrator, "worker": row.worker, "result": row.result, "error": row.error,
+            "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
+            "updated_at": row.updated_at}
+
+
+def _die_with_parent() -> None:
+    """A pool process exits when the API process that started it dies (it is re-parented), so
+    its job's heartbeat stops with it instead of an orphan running on unseen. (Not
+    ``PR_SET_PDEATHSIG``: that follows the thread that spawned the process, and pool processes
+    are spawned from short-lived threads.)"""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+class EmbeddedEngine:
+    """Jobs in a pool of processes of the API process (spawned: no threads or locks inherited)."""
+
+    def __init__(self, task: Callable[[str, str, float], None], database_url: str, processes: int,
+                 heartbeat_seconds: float):
+        self.task = task
+        self.database_url = database_url
+        self.heartbeat_seconds = heartbeat_seconds
+        self.pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_die_with_parent)
+
+    def enqueue(self, job_id: str) -> None:
+        self.pool.submit(self.task, self.database_url, job_id, self.heartbeat_seconds)
+
+    def shutdown(self) -> None:
+        """Stop at once: running jobs are left to the heartbeat rule, queued ones stay queued and
+        are offered again at the next start."""
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+
+
+class ProcrastinateEngine:
+    """Jobs deferred to Procrastinate's Postgres queue, taken by ``calibration-service worker``.
+    Its connection opens on the first job, so a process that runs none never connects."""
+
+    def __init__(self, database_url: str):
+        import procrastinate
+
+        self.app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=libpq_url(database_url)))
+        self.lock = threading.Lock()
+        self.opened = False
+
+    def enqueue(self, job_id: str) -> None:
+        with self.lock:
+            if not self.opened:
+                self.app.open()
+                self.opened = True
+        self.app.configure_task(PROCRASTINATE_TASK, queue=PROCRASTINATE_QUEUE).defer(job_id=job_id)
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.opened:
+                self.app.close()
+                self.opened = False
 
 
 class JobRunner:
-    """Runs job functions ``work(progress) -> result`` in the background and reads job states."""
+    """Records jobs, hands them to an engine, and reads, lists and cancels them."""
 
-    def __init__(self, db: Database, stale_seconds: float = 300.0):
+    def __init__(self, db: Database, engine, stale_seconds: float = 300.0, queue_limit: int = 100):
         self.db = db
+        self.engine = engine
         self.stale = timedelta(seconds=stale_seconds)
-        self.executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="job")
+        self.queue_limit = queue_limit
 
-    def submit(self, kind: str, work: Callable[[Progress], dict]) -> dict:
-        """Record a running job of ``kind``, start ``work`` and return the job's state."""
+    def submit(self, kind: str, calibrator: str | None, request: dict, payload: bytes) -> dict:
+        """Record a queued job and hand it to the engine; ``Unavailable`` (503) past the limit."""
         job_id = uuid.uuid4().hex
         with self.db.write() as session:
-            job_store.create_job(session, job_id, kind)
-        self.executor.submit(self._run, job_id, work)
+            if job_store.count_active(session) >= self.queue_limit:
+                raise Unavailable(f"{self.queue_limit} jobs are queued or running (CALIBRATION_JOB_QUEUE_LIMIT); "
+                                "retry later", retry_after=30)
+            job_store.create_job(session, job_id, kind, calibrator, request, payload)
+        self.engine.enqueue(job_id)
         return self.get(job_id)
 
+    def recover(self) -> None:
+        """Offer the queued jobs to the engine again (after a restart); a database that is away
+        or not migrated yet has none to offer (``/readyz`` says what is wrong)."""
+        try:
+            with self.db.read() as session:
+                queued = job_store.queued_ids(session)
+            for job_id in queued:
+                self.engine.enqueue(job_id)
+        except SQLAlchemyError as exc:
+            logger.warning("queued jobs not offered again: %s", str(exc).splitlines()[0])
+
     def shutdown(self) -> None:
-        """Stop taking jobs; a job still running stays ``running`` in the database until its
-        heartbeat goes silent."""
-        self.executor.shutdown(wait=False, cancel_futures=True)
-
-    def _update(self, job_id: str, **values) -> None:
-        with self.db.write() as session:
-            job_store.update_job(session, job_id, **values)
-
-    def _run(self, job_id: str, work: Callable[[Progress], dict]) -> None:
-        done = threading.Event()
-
-        def heartbeat() -> None:
-            while not done.wait(self.stale.total_seconds() / 10):
-                try:
-                    self._update(job_id)
-                except Exception as exc:  # the database is away: try again at the next beat
-                    logger.warning("job %s heartbeat failed: %s", job_id, str(exc).splitlines()[0])
-
-        beating = threading.Thread(target=heartbeat, name=f"job-{job_id[:8]}-heartbeat", daemon=True)
-        beating.start()
-        try:
-            self._run_to_end(job_id, work)
-        finally:
-            done.set()
-            beating.join()
-
-    def _run_to_end(self, job_id: str, work: Callable[[Progress], dict]) -> None:
-        reported = [0.0]
-
-        def progress(done: int, total: int) -> None:
-            percent = round(100.0 * done / total, 1)
-            if percent - reported[0] >= PROGRESS_STEP and done < total:
-                reported[0] = percent
-                self._update(job_id, percent=percent)
-
-        try:
-            result = work(progress)
-        except ServiceError as error:
-            self._update(job_id, status="failed", error=error.as_problem())
-        except Exception:  # a bug: the job says so instead of staying "running" for ever
-            logger.exception("job %s failed", job_id)
-            self._update(job_id, status="failed", error={"status": 500, "title": "Internal Server Error",
-                                                         "detail": "the job failed unexpectedly"})
-        else:
-            self._update(job_id, status="succeeded", percent=100.0, result=result)
+        self.engine.shutdown()
 
     def get(self, job_id: str) -> dict:
         """A job's state; a running job whose heartbeat is silent is failed first."""
@@ -101,9 +192,17 @@ class JobRunner:
             with self.db.write() as session:
                 job_store.fail_if_silent(session, job_id, utcnow() - self.stale, lost)
             row = self._row(job_id)
-        return {"id": row.id, "kind": row.kind, "status": row.status, "percent": row.percent,
-                "result": row.result, "error": row.error, "created_at": row.created_at,
-                "updated_at": row.updated_at}
+        return job_view(row)
+
+    def list(self, calibrator: str | None, status: str | None, limit: int) -> list[dict]:
+        with self.db.read() as session:
+            return [job_view(row) for row in job_store.list_jobs(session, calibrator, status, limit)]
+
+    def cancel(self, job_id: str) -> dict:
+        self._row(job_id)
+        with self.db.write() as session:
+            job_store.request_cancel(session, job_id)
+        return self.get(job_id)
 
     def _row(self, job_id: str):
         with self.db.read() as session:

@@ -14,6 +14,12 @@ from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import Engine
 
 
+def include_name(name, type_, parent_names) -> bool:
+    """What autogenerate compares with the models: not Procrastinate's tables, which migration
+    0004 creates from the job engine's own schema file."""
+    return not (type_ == "table" and name.startswith("procrastinate_"))
+
+
 def alembic_config(database_url: str) -> Config:
     config = Config()
     config.set_main_option("script_location", str(files("app.migrations")))

@@ -12,11 +12,14 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
     ForeignKeyConstraint,
+    Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -113,11 +116,15 @@ class AliasRow(Base):
 
 
 class JobRow(Base):
-    """A long-running request (a comparison) run in the background: its progress and outcome.
+    """Long work (a fit, a comparison) run in the background: its input, progress and outcome.
 
-    ``result`` is the response body it would have returned; ``error`` a problem document."""
+    ``status`` is queued, running, succeeded, failed or cancelled; ``step`` says what a running
+    job is doing, ``worker`` which process (host:pid) runs it; ``updated_at`` is its heartbeat.
+    ``payload`` is its input (an ``.npz`` of the validated arrays) and ``request`` its small
+    fields; ``result`` is the response body it would have returned, ``error`` a problem document."""
 
     __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_created_at", "status", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))
@@ -127,6 +134,29 @@ class JobRow(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+    calibrator: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    step: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    request: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    payload: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+
+
+class IdempotencyRow(Base):
+    """A request sent with an ``Idempotency-Key``: the key (per operation), the sha256 of the
+    request, and once it is answered the response to replay to a retry."""
+
+    __tablename__ = "idempotency_keys"
+
+    scope: Mapped[str] = mapped_column(String(300), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    response: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    headers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
 
 
 class ApiKeyRow(Base):

@@ -244,15 +244,27 @@ class CompareOut(BaseModel):
     selection: dict[str, Any] | None = Field(description="The chosen candidate and why (null if none passes)")
 
 
+JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
 class JobOut(BaseModel):
     id: str
-    kind: str
-    status: Literal["running", "succeeded", "failed"]
+    kind: Literal["fit", "compare"]
+    status: Literal[JOB_STATES]
     percent: float = Field(description="Work done, 0 to 100")
-    result: dict[str, Any] | None = Field(description="The response body, once succeeded")
+    step: str | None = Field(description="What the job is doing (or its state, once finished)")
+    calibrator: str | None = Field(description="The calibrator a fit stores its version in")
+    worker: str | None = Field(description="The process (host:pid) that runs or ran it")
+    result: dict[str, Any] | None = Field(description="The response body (a fit's version), once succeeded")
     error: dict[str, Any] | None = Field(description="A problem document, once failed")
     created_at: datetime
-    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime = Field(description="The last progress or heartbeat of a running job")
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
 
 
 class KeyRequest(Strict):

@@ -17,10 +17,12 @@ import calibration as cal
 from . import reports, store
 from .batches import ArrayBatch, CalibratedBatch
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
+from .costs import estimated_fit_seconds
 from .db import Database
 from .device import Device
-from .errors import InvalidInput, NotAcceptable
-from .jobs import JobRunner, Progress
+from .errors import InvalidInput, NotAcceptable, NotFound
+from .job_inputs import job_input
+from .jobs import JobProgress, JobRunner
 from .models import VersionRow
 from .names import Reference, check_alias, check_name
 from .schemas import CompareFields, EvaluationFields, FitFields
@@ -69,17 +71,18 @@ def version_view(name: str, row: VersionRow, aliases: list[str]) -> dict:
 
 class CalibrationService:
     def __init__(self, db: Database, cache_size: int, max_body_bytes: int, device: str = "cpu",
-                 job_stale_seconds: float = 300.0):
+                 jobs: JobRunner | None = None, sync_budget_seconds: float = float("inf")):
         self.db = db
         self.device = Device(device)
         self.cache = CalibratorCache(cache_size)
         self.max_body_bytes = max_body_bytes
-        self.jobs = JobRunner(db, job_stale_seconds)
+        self.jobs = jobs
+        self.sync_budget_seconds = sync_budget_seconds
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, name: str, batch: ArrayBatch) -> dict:
-        """Fit ``batch.fields.method`` on the labelled batch and store it as the next version."""
+    def _fit_inputs(self, name: str, batch: ArrayBatch):
+        """Everything a fit checks before it starts: name, arrays, options, class names."""
         check_name(name)
         fields: FitFields = batch.fields
         inputs, labels = _validated(batch)
@@ -90,7 +93,30 @@ class CalibrationService:
             raise InvalidInput(f"class_names has {len(fields.class_names)} names for {inputs.k} classes")
         try:
             calibrator = cal.create(fields.method, options)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        return fields, inputs, labels, calibrator
+
+    def fit_as_job(self, name: str, batch: ArrayBatch, asked: bool) -> dict | None:
+        """Start the fit as a job (validated first: bad input is a 4xx, not a failed job) when the
+        caller ``asked`` or its estimated cost exceeds the sync budget; else ``None``."""
+        fields, inputs, labels, calibrator = self._fit_inputs(name, batch)
+        seconds = estimated_fit_seconds(calibrator.method, fields.options, inputs.n, inputs.k)
+        if self.jobs is None or not (asked or seconds > self.sync_budget_seconds):
+            return None
+        request, payload = job_input(batch, labels)
+        return self.jobs.submit("fit", name, request, payload)
+
+    def fit(self, name: str, batch: ArrayBatch, job: JobProgress | None = None) -> dict:
+        """Fit ``batch.fields.method`` on the labelled batch and store it as the next version; as
+        a ``job``, report its steps and record its success in the transaction that stores it."""
+        fields, inputs, labels, calibrator = self._fit_inputs(name, batch)
+        if job is not None:
+            job.step(f"fitting {calibrator.method} on {inputs.n}x{inputs.k}", 5.0)
+        try:
             calibrator.fit_scores(inputs, labels, warn=False)
+            if job is not None:
+                job.step("validation report", 80.0)
             params = calibrator.to_dict()
             summary = cal.json_safe(calibrator.summary())
             report = reports.comparison(inputs.probabilities, calibrator.predict_scores(inputs), labels)
@@ -115,9 +141,13 @@ class CalibrationService:
             "tags": fields.tags,
             "tensor_names": fields.tensor_names.model_dump() if fields.tensor_names else None,
         }
+        if job is not None:
+            job.step("storing the version", 95.0)
         with self.db.write() as session:
             row = store.create_version(session, name, row_fields)
             view = version_view(name, row, [])
+            if job is not None:
+                job.finish_with(session, view)
         resolved = store.ResolvedVersion(name, row.version, row.checksum, row.id)
         self.cache.put(LoadedVersion(resolved, calibrator, row_fields["class_names"], row_fields["tensor_names"]))
         return view
@@ -239,13 +269,22 @@ class CalibrationService:
     def compare(self, batch: ArrayBatch) -> dict:
         return self._run_comparison(*self._comparison_inputs(batch))
 
-    def start_comparison_job(self, batch: ArrayBatch) -> dict:
-        """Validate now (bad input is a 4xx, not a failed job), then compare in the background."""
-        inputs = self._comparison_inputs(batch)
-        return self.jobs.submit("compare", lambda progress: self._run_comparison(*inputs, progress=progress))
+    def comparison_as_job(self, batch: ArrayBatch, asked: bool) -> dict | None:
+        """Start the comparison as a job (validated first) when the caller ``asked`` or its
+        estimated cost exceeds the sync budget; else ``None``."""
+        fields, inputs, labels = self._comparison_inputs(batch)
+        candidates = cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
+        seconds = sum(estimated_fit_seconds(c.method, c.options, inputs.n, inputs.k) for c in candidates) * fields.folds
+        if self.jobs is None or not (asked or seconds > self.sync_budget_seconds):
+            return None
+        request, payload = job_input(batch, labels)
+        return self.jobs.submit("compare", None, request, payload)
+
+    def compare_as_job(self, batch: ArrayBatch, job: JobProgress) -> dict:
+        return self._run_comparison(*self._comparison_inputs(batch), progress=job.folds)
 
     def _run_comparison(self, fields: CompareFields, inputs: cal.Scores, labels: np.ndarray,
-                        progress: Progress | None = None) -> dict:
+                        progress=None) -> dict:
         try:
             comparison = cal.compare(getattr(inputs, inputs.source), labels, fields.methods, fields.folds,
                                      fields.seed, inputs.source, progress)
@@ -258,7 +297,18 @@ class CalibrationService:
         return cal.json_safe({**comparison.to_dict(), "selection": chosen})
 
     def get_job(self, job_id: str) -> dict:
-        return self.jobs.get(job_id)
+        return self._job_runner().get(job_id)
+
+    def list_jobs(self, calibrator: str | None, status: str | None, limit: int) -> dict:
+        return {"jobs": self._job_runner().list(calibrator, status, limit)}
+
+    def cancel_job(self, job_id: str) -> dict:
+        return self._job_runner().cancel(job_id)
+
+    def _job_runner(self) -> JobRunner:
+        if self.jobs is None:
+            raise NotFound("this process runs no jobs")
+        return self.jobs
 
     # -- writes -----------------------------------------------------------------------------
 

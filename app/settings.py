@@ -42,6 +42,19 @@ class Settings(BaseSettings):
     job_stale_seconds: float = Field(300.0, ge=1, description="A running job whose heartbeat (every tenth of "
                                      "this) stops for this long is reported failed: its process died.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
+    # -- jobs (app/jobs.py) ----------------------------------------------------------------
+    job_engine: str = Field("auto", pattern=r"^(auto|embedded|procrastinate)$",
+                            description="Where jobs run: `embedded` (a process pool inside the API process), "
+                                        "`procrastinate` (workers sharing the Postgres queue), or `auto` "
+                                        "(procrastinate on Postgres, embedded on SQLite).")
+    job_processes: int = Field(2, ge=1, le=64, description="Processes of the embedded job pool.")
+    job_queue_limit: int = Field(100, ge=1, description="Jobs queued or running at most; a new job beyond "
+                                 "this is refused with 503 and Retry-After.")
+    sync_budget_seconds: float = Field(10.0, ge=0, description="A fit or comparison estimated to take longer "
+                                       "than this runs as a job (202) even without Prefer: respond-async.")
+    worker_shutdown_seconds: float = Field(60.0, ge=0, description="How long a stopping worker waits for its "
+                                           "job to finish before leaving it to the heartbeat rule.")
+    idempotency_seconds: float = Field(86400.0, ge=1, description="How long an Idempotency-Key is remembered.")
     cache_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Largest total size of the fitted calibrators "
                              "kept in memory per process, counted as the length of their stored parameters "
                              "(canonical JSON); the least recently used are evicted beyond it.")

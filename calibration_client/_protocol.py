@@ -194,7 +194,8 @@ def fit(name, logits, labels, probabilities, scores, method, options, class_name
     (kind, values), = given.items()
     arrays = _labelled(values, labels, kind)
     path = f"/v1/calibrators/{_segment(name)}/versions"
-    headers = {} if wait else {"Prefer": "respond-async"}
+    # as a job when the caller does not wait or follows the progress (the server reports it per step)
+    headers = {"Prefer": "respond-async"} if not wait or progress is not None else {}
     if class_names is not None and any("," in str(n) for n in class_names):
         # the query form splits class_names at commas: names with one go as JSON
         body = _json_body(arrays, method=method, options=options, class_names=list(class_names),
@@ -297,7 +298,7 @@ def wait_for_job(job_id: str, progress, poll: float, timeout: float | None) -> O
         if progress is not None and (told is None or percent > told):
             told = percent
             yield Report(progress, percent)
-        if job.status == "failed":
+        if job.status in ("failed", "cancelled"):
             raise JobFailed(job, instance=job.location)
         if job.done:
             return job

@@ -77,12 +77,13 @@ class ConnectionFailed(CalibrationError):
 
 
 class JobFailed(CalibrationError):
-    """A background job ended ``failed``; ``job`` is its last state and ``status``/``detail``
-    come from the job's problem document."""
+    """A background job ended ``failed`` or ``cancelled``; ``job`` is its last state and
+    ``status``/``detail`` come from the job's problem document."""
 
     def __init__(self, job, **fields):
         error = job.error or {}
-        super().__init__(error.get("detail") or "the job failed", status=error.get("status"),
+        default = "the job was cancelled" if job.status == "cancelled" else "the job failed"
+        super().__init__(error.get("detail") or default, status=error.get("status"),
                          title=error.get("title"), **fields)
         self.job = job
 

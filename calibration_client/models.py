@@ -67,17 +67,23 @@ class Calibrator:
 
 @dataclass(frozen=True)
 class Job:
-    """A background job (``GET /v1/jobs/{id}``): ``status`` is ``running``, ``succeeded`` or
-    ``failed``; ``percent`` is 0 to 100; ``result`` the answer once succeeded; ``error`` a problem
+    """A background job (``GET /v1/jobs/{id}``): ``status`` is ``queued``, ``running``,
+    ``succeeded``, ``failed`` or ``cancelled``; ``percent`` is 0 to 100 and ``step`` what it is
+    doing; ``result`` the answer once succeeded (for a fit, the version); ``error`` a problem
     document once failed."""
 
     id: str
     kind: str | None = None
-    status: str = "running"
+    status: str = "queued"
     percent: float = 0.0
+    step: str | None = None
+    calibrator: str | None = None
+    worker: str | None = None
     result: Any = None
     error: dict[str, Any] | None = None
     created_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
     updated_at: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -87,7 +93,7 @@ class Job:
 
     @property
     def done(self) -> bool:
-        return self.status != "running"
+        return self.status not in ("queued", "running")
 
     @property
     def location(self) -> str:

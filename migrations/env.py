@@ -4,10 +4,12 @@ caller put a URL on the Alembic config (``app.migrate`` does). SQLite runs in ba
 from alembic import context
 
 from app.db import make_engine
+from app.migrate import include_name
 from app.models import Base
 from app.settings import get_settings
 
 config = context.config
+
 url = config.attributes.get("database_url") or get_settings().database_url
 
 
@@ -21,7 +23,7 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = make_engine(url)
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=Base.metadata,
+        context.configure(connection=connection, target_metadata=Base.metadata, include_name=include_name,
                           render_as_batch=connection.dialect.name == "sqlite")
         with context.begin_transaction():
             context.run_migrations()

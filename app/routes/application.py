@@ -7,13 +7,18 @@ import inspect
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
 from .. import logs
-from ..db import Database
+from ..db import Database, normalise_url
+from ..idempotency import IdempotencyKeys
+from ..job_metrics import JobCollector
+from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine
 from ..main_info import server_version
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
+from ..tasks import run_job
 from . import calibrators, evaluation, health, hot_path, keys, problems, v2
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
@@ -37,15 +42,29 @@ NO_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False
                 if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
 
 
+def job_engine(settings: Settings):
+    """The engine ``CALIBRATION_JOB_ENGINE`` names; ``auto`` is Procrastinate on Postgres and the
+    embedded process pool on SQLite."""
+    engine = settings.job_engine
+    if engine == "auto":
+        engine = "embedded" if normalise_url(settings.database_url).get_backend_name() == "sqlite" else "procrastinate"
+    if engine == "procrastinate":
+        return ProcrastinateEngine(settings.database_url)
+    return EmbeddedEngine(run_job, settings.database_url, settings.job_processes, settings.job_stale_seconds / 10)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     logs.configure(settings.log_level)
     database = Database(settings.database_url, settings.db_timeout_seconds)
 
+    jobs = JobRunner(database, job_engine(settings), settings.job_stale_seconds, settings.job_queue_limit)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        await run_in_threadpool(jobs.recover)
         yield
-        app.state.service.jobs.shutdown()
+        jobs.shutdown()
         hot_path_pool.shutdown(wait=False)
         database.dispose()
 
@@ -54,9 +73,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = database
     app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
-                                           settings.job_stale_seconds)
+                                           jobs, settings.sync_budget_seconds)
+    app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
+    app.state.registry.register(JobCollector(database))
     problems.install(app)
     hot_path_pool = hot_path.install(app, serve_threads(settings))
     app.include_router(calibrators.router)

@@ -22,6 +22,7 @@ from ..schemas import (
     EvaluationFields,
     FitFields,
     FitRequest,
+    JobOut,
     ReportOut,
     ReportRequest,
     VersionList,
@@ -30,6 +31,7 @@ from ..schemas import (
 from ..service import CalibrationService
 from . import hot_path
 from .auth import ADMIN, READ, WRITE
+from .idempotent import idempotent
 from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["calibrators"])
@@ -56,10 +58,24 @@ async def request_body(request: Request) -> RequestBody:
     return RequestBody(await request.body(), request.headers.get("content-type"), dict(request.query_params))
 
 
-def _fit(service: CalibrationService, name: str, body: RequestBody) -> dict:
+def prefers_async(request: Request) -> bool:
+    return "respond-async" in request.headers.get("prefer", "").lower()
+
+
+def job_accepted(job: dict) -> Response:
+    """``202 Accepted`` with the job to poll at ``Location``."""
+    return Response(dump_json(job), status_code=202, media_type=JSON_TYPE,
+                    headers={"Location": f"/v1/jobs/{job['id']}", "Preference-Applied": "respond-async"})
+
+
+def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
+    """``(True, job)`` when the fit runs as a job, else ``(False, the stored version)``."""
     check_name(name)
     batch = decode_batch(body, FitFields, need_labels=True, max_bytes=service.max_body_bytes)
-    return service.fit(name, batch)
+    job = service.fit_as_job(name, batch, asked_async)
+    if job is not None:
+        return True, job
+    return False, service.fit(name, batch)
 
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
@@ -93,17 +109,29 @@ def _set_alias(service: CalibrationService, name: str, alias: str, body: Request
     status_code=201,
     summary="Fit a new version",
     response_model=VersionOut,
-    responses=problems(400, 404, 413, 415, 422),
+    responses={**problems(400, 404, 409, 413, 415, 422),
+               202: {"model": JobOut, "description": "A job to poll at Location: with `Prefer: respond-async`, "
+                                                     "or when the fit is estimated to take longer than the sync "
+                                                     "budget"}},
     openapi_extra=body(FitRequest, NPZ_TYPE),
     dependencies=[WRITE],
 )
 async def fit(request: Request, name: str = NAME):
     """Fit `method` on the labelled arrays and store it as the next version of `name` (created on
     first fit). Returns the version with its parameters, fit diagnostics and a validation report
-    (metrics before and after calibration on the fitting data)."""
-    view = await run_in_threadpool(_fit, _service(request), name, await request_body(request))
-    return _json(view, 201, {"Location": f"/v1/calibrators/{name}/versions/{view['version']}",
-                             "ETag": f'"{view["checksum"]}"'})
+    (metrics before and after calibration on the fitting data). A long fit (or any, with
+    `Prefer: respond-async`) answers `202` with a job whose result is the version. With an
+    `Idempotency-Key` header a retried request gets the first one's answer, not a second version."""
+    data = await request_body(request)
+
+    async def answer() -> Response:
+        as_job, value = await run_in_threadpool(_fit, _service(request), name, data, prefers_async(request))
+        if as_job:
+            return job_accepted(value)
+        return _json(value, 201, {"Location": f"/v1/calibrators/{name}/versions/{value['version']}",
+                                  "ETag": f'"{value["checksum"]}"'})
+
+    return await idempotent(request, data, answer)
 
 
 @router.get("/calibrators", summary="List calibrators", response_model=CalibratorList,

@@ -3,7 +3,9 @@ background job), and the methods the core offers."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
@@ -12,18 +14,21 @@ import calibration as cal
 from ..codecs import dump_json
 from ..decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
 from ..schemas import (
+    JOB_STATES,
     CompareFields,
     CompareOut,
     CompareRequest,
     EvaluationFields,
+    JobList,
     JobOut,
     MethodList,
     MetricsOut,
     MetricsRequest,
 )
 from ..service import CalibrationService
-from .auth import READ
-from .calibrators import request_body
+from .auth import READ, WRITE
+from .calibrators import job_accepted, prefers_async, request_body
+from .idempotent import idempotent
 from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
@@ -35,9 +40,13 @@ def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
     return dump_json(service.metrics(batch))
 
 
-def _compare(service: CalibrationService, body: RequestBody, in_background: bool) -> dict:
+def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
+    """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
     batch = decode_batch(body, CompareFields, need_labels=True, max_bytes=service.max_body_bytes)
-    return service.start_comparison_job(batch) if in_background else service.compare(batch)
+    job = service.comparison_as_job(batch, asked_async)
+    if job is not None:
+        return True, job
+    return False, service.compare(batch)
 
 
 @router.post("/metrics", summary="Metrics of a labelled batch (no calibrator)", response_model=MetricsOut,
@@ -69,16 +78,34 @@ async def compare(request: Request):
     fit time, and the method the selection rule picks (lowest cross-validated NLL; Mix-n-Match
     guideline order among ties) with its reason. Long comparisons: send `Prefer: respond-async`
     to get `202` and a job at `/v1/jobs/{id}` that reports percent done."""
-    in_background = "respond-async" in request.headers.get("prefer", "").lower()
-    result = await run_in_threadpool(_compare, request.app.state.service, await request_body(request), in_background)
-    if in_background:
-        return Response(dump_json(result), status_code=202, media_type=JSON_TYPE,
-                        headers={"Location": f"/v1/jobs/{result['id']}", "Preference-Applied": "respond-async"})
-    return Response(dump_json(result), media_type=JSON_TYPE)
+    data = await request_body(request)
+
+    async def answer() -> Response:
+        as_job, value = await run_in_threadpool(_compare, request.app.state.service, data, prefers_async(request))
+        return job_accepted(value) if as_job else Response(dump_json(value), media_type=JSON_TYPE)
+
+    return await idempotent(request, data, answer)
 
 
-@router.get("/jobs/{job_id}", summary="A background job: status, percent done, result",
+@router.get("/jobs", summary="List jobs, newest first", response_model=JobList, responses=problems(422),
+            dependencies=[READ])
+async def jobs(request: Request, calibrator: str | None = Query(None, max_length=128),
+               status: Literal[JOB_STATES] | None = Query(None), limit: int = Query(100, ge=1, le=1000)):
+    listed = await run_in_threadpool(request.app.state.service.list_jobs, calibrator, status, limit)
+    return Response(dump_json(listed), media_type=JSON_TYPE)
+
+
+@router.get("/jobs/{job_id}", summary="A background job: status, step, percent done, result",
             response_model=JobOut, responses=problems(404), dependencies=[READ])
 async def job(request: Request, job_id: str):
     return Response(dump_json(await run_in_threadpool(request.app.state.service.get_job, job_id)),
+                    media_type=JSON_TYPE)
+
+
+@router.delete("/jobs/{job_id}", summary="Cancel a job", response_model=JobOut, responses=problems(404),
+               dependencies=[WRITE])
+async def cancel_job(request: Request, job_id: str):
+    """A queued job is cancelled at once; a running one stops at its next progress point (its
+    state says `cancelled` then). A finished job is left as it is."""
+    return Response(dump_json(await run_in_threadpool(request.app.state.service.cancel_job, job_id)),
                     media_type=JSON_TYPE)

@@ -37,8 +37,10 @@ class Problem(Exception):
 
 
 def from_error(error: ServiceError) -> Problem:
-    """The problem a domain error becomes."""
-    return Problem(error.status, error.detail, title=error.title, **error.extra)
+    """The problem a domain error becomes (with ``Retry-After`` where it says when to retry)."""
+    retry_after = getattr(error, "retry_after", None)
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return Problem(error.status, error.detail, title=error.title, headers=headers, **error.extra)
 
 
 def unavailable(detail: str = "the database is unreachable; retry shortly") -> Problem:

@@ -65,8 +65,9 @@ def _admin_key(url: str) -> str:
 def keyed_server(url: str, log_file, env: dict | None = None):
     """A live server with API keys on and a read-only and an admin key."""
     admin = _admin_key(url)
+    # jobs run in the server's own pool on both databases (tests/service/test_jobs.py runs workers)
     settings = {"CALIBRATION_API_KEYS_ENABLED": "true", "CALIBRATION_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
-                **(env or {})}
+                "CALIBRATION_JOB_ENGINE": "embedded", **(env or {})}
     with live_server(url, env=settings, log_file=log_file) as base:
         made = httpx.post(f"{base}/v1/keys", json={"name": "reader", "scopes": ["read"]},
                           headers={"X-API-Key": admin}, timeout=30)

@@ -70,6 +70,7 @@ def database_url(request) -> str:
 
 @pytest.fixture
 def client(database_url):
-    app = create_app(Settings(database_url=database_url, max_body_bytes=4 * 1024 * 1024))
+    # jobs in the API process on both databases (the Procrastinate engine has its worker tests)
+    app = create_app(Settings(database_url=database_url, max_body_bytes=4 * 1024 * 1024, job_engine="embedded"))
     with TestClient(app) as test_client:
         yield test_client

@@ -40,15 +40,16 @@ def _fit(base: str, name: str, method: str = "temperature", timeout: float = 60)
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, request, tmp_path):
     url = request.getfixturevalue(f"{kind}_url")
-    server = LiveServer(url, log_file=tmp_path / "server.log")
+    # no sync budget: the slow fit runs in its request, which the kill cuts off
+    server = LiveServer(url, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "1e9"}, log_file=tmp_path / "server.log")
     base = server.start()
     committed = {}
     for name in ("kept", "other"):
         assert _fit(base, name).status_code == 201
         committed[name] = httpx.post(f"{base}/v1/calibrators/{name}/calibrate", json=BATCH).json()
     # a slow fit (Dirichlet on CIFAR-100, seconds) and a stream of small fits, killed mid-way
-    _, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
-    slow = {"method": "dirichlet", "logits": x_val.tolist(), "labels": y_val.tolist()}
+    input_kind, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
+    slow = {"method": "dirichlet", input_kind: x_val.tolist(), "labels": y_val.tolist()}
     acknowledged = []
 
     def small_fit(_):
@@ -91,22 +92,23 @@ def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, requ
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_job_whose_process_died_is_reported_failed_not_running_for_ever(kind, request, tmp_path):
     url = request.getfixturevalue(f"{kind}_url")
-    server = LiveServer(url, env={"CALIBRATION_JOB_STALE_SECONDS": "2"}, log_file=tmp_path / "server.log")
+    server = LiveServer(url, env={"CALIBRATION_JOB_STALE_SECONDS": "2", "CALIBRATION_JOB_ENGINE": "embedded"},
+                        log_file=tmp_path / "server.log")
     base = server.start()
-    _, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
+    input_kind, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
     # 20 folds: about 11 s of work on a fast CPU (5 folds took 2.2 s, and the job could end
     # before the check below); the server is killed after 2.5 s whatever the length
-    body = {"logits": x_val.tolist(), "labels": y_val.tolist(), "folds": 20}
+    body = {input_kind: x_val.tolist(), "labels": y_val.tolist(), "folds": 20}
     started = httpx.post(f"{base}/v1/compare", json=body, headers={"Prefer": "respond-async"}, timeout=60)
     assert started.status_code == 202
     location = started.headers["location"]
     # the heartbeat (every 0.2 s) keeps a live job running well past the stale time
     time.sleep(2.5)
     assert httpx.get(f"{base}{location}").json()["status"] == "running"
-    server.stop(kill=True)
+    server.stop(kill=True)  # its job processes exit with it (they watch their parent)
     base = server.start()
     try:
-        job = _until(lambda: (lambda j: j if j["status"] != "running" else None)(
+        job = _until(lambda: (lambda j: j if j["status"] not in ("queued", "running") else None)(
             httpx.get(f"{base}{location}").json()), 10)
         assert job and job["status"] == "failed", job
         assert job["error"]["title"] == "Worker lost" and "no heartbeat" in job["error"]["detail"]

@@ -1,0 +1,23 @@
+"""A job's input: the validated labelled batch of the request that started it, stored with the
+job (small fields as JSON, arrays as an ``.npz`` of numeric arrays, never unpickled), so that a
+worker on another machine computes exactly what the request would have."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import job_store
+from .batches import ArrayBatch
+
+
+def job_input(batch: ArrayBatch, labels: np.ndarray) -> tuple[dict, bytes]:
+    """A validated labelled batch as a job's request fields and payload: the input as the float64
+    array the core validated (so a job computes exactly what the request would have)."""
+    request = {"kind": batch.kind, "fields": batch.fields.model_dump(mode="json")}
+    return request, job_store.pack_arrays(values=np.asarray(batch.values, dtype=np.float64), labels=labels)
+
+
+def batch_of_job(request: dict, payload: bytes, fields_model) -> ArrayBatch:
+    arrays = job_store.unpack_arrays(payload)
+    return ArrayBatch(fields_model.model_validate(request["fields"]), request["kind"], arrays["values"],
+                      arrays["labels"])

@@ -1,0 +1,53 @@
+"""``calibration-service worker``: processes that take jobs from Procrastinate's Postgres queue.
+
+Fits are CPU-bound and hold the GIL between numpy calls, so concurrency is processes, not
+threads: ``--concurrency N`` starts N processes (default: one per core), each a Procrastinate
+worker running one job at a time. Workers on any number of machines share the queue through the
+database. SIGTERM or SIGINT stops them: each finishes its current job (Procrastinate's graceful
+shutdown, bounded by ``CALIBRATION_SHUTDOWN_SECONDS`` per process here) and exits.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+
+from .db import normalise_url
+from .jobs import PROCRASTINATE_QUEUE
+from .settings import get_settings
+
+
+def _run_one(name: str) -> None:
+    from .tasks import procrastinate_app
+
+    app = procrastinate_app()
+    app.run_worker(queues=[PROCRASTINATE_QUEUE], concurrency=1, name=name, install_signal_handlers=True,
+                   shutdown_graceful_timeout=get_settings().worker_shutdown_seconds)
+
+
+def run_workers(concurrency: int | None) -> int:
+    """Start the worker processes and wait for them; returns the exit code."""
+    settings = get_settings()
+    if normalise_url(settings.database_url).get_backend_name() == "sqlite":
+        print("error: workers take jobs from Postgres (DATABASE_URL=postgresql://...); with SQLite the API "
+              "process runs jobs itself", file=sys.stderr)
+        return 2
+    count = concurrency or os.cpu_count() or 1
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_run_one, args=(f"worker-{os.getpid()}-{i}",), name=f"worker-{i}")
+                 for i in range(count)]
+    for process in processes:
+        process.start()
+
+    def forward(signum, _frame):
+        for process in processes:
+            if process.is_alive():
+                os.kill(process.pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for process in processes:
+        process.join()
+    return max((p.exitcode or 0) for p in processes)
