@@ -68,8 +68,8 @@ def test_the_core_imports_no_service_framework_at_module_level():
 def test_the_service_uses_the_core_through_its_exported_names():
     for name, path in module_files().items():
         if name.startswith("app"):
-            assert not {i for i in imported_names(name, path) if i.startswith("calibration.")
-                        and i.count(".") > 1 or i.split(".")[:2] == ["calibration", "backend"]}, name
+            assert not {i for i in imported_names(name, path) if (i.startswith("calibration.") and i.count(".") > 1)
+                        or i.split(".")[:2] == ["calibration", "backend"]}, name
             source = path.read_text()
             assert "cal.inputs." not in source and "cal.backend." not in source, name
 
@@ -90,7 +90,7 @@ def test_no_import_circles():
     def visit(node, trail):
         for nxt in graph[node]:
             if nxt in trail:
-                circles.append(trail[trail.index(nxt):] + [nxt])
+                circles.append([*trail[trail.index(nxt):], nxt])
             elif nxt not in done:
                 visit(nxt, [*trail, nxt])
         done.add(node)
