@@ -10,6 +10,8 @@ from pydantic import BaseModel
 
 import calibration as cal
 
+from .errors import InvalidInput
+
 
 @dataclass(frozen=True)
 class ArrayBatch:
@@ -38,3 +40,22 @@ class CalibratedBatch:
 
     def confidence(self) -> np.ndarray:
         return self.probabilities.max(axis=1)
+
+
+LOOKS_LIKE_PROBABILITIES = ("these look like probabilities; send them as `probabilities` (every row of the logits "
+                            "is non-negative and sums to 1; set input_check to false if they really are logits)")
+
+
+def validated(batch: ArrayBatch) -> tuple[cal.Scores, np.ndarray | None]:
+    """The batch's input validated by the core, and its labels if it has them. Logits that look
+    like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
+    sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
+    try:
+        inputs = cal.to_scores(batch.values, batch.kind)
+        labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if (batch.kind == "logits" and getattr(batch.fields, "input_check", True)
+            and cal.looks_like_probabilities(inputs.logits)):
+        raise InvalidInput(LOOKS_LIKE_PROBABILITIES)
+    return inputs, labels

@@ -18,7 +18,6 @@ bounds. A version larger than the whole budget is served but not kept.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +27,7 @@ import orjson
 from calibration import Calibrator, from_dict
 
 from .errors import IntegrityFailure
-from .settings import get_settings
-from .store import ResolvedVersion, canonical_json, checksum
-
-# the stored length of each calibrator load_calibrator parsed, for the cache to size it by
-_STORED_BYTES: weakref.WeakKeyDictionary[Calibrator, int] = weakref.WeakKeyDictionary()
+from .store import ResolvedVersion, checksum
 
 
 def load_calibrator(resolved: ResolvedVersion, params_json: str) -> Calibrator:
@@ -44,17 +39,7 @@ def load_calibrator(resolved: ResolvedVersion, params_json: str) -> Calibrator:
         calibrator = from_dict(orjson.loads(params_json))
     except (ValueError, orjson.JSONDecodeError) as exc:
         raise IntegrityFailure(f"the stored parameters of {where} cannot be loaded: {exc}") from exc
-    _STORED_BYTES[calibrator] = len(params_json)
     return calibrator
-
-
-def stored_bytes(loaded: LoadedVersion) -> int:
-    """The length of a version's stored parameters: given, or recorded when they were loaded,
-    or (a fresh fit) the length of the canonical JSON the store wrote for it."""
-    if loaded.stored_bytes is not None:
-        return loaded.stored_bytes
-    known = _STORED_BYTES.get(loaded.calibrator)
-    return known if known is not None else len(canonical_json(loaded.calibrator.to_dict()))
 
 
 @dataclass(frozen=True)
@@ -66,7 +51,7 @@ class LoadedVersion:
     calibrator: Calibrator
     class_names: list[str] | None = None
     tensor_names: dict | None = None
-    stored_bytes: int | None = None  # len(params_json), when the caller has it at hand
+    stored_bytes: int = 0  # len(params_json): the cache's measure of its size
 
     @property
     def name(self) -> str:
@@ -78,12 +63,12 @@ class LoadedVersion:
 
 
 class CalibratorCache:
-    """Least recently used calibrators, at most ``size`` of them and ``max_bytes`` in all
-    (by stored size; ``max_bytes`` defaults to ``CALIBRATION_CACHE_BYTES``)."""
+    """Least recently used calibrators, at most ``size`` of them and ``max_bytes`` in all (by
+    their stored size)."""
 
-    def __init__(self, size: int, max_bytes: int | None = None):
+    def __init__(self, size: int, max_bytes: int):
         self.size = size
-        self.max_bytes = get_settings().cache_bytes if max_bytes is None else max_bytes
+        self.max_bytes = max_bytes
         self.total_bytes = 0
         self._items: OrderedDict[tuple, tuple[LoadedVersion, int]] = OrderedDict()
         self._lock = threading.Lock()
@@ -104,7 +89,7 @@ class CalibratorCache:
 
     def put(self, loaded: LoadedVersion) -> None:
         key = self._key(loaded.resolved)
-        nbytes = stored_bytes(loaded)
+        nbytes = loaded.stored_bytes
         with self._lock:
             previous = self._items.pop(key, None)
             if previous is not None:

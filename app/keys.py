@@ -41,7 +41,7 @@ def check_scopes(scopes: list[str]) -> str:
 
 
 def check_key_name(name: str) -> str:
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise ValueError("a key name is 1-128 letters, digits, spaces or '_.@-'")
     return name
 

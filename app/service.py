@@ -10,12 +10,11 @@ which the routes render as problems. Nothing here knows HTTP or a wire format.
 from __future__ import annotations
 
 import numpy as np
-import orjson
 
 import calibration as cal
 
 from . import reports, store
-from .batches import ArrayBatch, CalibratedBatch
+from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .costs import estimated_fit_seconds
 from .db import Database
@@ -23,58 +22,18 @@ from .device import Device
 from .errors import InvalidInput, NotAcceptable, NotFound
 from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
-from .models import VersionRow
 from .names import Reference, check_alias, check_name
 from .schemas import CompareFields, EvaluationFields, FitFields
-
-LOOKS_LIKE_PROBABILITIES = ("these look like probabilities; send them as `probabilities` (every row of the logits "
-                            "is non-negative and sums to 1; set input_check to false if they really are logits)")
-
-
-def _validated(batch: ArrayBatch) -> tuple[cal.Scores, np.ndarray | None]:
-    """The batch's input validated by the core, and its labels if it has them. Logits that look
-    like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
-    sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
-    try:
-        inputs = cal.to_scores(batch.values, batch.kind)
-        labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
-    if (batch.kind == "logits" and getattr(batch.fields, "input_check", True)
-            and cal.looks_like_probabilities(inputs.logits)):
-        raise InvalidInput(LOOKS_LIKE_PROBABILITIES)
-    return inputs, labels
-
-
-def version_view(name: str, row: VersionRow, aliases: list[str]) -> dict:
-    """A stored version as the API shows it."""
-    return {
-        "name": name,
-        "version": row.version,
-        "method": row.method,
-        "options": orjson.loads(row.params_json)["options"],
-        "input": row.input_kind,
-        "n_classes": row.n_classes,
-        "n_samples": row.n_samples,
-        "class_names": row.class_names,
-        "parameters": row.summary,
-        "diagnostics": row.diagnostics,
-        "report": row.report,
-        "description": row.description,
-        "tags": row.tags,
-        "tensor_names": row.tensor_names,
-        "aliases": aliases,
-        "checksum": row.checksum,
-        "created_at": row.created_at,
-    }
+from .views import version_view
 
 
 class CalibrationService:
     def __init__(self, db: Database, cache_size: int, max_body_bytes: int, device: str = "cpu",
-                 jobs: JobRunner | None = None, sync_budget_seconds: float = float("inf")):
+                 jobs: JobRunner | None = None, sync_budget_seconds: float = float("inf"),
+                 cache_bytes: int = 256 << 20):
         self.db = db
         self.device = Device(device)
-        self.cache = CalibratorCache(cache_size)
+        self.cache = CalibratorCache(cache_size, cache_bytes)
         self.max_body_bytes = max_body_bytes
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
@@ -85,7 +44,7 @@ class CalibrationService:
         """Everything a fit checks before it starts: name, arrays, options, class names."""
         check_name(name)
         fields: FitFields = batch.fields
-        inputs, labels = _validated(batch)
+        inputs, labels = validated(batch)
         options = dict(fields.options)
         if options.setdefault("input", batch.kind) != batch.kind:
             raise InvalidInput(f"options.input is {options['input']!r} but the body sends {batch.kind}")
@@ -149,7 +108,8 @@ class CalibrationService:
             if job is not None:
                 job.finish_with(session, view)
         resolved = store.ResolvedVersion(name, row.version, row.checksum, row.id)
-        self.cache.put(LoadedVersion(resolved, calibrator, row_fields["class_names"], row_fields["tensor_names"]))
+        self.cache.put(LoadedVersion(resolved, calibrator, row_fields["class_names"], row_fields["tensor_names"],
+                                     len(params_json)))
         return view
 
     # -- reading ----------------------------------------------------------------------------
@@ -202,7 +162,8 @@ class CalibrationService:
         def load() -> LoadedVersion:
             with self.db.read() as session:
                 params_json, class_names, tensor_names = store.load_for_serving(session, resolved)
-            return LoadedVersion(resolved, load_calibrator(resolved, params_json), class_names, tensor_names)
+            return LoadedVersion(resolved, load_calibrator(resolved, params_json), class_names, tensor_names,
+                                 len(params_json))
 
         return self.cache.get(resolved, load)
 
@@ -218,7 +179,7 @@ class CalibrationService:
         if batch.kind != expected:
             raise InvalidInput(f"calibrator {loaded.name!r} version {loaded.version} was fitted on "
                                f"{expected}; send {expected}, not {batch.kind}")
-        return _validated(batch)
+        return validated(batch)
 
     def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch) -> CalibratedBatch:
         inputs, _ = self._checked_inputs(loaded, batch)
@@ -249,7 +210,7 @@ class CalibrationService:
                       title=f"{loaded.name} v{loaded.version}")
 
     def metrics(self, batch: ArrayBatch) -> dict:
-        inputs, labels = _validated(batch)
+        inputs, labels = validated(batch)
         fields: EvaluationFields = batch.fields
         result = reports.evaluation(inputs.probabilities, labels, fields.n_bins, fields.bootstrap,
                                     fields.confidence, fields.seed)
@@ -258,7 +219,7 @@ class CalibrationService:
     # -- comparison, in the request or as a background job -----------------------------------
 
     def _comparison_inputs(self, batch: ArrayBatch) -> tuple[CompareFields, cal.Scores, np.ndarray]:
-        inputs, labels = _validated(batch)
+        inputs, labels = validated(batch)
         fields: CompareFields = batch.fields
         try:
             cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)

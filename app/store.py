@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -56,16 +56,13 @@ def _insert(session: Session):
 
 
 def create_version(session: Session, name: str, fields: dict) -> VersionRow:
-    """Store a new version of ``name`` (creating the name), numbered atomically."""
-    session.execute(
-        _insert(session)(CalibratorRow)
-        .values(name=name, last_version=0, created_at=utcnow())
-        .on_conflict_do_nothing(index_elements=["name"])
-    )
+    """Store a new version of ``name`` (creating the name), numbered atomically: one upsert
+    takes the next number (``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``), so a fit racing a
+    delete of its calibrator creates it again instead of finding it gone."""
+    insert = _insert(session)(CalibratorRow).values(name=name, last_version=1, created_at=utcnow())
     calibrator_id, number = session.execute(
-        update(CalibratorRow)
-        .where(CalibratorRow.name == name)
-        .values(last_version=CalibratorRow.last_version + 1)
+        insert.on_conflict_do_update(index_elements=["name"],
+                                     set_={"last_version": CalibratorRow.last_version + 1})
         .returning(CalibratorRow.id, CalibratorRow.last_version)
     ).one()
     row = VersionRow(calibrator_id=calibrator_id, version=number, created_at=utcnow(), **fields)
@@ -196,11 +193,18 @@ def resolve(database: Database, reference: Reference) -> ResolvedVersion:
     return ResolvedVersion(*row)
 
 
+def _same_version(resolved: ResolvedVersion) -> tuple:
+    """The row of ``resolved`` only if it is still that version: SQLite reuses the largest row id,
+    so a version deleted and refitted after it was resolved may hold the same id."""
+    return (VersionRow.id == resolved.version_id, VersionRow.version == resolved.version,
+            VersionRow.checksum == resolved.checksum)
+
+
 def load_for_serving(session: Session, resolved: ResolvedVersion):
     """What serving a version needs: its parameters and its class and tensor names."""
     row = session.execute(
         select(VersionRow.params_json, VersionRow.class_names, VersionRow.tensor_names)
-        .where(VersionRow.id == resolved.version_id)
+        .where(*_same_version(resolved))
     ).first()
     if row is None:
         raise NotFound(f"calibrator {resolved.name!r} has no version {resolved.version}")
@@ -209,7 +213,7 @@ def load_for_serving(session: Session, resolved: ResolvedVersion):
 
 def version_by_id(session: Session, resolved: ResolvedVersion) -> VersionRow:
     """The row of a resolved version (a 404 if it was deleted since it was resolved)."""
-    row = session.get(VersionRow, resolved.version_id)
+    row = session.scalar(select(VersionRow).where(*_same_version(resolved)))
     if row is None:
         raise NotFound(f"calibrator {resolved.name!r} has no version {resolved.version}")
     return row

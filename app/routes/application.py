@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = database
     app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
-                                           jobs, settings.sync_budget_seconds)
+                                           jobs, settings.sync_budget_seconds, settings.cache_bytes)
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()

@@ -113,12 +113,7 @@ def test_deleting_and_refitting_while_serving_gives_200_or_404_never_5xx(kind, r
     assert statuses[200] > 20 and statuses[404] > 20, answers  # both sides of the race were reached
 
 
-@pytest.mark.parametrize("kind", [
-    pytest.param("sqlite", marks=pytest.mark.xfail(
-        strict=True, reason="SQLite reuses the largest row id and store.load_for_serving/version_by_id look a "
-                            "resolved version up by row id alone (app/store.py is not this change's to edit)")),
-    pytest.param("postgres", marks=pytest.mark.postgres),
-])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_resolved_version_whose_row_id_was_reused_is_not_found(kind, request):
     """Resolve version 1, delete it, fit version 2 (on SQLite it takes version 1's row id): the
     resolved version is gone, so loading it is a 404, never version 2's row."""
