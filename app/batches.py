@@ -46,12 +46,12 @@ LOOKS_LIKE_PROBABILITIES = ("these look like probabilities; send them as `probab
                             "is non-negative and sums to 1; set input_check to false if they really are logits)")
 
 
-def validated(batch: ArrayBatch) -> tuple[cal.Scores, np.ndarray | None]:
+def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
     """The batch's input validated by the core, and its labels if it has them. Logits that look
     like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
     sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
     try:
-        inputs = cal.to_scores(batch.values, batch.kind)
+        inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc

@@ -36,9 +36,9 @@ class Device:
         self.target = torch.device("cpu" if name == "torch-cpu" else name)
         torch.empty(1, device=self.target)  # fail now, not on the first request, if it is unusable
 
-    def predict(self, calibrator: cal.Calibrator, scores: cal.Scores) -> np.ndarray:
+    def predict(self, calibrator: cal.Calibrator, scores: cal.InputBatch) -> np.ndarray:
         """Calibrated probabilities of a validated host batch, computed on this device."""
         if self.torch is None:
-            return calibrator.predict_scores(scores)
+            return calibrator.predict_batch(scores)
         batch = self.torch.as_tensor(getattr(scores, scores.source), device=self.target)
-        return cal.to_host(calibrator.predict_scores(cal.Scores(**{scores.source: batch})))
+        return cal.to_host(calibrator.predict_batch(cal.InputBatch(**{scores.source: batch})))

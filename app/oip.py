@@ -216,13 +216,13 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         expected = "[-1]" if expected_ndim == 1 else f"[-1, {calibrator.n_classes_}]"
         raise bad(f"input {_short(request.input_name)}: expected shape {expected}, got {list(request.array.shape)}")
     try:
-        scores = cal.to_scores(request.array, calibrator.input, request.input_name)
+        scores = cal.validate_inputs(request.array, calibrator.input, request.input_name)
     except ValueError as exc:
         raise bad(str(exc)) from exc
     if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.logits):
         raise bad(LOOKS_LIKE_PROBABILITIES)
     try:
-        probabilities = predict(calibrator, scores) if predict else calibrator.predict_scores(scores)
+        probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)
     except ValueError as exc:
         raise bad(str(exc)) from exc
     names = output_names(tensor_names)

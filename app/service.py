@@ -2,7 +2,7 @@
 batches (``decoding.ArrayBatch``) and validated fields in; versions, calibrated batches, reports
 and jobs out. Plain synchronous functions, run off the event loop by the routes.
 
-Array values are validated by the core here (``calibration.to_scores``, ``check_labels``): a
+Array values are validated by the core here (``calibration.validate_inputs``, ``check_labels``): a
 core ``ValueError`` becomes ``InvalidInput``. Errors are the domain errors of ``app.errors``,
 which the routes render as problems. Nothing here knows HTTP or a wire format.
 """
@@ -73,12 +73,12 @@ class CalibrationService:
         if job is not None:
             job.step(f"fitting {calibrator.method} on {inputs.n}x{inputs.k}", 5.0)
         try:
-            calibrator.fit_scores(inputs, labels, warn=False)
+            calibrator.fit_batch(inputs, labels, warn=False)
             if job is not None:
                 job.step("validation report", 80.0)
             params = calibrator.to_dict()
             summary = cal.json_safe(calibrator.summary())
-            report = reports.comparison(inputs.probabilities, calibrator.predict_scores(inputs), labels)
+            report = reports.comparison(inputs.probabilities, calibrator.predict_batch(inputs), labels)
             if calibrator.method == "auto":
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}
@@ -167,14 +167,14 @@ class CalibrationService:
 
         return self.cache.get(resolved, load)
 
-    def predict(self, loaded: LoadedVersion, inputs: cal.Scores) -> np.ndarray:
+    def predict(self, loaded: LoadedVersion, inputs: cal.InputBatch) -> np.ndarray:
         """Calibrated probabilities of validated inputs, on the configured device."""
         try:
             return self.device.predict(loaded.calibrator, inputs)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
 
-    def _checked_inputs(self, loaded: LoadedVersion, batch: ArrayBatch) -> tuple[cal.Scores, np.ndarray | None]:
+    def _checked_inputs(self, loaded: LoadedVersion, batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
         expected = loaded.calibrator.input
         if batch.kind != expected:
             raise InvalidInput(f"calibrator {loaded.name!r} version {loaded.version} was fitted on "
@@ -218,7 +218,7 @@ class CalibrationService:
 
     # -- comparison, in the request or as a background job -----------------------------------
 
-    def _comparison_inputs(self, batch: ArrayBatch) -> tuple[CompareFields, cal.Scores, np.ndarray]:
+    def _comparison_inputs(self, batch: ArrayBatch) -> tuple[CompareFields, cal.InputBatch, np.ndarray]:
         inputs, labels = validated(batch)
         fields: CompareFields = batch.fields
         try:
@@ -244,7 +244,7 @@ class CalibrationService:
     def compare_as_job(self, batch: ArrayBatch, job: JobProgress) -> dict:
         return self._run_comparison(*self._comparison_inputs(batch), progress=job.folds)
 
-    def _run_comparison(self, fields: CompareFields, inputs: cal.Scores, labels: np.ndarray,
+    def _run_comparison(self, fields: CompareFields, inputs: cal.InputBatch, labels: np.ndarray,
                         progress=None) -> dict:
         try:
             comparison = cal.compare(getattr(inputs, inputs.source), labels, fields.methods, fields.folds,

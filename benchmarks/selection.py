@@ -52,7 +52,7 @@ def main():
                 test_nll[c.name] = cal.nll(c.create(kind).fit(x, y).predict_proba(x_test), y_test)
         chosen = auto.summary()["chosen"]
         best = min(test_nll, key=test_nll.get)
-        raw = cal.nll(cal.to_scores(x_test, kind).probabilities, y_test)
+        raw = cal.nll(cal.validate_inputs(x_test, kind).probabilities, y_test)
         auto_rows.append([name, chosen, f"{test_nll[chosen]:.4f}", f"{best} {test_nll[best]:.4f}",
                           f"{test_nll[chosen] / test_nll[best] - 1:+.2%}", f"{raw:.4f}", f"{fit_seconds:.1f}"])
     text = (

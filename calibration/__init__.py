@@ -7,7 +7,7 @@ Imports numpy and scipy only. Every calibrator follows ``calibration.base.Calibr
 from .backend import to_host
 from .base import Calibrator, ConvergenceWarning, FitDiagnostics
 from .comparison import Comparison, compare, default_candidates, prepare_comparison
-from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, Scores, check_labels, looks_like_probabilities, to_scores
+from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, InputBatch, check_labels, looks_like_probabilities, validate_inputs
 from .json_values import json_safe
 from .methods import (
     AutoCalibrator,
@@ -62,13 +62,13 @@ __all__ = [
     "ExpectationConsistency",
     "FitDiagnostics",
     "HistogramBinning",
+    "InputBatch",
     "Interval",
     "IsotonicMulticlass",
     "IsotonicOneVsAll",
     "MatrixScaling",
     "PlattScaling",
     "ReliabilityDiagram",
-    "Scores",
     "Selection",
     "TemperatureScaling",
     "VectorScaling",
@@ -101,8 +101,8 @@ __all__ = [
     "select",
     "softmax",
     "to_host",
-    "to_scores",
     "top_n_accuracy",
+    "validate_inputs",
 ]
 
 

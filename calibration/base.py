@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .backend import from_host, namespace, to_host
-from .inputs import Scores, check_labels, first_bad_row, to_scores
+from .inputs import InputBatch, check_labels, first_bad_row, validate_inputs
 from .options import INPUT_OPTION, Option, validate_options
 from .softmax import predicted_class
 
@@ -74,17 +74,17 @@ class Calibrator:
     def fit(self, x, labels) -> Calibrator:
         """Fit on inputs ``x`` (of this calibrator's input kind) and integer ``labels``; ``x``
         may be any Array API array (see ``backend`` for which fits use its device)."""
-        scores = to_scores(x, self.input)
+        scores = validate_inputs(x, self.input)
         labels = check_labels(labels, scores.n, scores.k)
         scores = scores.in_float64() if self.fits_on_device() else scores.on_host()
-        return self.fit_scores(scores, labels)
+        return self.fit_batch(scores, labels)
 
     def fits_on_device(self) -> bool:
         """Whether ``_fit`` evaluates its loss on a non-numpy batch's device (else the batch
         is copied to the host first)."""
         return False
 
-    def fit_scores(self, scores: Scores, labels: np.ndarray, warn: bool = True) -> Calibrator:
+    def fit_batch(self, scores: InputBatch, labels: np.ndarray, warn: bool = True) -> Calibrator:
         """Fit on an already validated batch (used by compositions, model selection and the
         service). ``warn=False`` leaves non-convergence to ``diagnostics_`` alone."""
         if scores.n < 2:
@@ -107,13 +107,13 @@ class Calibrator:
         """Calibrated probabilities, shape ``(n, k)``, each row summing to 1: a numpy array
         for numpy input; for another Array API array, an array of its namespace on its device,
         computed in float64 and returned in its floating dtype (float64 for integer input)."""
-        scores = to_scores(x, self.input)
+        scores = validate_inputs(x, self.input)
         if scores.xp is np:
-            return self.predict_scores(scores)
+            return self.predict_batch(scores)
         given = getattr(scores, scores.source).dtype
-        return scores.xp.astype(self.predict_scores(scores.in_float64()), given)
+        return scores.xp.astype(self.predict_batch(scores.in_float64()), given)
 
-    def predict_scores(self, scores: Scores) -> np.ndarray:
+    def predict_batch(self, scores: InputBatch) -> np.ndarray:
         self._check_fitted()
         if scores.k != self.n_classes_:
             raise ValueError(
@@ -134,8 +134,8 @@ class Calibrator:
     def predict(self, x) -> np.ndarray:
         """Predicted classes: argmax of the calibrated probabilities, ties broken by the input
         ranking then the lowest index (see ``softmax.predicted_class``)."""
-        scores = to_scores(x, self.input)
-        return predicted_class(self.predict_scores(scores), getattr(scores, scores.source))
+        scores = validate_inputs(x, self.input)
+        return predicted_class(self.predict_batch(scores), getattr(scores, scores.source))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "n_classes_"):
@@ -187,10 +187,10 @@ class Calibrator:
     def _set_params(self, params: dict) -> None:
         raise NotImplementedError
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         raise NotImplementedError
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -227,7 +227,7 @@ def normalise_rows(values):
     return values / sums
 
 
-def on_device(values: np.ndarray, scores: Scores):
+def on_device(values: np.ndarray, scores: InputBatch):
     """Fitted parameters (host numpy) as arrays next to ``scores``: same namespace, device and
     floating dtype."""
     return values if scores.xp is np else from_host(values, getattr(scores, scores.source))

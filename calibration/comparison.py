@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .inputs import Scores, check_labels, to_scores
+from .inputs import InputBatch, check_labels, validate_inputs
 from .json_values import json_safe
 from .metrics.binned import ece
 from .metrics.kde import kde_ece
@@ -212,7 +212,7 @@ def compare(
     its error and NaN metrics instead of stopping the comparison. ``progress(done, total)`` is
     called after each fit.
     """
-    scores = to_scores(x, input)
+    scores = validate_inputs(x, input)
     y = check_labels(labels, scores.n, scores.k)
     candidates = prepare_comparison(scores.n, scores.k, methods, folds, input)
 
@@ -223,8 +223,8 @@ def compare(
     done, total = 0, folds * len(candidates)
     for fold in range(folds):
         train, test = assignment != fold, assignment == fold
-        train_scores = Scores(**{scores.source: source[train]})
-        test_scores = Scores(**{scores.source: source[test]})
+        train_scores = InputBatch(**{scores.source: source[train]})
+        test_scores = InputBatch(**{scores.source: source[test]})
         raw = test_scores.probabilities
         for metric, value in _fold_metrics(raw, raw, y[test]).items():
             uncalibrated[metric].append(value)
@@ -233,8 +233,8 @@ def compare(
             calibrator = result.candidate.create(input)
             start = time.perf_counter()
             try:
-                calibrator.fit_scores(train_scores, y[train], warn=False)
-                values = _fold_metrics(raw, calibrator.predict_scores(test_scores), y[test])
+                calibrator.fit_batch(train_scores, y[train], warn=False)
+                values = _fold_metrics(raw, calibrator.predict_batch(test_scores), y[test])
                 result.converged &= calibrator.diagnostics_.converged
                 result.accuracy_preserving = calibrator.accuracy_preserving
             except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:

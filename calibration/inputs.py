@@ -91,9 +91,10 @@ def looks_like_probabilities(x, tolerance: float = LOOKALIKE_TOLERANCE) -> bool:
     return all_rows(x[:1]) and all_rows(x)
 
 
-class Scores:
-    """A validated batch, viewable as logits or as probabilities (each computed once), in the
-    array namespace ``xp`` it came in (numpy, or e.g. torch on a GPU; see ``backend``).
+class InputBatch:
+    """A validated batch of classifier outputs (``validate_inputs`` makes one), viewable as logits
+    or as probabilities (each computed once), in the array namespace ``xp`` it came in (numpy, or
+    e.g. torch on a GPU; see ``backend``). Binary ``scores`` arrive as the logits ``[0, s]``.
 
     Built from logits: probabilities are their max-shifted softmax. Built from probabilities:
     those are used as given, and logits are ``log(max(p, PROBABILITY_FLOOR))``.
@@ -116,38 +117,38 @@ class Scores:
     def probabilities(self):
         return softmax(self.logits)
 
-    def on_host(self) -> Scores:
+    def on_host(self) -> InputBatch:
         """The same batch as float64 numpy arrays (for the parts that run on the host)."""
         if self.xp is np:
             return self
-        return Scores(**{self.source: to_host(getattr(self.in_float64(), self.source))})
+        return InputBatch(**{self.source: to_host(getattr(self.in_float64(), self.source))})
 
-    def in_float64(self) -> Scores:
+    def in_float64(self) -> InputBatch:
         if self.xp is np or getattr(self, self.source).dtype == self.xp.float64:
             return self
-        return Scores(**{self.source: self.xp.astype(getattr(self, self.source), self.xp.float64)})
+        return InputBatch(**{self.source: self.xp.astype(getattr(self, self.source), self.xp.float64)})
 
 
-def to_scores(x, kind: str, name: str | None = None) -> Scores:
+def validate_inputs(x, kind: str, name: str | None = None) -> InputBatch:
     """Validate ``x`` as an input of the given kind and wrap it (numpy input as float64; other
     Array API arrays stay in their namespace, on their device, in their floating dtype)."""
     if kind not in INPUT_KINDS:
         raise ValueError(f"input kind must be one of {', '.join(INPUT_KINDS)}, got {kind!r}")
     name = name or kind
     if not is_numpy(x):
-        return _device_scores(x, kind, name)
+        return _device_batch(x, kind, name)
     array = as_float_array(x, name)
     _check_shape(array.shape, kind, name)
     if kind == "scores":
         check_finite(array, name)
         logits = np.zeros((array.shape[0], 2))
         logits[:, 1] = array
-        return Scores(logits=logits)
+        return InputBatch(logits=logits)
     if kind == "logits":
         check_finite(array, name)
-        return Scores(logits=array)
+        return InputBatch(logits=array)
     check_probabilities(array, name)
-    return Scores(probabilities=array)
+    return InputBatch(probabilities=array)
 
 
 def _check_shape(shape: tuple, kind: str, name: str) -> None:
@@ -162,8 +163,8 @@ def _check_shape(shape: tuple, kind: str, name: str) -> None:
         raise ValueError(f"{name} must have at least 2 classes (columns), got {shape[1]}")
 
 
-def _device_scores(x, kind: str, name: str) -> Scores:
-    """``to_scores`` on the array's device; a failed check is redone on a host copy, which
+def _device_batch(x, kind: str, name: str) -> InputBatch:
+    """``validate_inputs`` on the array's device; a failed check is redone on a host copy, which
     raises the same precise error as numpy input would."""
     xp = namespace(x)
     if not (xp.isdtype(x.dtype, "real floating") or xp.isdtype(x.dtype, "integral")):
@@ -173,11 +174,11 @@ def _device_scores(x, kind: str, name: str) -> Scores:
     if not bool(xp.all(xp.isfinite(x))):
         check_finite(to_host(x), name)
     if kind == "scores":
-        return Scores(logits=xp.stack([xp.zeros_like(x), x], axis=1))
+        return InputBatch(logits=xp.stack([xp.zeros_like(x), x], axis=1))
     if kind == "logits":
-        return Scores(logits=x)
+        return InputBatch(logits=x)
     check_probabilities_on_device(x, name)
-    return Scores(probabilities=x)
+    return InputBatch(probabilities=x)
 
 
 def check_probabilities_on_device(p, name: str = "probabilities") -> None:

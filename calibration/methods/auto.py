@@ -17,7 +17,7 @@ import numpy as np
 
 from ..base import Calibrator, FitDiagnostics
 from ..comparison import Candidate, compare
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..registry import from_dict
 from ..selection import Selection, select
@@ -44,19 +44,19 @@ class AutoCalibrator(Calibrator):
         super().__init__(**options)
         self.accuracy_preserving = self.options["preserve_accuracy"]
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         kind = scores.source  # binary scores arrive as (n, 2) logits
         self.comparison_ = compare(getattr(scores, kind), labels, self.options["candidates"] or None,
                                    self.options["folds"], self.options["seed"], kind)
         self.selection_ = select(self.comparison_, self.options["preserve_accuracy"])
         self.chosen_ = self.selection_.chosen.create(kind)
-        self.chosen_.fit_scores(scores, labels, warn=False)
+        self.chosen_.fit_batch(scores, labels, warn=False)
         self.accuracy_preserving = self.chosen_.accuracy_preserving
         inner = self.chosen_.diagnostics_
         return FitDiagnostics(inner.converged, inner.iterations, f"chose {self.selection_.chosen.name}: "
                               f"{inner.message}", inner.gradient_norm, inner.objective)
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         return self.chosen_._predict(scores)
 
     def _params(self) -> dict:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import Calibrator, FitDiagnostics, on_device, param_array
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..metrics.binned import equal_width_bin
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
@@ -45,7 +45,7 @@ class ClassTemperatureScaling(Calibrator):
     )
     accuracy_preserving = True
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         n_bins, grid_size = self.options["n_bins"], self.options["grid_size"]
         span, max_rounds = self.options["span"], self.options["max_rounds"]
         shifted = ShiftedLogits(scores.logits, labels)
@@ -88,7 +88,7 @@ class ClassTemperatureScaling(Calibrator):
         return FitDiagnostics(converged, rounds, message,
                               objective=float(np.abs(totals).sum() / scores.n))
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         xp = scores.xp
         t = xp.take(on_device(self.temperatures_, scores), xp.argmax(scores.logits, axis=1))
         return softmax(scores.logits / t[:, None])

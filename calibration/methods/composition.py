@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import Calibrator, FitDiagnostics
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..registry import create, from_dict
 
@@ -57,21 +57,21 @@ class Composition(Calibrator):
                 raise ValueError(f"{where}: {exc}") from exc
         self.accuracy_preserving = all(step.accuracy_preserving for step in self.steps)
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         total = FitDiagnostics(True, 0, "")
         messages = []
         for step in self.steps:
-            step.fit_scores(scores, labels, warn=False)
-            scores = Scores(probabilities=step._predict(scores))
+            step.fit_batch(scores, labels, warn=False)
+            scores = InputBatch(probabilities=step._predict(scores))
             total.converged &= step.diagnostics_.converged
             total.iterations += step.diagnostics_.iterations
             messages.append(f"{step.method}: {step.diagnostics_.message}")
         total.message = "; ".join(messages)
         return total
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         for step in self.steps:
-            scores = Scores(probabilities=step._predict(scores))
+            scores = InputBatch(probabilities=step._predict(scores))
         return scores.probabilities
 
     def _params(self) -> dict:

@@ -35,7 +35,7 @@ from scipy.optimize import brentq
 
 from ..backend import label_entries, namespace, row_dot, to_host
 from ..base import Calibrator, FitDiagnostics, param_array, param_float
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
 from .temperature import shifted_logits, solve_brier_temperature, solve_nll_temperature
@@ -129,10 +129,10 @@ class EnsembleTemperatureScaling(Calibrator):
     def fits_on_device(self) -> bool:
         return True
 
-    def _components(self, scores: Scores) -> tuple[np.ndarray, np.ndarray]:
+    def _components(self, scores: InputBatch) -> tuple[np.ndarray, np.ndarray]:
         return softmax(scores.logits / self.temperature_), scores.probabilities
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         shifted = shifted_logits(scores, labels)
         mse = self.options["loss"] == "mse"
         solve = solve_brier_temperature if mse else solve_nll_temperature
@@ -167,7 +167,7 @@ class EnsembleTemperatureScaling(Calibrator):
             objective=objective,
         )
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         scaled, identity = self._components(scores)
         w1, w2, w3 = (float(w) for w in self.weights_)
         return w1 * scaled + w2 * identity + w3 / scores.k

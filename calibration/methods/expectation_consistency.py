@@ -23,7 +23,7 @@ import numpy as np
 
 from ..backend import to_host
 from ..base import FitDiagnostics
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..metrics.scores import label_ranks
 from ..options import INPUT_OPTION, Option
 from ..solvers import increasing_root
@@ -87,7 +87,7 @@ class ExpectationConsistency(TemperatureCalibrator):
         Option("top_n", int, 1, "N: match mean top-N confidence to top-N accuracy.", minimum=1),
     )
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         top_n = self.options["top_n"]
         if top_n >= scores.k:
             raise ValueError(f"top_n must be below the number of classes ({scores.k}), got {top_n}")

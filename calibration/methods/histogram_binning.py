@@ -18,7 +18,7 @@ import numpy as np
 
 from ..backend import column, namespace
 from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 
 
@@ -42,7 +42,7 @@ class HistogramBinning(Calibrator):
                choices=("uniform", "quantile")),
     )
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         p = scores.probabilities
         n_bins = self.options["n_bins"]
         edges = np.empty((scores.k, n_bins + 1))
@@ -62,7 +62,7 @@ class HistogramBinning(Calibrator):
         self.edges_, self.values_ = edges, values
         return FitDiagnostics(True, 1, "exact (bin frequencies)")
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         p, xp = scores.probabilities, scores.xp
         edges, values = on_device(self.edges_, scores), on_device(self.values_, scores)
         mapped = xp.stack([xp.take(values[j, :], _bin(column(p, j), edges[j, :])) for j in range(scores.k)], axis=1)

@@ -41,7 +41,7 @@ from scipy.optimize import isotonic_regression
 
 from ..backend import column, device, namespace
 from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
-from ..inputs import Scores, to_scores
+from ..inputs import InputBatch, validate_inputs
 
 STRICT_SLOPE = 1e-9
 MERGE_ATOL = 1e-15
@@ -156,14 +156,14 @@ class IsotonicMulticlass(Calibrator):
     )
     accuracy_preserving = True
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         p = scores.probabilities
         positive = np.zeros(p.shape, dtype=bool)
         positive[np.arange(scores.n), labels] = True
         self.knots_x_, self.knots_y_ = fit_isotonic_binary(p.ravel(), positive.ravel())
         return FitDiagnostics(True, 1, "exact (pool adjacent violators)")
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         p = scores.probabilities
         xs, ys = on_device(self.knots_x_, scores), on_device(self.knots_y_, scores)
         return normalise_rows(interpolate_monotone(p, xs, ys) + STRICT_SLOPE * p)
@@ -171,7 +171,7 @@ class IsotonicMulticlass(Calibrator):
     def predict_proba(self, x):
         """As ``Calibrator.predict_proba``, then ``strict_top`` in the returned dtype."""
         probabilities = super().predict_proba(x)
-        scores = to_scores(x, self.input)
+        scores = validate_inputs(x, self.input)
         return strict_top(probabilities, getattr(scores, scores.source))
 
     def _params(self) -> dict:
@@ -193,12 +193,12 @@ class IsotonicOneVsAll(Calibrator):
         "class, renormalised."
     )
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         p = scores.probabilities
         self.knots_ = [fit_isotonic_binary(p[:, j], labels == j) for j in range(scores.k)]
         return FitDiagnostics(True, 1, "exact (pool adjacent violators)")
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         p = scores.probabilities
         mapped = scores.xp.stack([interpolate_monotone(column(p, j), on_device(xs, scores), on_device(ys, scores))
                                   for j, (xs, ys) in enumerate(self.knots_)], axis=1)

@@ -48,7 +48,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..base import Calibrator, FitDiagnostics, on_device, param_array
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
 from ..solvers import keeps_receding, minimize_newton
@@ -123,13 +123,13 @@ def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, 
 class _AffineSoftmax(Calibrator):
     full_matrix: ClassVar[bool]
 
-    def _features(self, scores: Scores) -> np.ndarray:
+    def _features(self, scores: InputBatch) -> np.ndarray:
         return scores.logits
 
     def _affine(self, x: np.ndarray, weights: np.ndarray, bias: np.ndarray) -> np.ndarray:
         return (x @ weights.T if self.full_matrix else x * weights) + bias
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         x = self._features(scores)
         n, k = x.shape
         rows = np.arange(n)
@@ -193,7 +193,7 @@ class _AffineSoftmax(Calibrator):
 
         return check_finite_optimum(diagnostics, objective, hessp, logits, theta, labels, free_logits)
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         return softmax(self._affine(self._features(scores), on_device(self.weights_, scores),
                                     on_device(self.bias_, scores)))
 
@@ -222,7 +222,7 @@ class VectorScaling(_AffineSoftmax):
     options_spec = (INPUT_OPTION, MAX_ITERATIONS_OPTION)
     full_matrix = False
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         z = self._features(scores)
         n, k = z.shape
         rows = np.arange(n)
@@ -285,7 +285,7 @@ class DirichletCalibration(_AffineSoftmax):
     options_spec = (INPUT_OPTION, *ODIR_OPTIONS, MAX_ITERATIONS_OPTION)
     full_matrix = True
 
-    def _features(self, scores: Scores) -> np.ndarray:
+    def _features(self, scores: InputBatch) -> np.ndarray:
         return log_softmax(scores.logits)
 
     def canonical_parameters(self) -> dict:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..backend import device, namespace
 from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..softmax import log_softmax
 from ..solvers import minimize_smooth
 
@@ -67,11 +67,11 @@ class PlattScaling(Calibrator):
         "one-vs-rest and renormalised for k > 2."
     )
 
-    def _scores(self, scores: Scores) -> np.ndarray:
+    def _scores(self, scores: InputBatch) -> np.ndarray:
         s = class_log_odds(scores.logits)
         return s[:, 1:] if scores.k == 2 else s
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         s = self._scores(scores)
         n, m = s.shape
         if scores.k == 2:
@@ -97,7 +97,7 @@ class PlattScaling(Calibrator):
         self.slope_, self.intercept_ = theta[:m], theta[m:]
         return diagnostics
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         f = on_device(self.slope_, scores) * self._scores(scores) + on_device(self.intercept_, scores)
         if scores.k == 2:
             return scores.xp.stack([sigmoid(-f[:, 0]), sigmoid(f[:, 0])], axis=1)

@@ -39,7 +39,7 @@ from scipy.optimize import brentq, minimize_scalar
 
 from ..backend import device, label_entries, namespace, on_cpu, to_host
 from ..base import Calibrator, FitDiagnostics, param_float
-from ..inputs import Scores
+from ..inputs import InputBatch
 from ..metrics.binned import validated_ece
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
@@ -182,7 +182,7 @@ class DeviceShiftedLogits(ShiftedLogits):
         return float(xp.mean(sq - 2 * p_y + 1)), float(xp.mean(d_sq - 2 * d_py))
 
 
-def shifted_logits(scores: Scores, labels: np.ndarray) -> ShiftedLogits:
+def shifted_logits(scores: InputBatch, labels: np.ndarray) -> ShiftedLogits:
     """The shifted logits of a batch, on its device when it has one."""
     if scores.xp is np:
         return ShiftedLogits(scores.logits, labels)
@@ -276,7 +276,7 @@ def solve_brier_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnosti
     return 1.0 / beta, FitDiagnostics(converged, iterations, message, abs(slope), loss)
 
 
-def solve_ece_temperature(scores: Scores, labels: np.ndarray) -> tuple[float, FitDiagnostics]:
+def solve_ece_temperature(scores: InputBatch, labels: np.ndarray) -> tuple[float, FitDiagnostics]:
     def objective(log_t: float) -> float:
         return validated_ece(softmax(scores.logits / math.exp(log_t)), labels)
 
@@ -300,7 +300,7 @@ class TemperatureCalibrator(Calibrator):
 
     accuracy_preserving = True
 
-    def _predict(self, scores: Scores) -> np.ndarray:
+    def _predict(self, scores: InputBatch) -> np.ndarray:
         return softmax(scores.logits / self.temperature_, overwrite=True)
 
     def _params(self) -> dict:
@@ -321,7 +321,7 @@ class TemperatureScaling(TemperatureCalibrator):
                choices=("nll", "brier", "ece")),
     )
 
-    def _fit(self, scores: Scores, labels: np.ndarray) -> FitDiagnostics:
+    def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         objective = self.options["objective"]
         if objective == "ece":
             self.temperature_, diagnostics = solve_ece_temperature(scores, labels)

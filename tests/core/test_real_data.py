@@ -5,7 +5,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 import calibration as cal
-from calibration.inputs import to_scores
+from calibration.inputs import validate_inputs
 from tests.helpers import DATASETS, load_split
 
 # T* of ../shared/data/README.md (bounded Brent on validation NLL, 4 decimals)
@@ -31,7 +31,7 @@ def brute_force_temperature(logits, labels):
 def test_temperature_matches_brute_force_and_readme(name):
     kind, x, labels = load_split(name, "val")
     ts = cal.TemperatureScaling(input=kind).fit(x, labels)
-    logits = to_scores(x, kind).logits
+    logits = validate_inputs(x, kind).logits
     assert ts.temperature_ == pytest.approx(brute_force_temperature(logits, labels), rel=1e-6)
     assert ts.temperature_ == pytest.approx(README_T[name], abs=5e-5)
 
@@ -42,7 +42,7 @@ def test_fitted_on_validation_improves_test_nll_and_ece(name, method):
     kind, x_val, y_val = load_split(name, "val")
     _, x_test, y_test = load_split(name, "test")
     calibrator = cal.create(method, {"input": kind}).fit(x_val, y_val)
-    raw = to_scores(x_test, kind).probabilities
+    raw = validate_inputs(x_test, kind).probabilities
     calibrated = calibrator.predict_proba(x_test)
     # every set in the README table improves its test ECE after T*; so must test NLL
     assert cal.nll(calibrated, y_test) < cal.nll(raw, y_test)

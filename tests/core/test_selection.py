@@ -161,7 +161,7 @@ def test_auto_is_within_one_percent_of_the_best_candidate_on_test(name):
     chosen = auto.summary()["chosen"]
     assert cal.nll(auto.predict_proba(x_test), y_test) == test_nll[chosen]
     assert test_nll[chosen] <= 1.01 * min(test_nll.values())
-    assert test_nll[chosen] < cal.nll(cal.to_scores(x_test, kind).probabilities, y_test)
+    assert test_nll[chosen] < cal.nll(cal.validate_inputs(x_test, kind).probabilities, y_test)
 
 
 def test_the_mix_n_match_pattern_on_densenet():

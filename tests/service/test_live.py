@@ -46,7 +46,7 @@ def _serve_and_check(client: httpx.Client) -> dict[str, np.ndarray]:
         expected = local.predict_proba(x_test)
         assert np.array_equal(served, expected), f"{name}: served probabilities differ from the core's"
         report = _post(client, f"/v1/calibrators/{name}/report", {kind: x_test.tolist(), "labels": y_test.tolist()})
-        raw = cal.to_scores(x_test, kind).probabilities
+        raw = cal.validate_inputs(x_test, kind).probabilities
         for metric in ("ece", "adaptive_ece", "classwise_ece", "brier", "accuracy", "kde_ece"):
             assert report["after"]["metrics"][metric] == getattr(cal, metric)(expected, y_test)
             assert report["before"]["metrics"][metric] == getattr(cal, metric)(raw, y_test)
