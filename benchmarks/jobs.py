@@ -3,14 +3,14 @@ processes, and the API's calibrate throughput while they run against its idle fi
 
 A fresh Postgres database (the local server), one API process (``CALIBRATION_JOB_ENGINE=
 procrastinate``) and ``calibration-service worker --concurrency W``. The batch is ``--jobs``
-comparisons (default 4) of 4 candidates x 5 folds on a 10000 x 100 set (CIFAR-100 WRN-16-4
+comparisons (default 6) of 4 candidates x 5 folds on a 10000 x 100 set (CIFAR-100 WRN-16-4
 validation outputs, resampled; TS, ETS, EC and IRM); each comparison is one job (candidate x fold fits do not fan
 out yet), so the speed-up can only come from jobs running side by side. Calibrate throughput is
 ``wrk`` on ``/v1/calibrators/{name}/calibrate`` with a 64 x 1000 ``.npy`` batch, 8 connections,
 ``--seconds`` (default 8), once idle and once while the batch runs with the most workers.
 
 On a 2-core machine, workers beyond 2 share the cores with each other, the API and wrk: 4 workers
-cannot beat 2 here, and the figure says so. Run: ``python benchmarks/jobs.py [--jobs 4]``.
+cannot beat 2 here, and the figure says so. Run: ``python benchmarks/jobs.py [--jobs 6]``.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def stop(workers: subprocess.Popen) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--jobs", type=int, default=4)
+    parser.add_argument("--jobs", type=int, default=6)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--workers", default="1,2,4")
     args = parser.parse_args()
@@ -111,7 +111,7 @@ def main() -> None:
                 tempfile.TemporaryDirectory() as scratch:
             logits = np.random.default_rng(1).normal(size=(2000, 1000))
             fit_body = io.BytesIO()
-            np.savez(fit_body, logits=logits, labels=logits.argmax(1) % 1000)
+            np.savez(fit_body, logits=logits, labels=np.random.default_rng(2).integers(0, 1000, len(logits)))
             http.post("/v1/calibrators/bench/versions", params={"method": "temperature"}, content=fit_body.getvalue(),
                       headers={"Content-Type": "application/x-npz"}).raise_for_status()
             npy = Path(scratch) / "batch.npy"
@@ -128,14 +128,16 @@ def main() -> None:
                 rows.append([count, f"{seconds:.1f}", f"{baseline / seconds:.2f}x"])
             workers = start_workers(url, max(int(w) for w in args.workers.split(",")))
             try:
-                for body in bodies:
-                    submit(http, body)
+                locations = [submit(http, body) for body in bodies * 4]  # enough work to outlast wrk
                 time.sleep(2)
                 busy = wrk(base, npy, args.seconds)
+                unfinished = sum(http.get(location).json()["status"] in ("queued", "running")
+                                 for location in locations)
             finally:
                 stop(workers)
             notes.append(f"Calibrate 64x1000 .npy, 8 connections: idle {idle:.0f} req/s, while the batch runs "
-                         f"{busy:.0f} req/s ({busy / idle:.0%} of idle).")
+                         f"{busy:.0f} req/s ({busy / idle:.0%} of idle); {unfinished} of {len(locations)} jobs were "
+                         "still queued or running when wrk stopped.")
     finally:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
