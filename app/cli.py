@@ -23,7 +23,9 @@ def serve(args: argparse.Namespace) -> int:
     if settings.migrate_on_start and not args.no_migrate:
         upgrade(settings.database_url)
     uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, access_log=False, log_config=None)
+                workers=settings.workers, access_log=False, log_config=None,
+                limit_concurrency=settings.max_connections, h11_max_incomplete_event_size=settings.max_header_bytes,
+                timeout_keep_alive=settings.keep_alive_seconds, timeout_graceful_shutdown=settings.shutdown_seconds)
     return 0
 
 

@@ -42,6 +42,18 @@ class Settings(BaseSettings):
     job_stale_seconds: float = Field(300.0, ge=1, description="A running job whose heartbeat (every tenth of "
                                      "this) stops for this long is reported failed: its process died.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
+    # -- isolation (app/routes/admission.py, app/cli.py) -------------------------------------
+    work_threads: int = Field(8, ge=1, le=256, description="Threads per process for fits, reports, comparisons "
+                              "and metrics (health, listings and calibrate never wait behind them).")
+    work_queue: int = Field(32, ge=0, le=10_000, description="Such requests waiting for a thread at most; "
+                            "beyond it they get 503 with Retry-After.")
+    max_connections: int = Field(1000, ge=1, description="Concurrent connections per process (uvicorn's "
+                                 "limit_concurrency); beyond it new ones get 503.")
+    max_header_bytes: int = Field(65536, ge=1024, description="Largest request head (h11's incomplete-event "
+                                  "limit); a larger one closes the connection.")
+    keep_alive_seconds: float = Field(5.0, gt=0, description="How long an idle keep-alive connection is kept.")
+    shutdown_seconds: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight requests may "
+                                    "finish before the process exits; jobs are left to the job engine.")
     # -- jobs (app/jobs.py) ----------------------------------------------------------------
     job_engine: str = Field("auto", pattern=r"^(auto|embedded|procrastinate)$",
                             description="Where jobs run: `embedded` (a process pool inside the API process), "

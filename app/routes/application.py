@@ -19,7 +19,7 @@ from ..main_info import server_version
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
-from . import calibrators, evaluation, health, hot_path, keys, problems, v2
+from . import admission, calibrators, evaluation, health, hot_path, keys, problems, v2
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors
@@ -65,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await run_in_threadpool(jobs.recover)
         yield
         jobs.shutdown()
+        work_pool.shutdown()
         hot_path_pool.shutdown(wait=False)
         database.dispose()
 
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry.register(JobCollector(database))
     problems.install(app)
     hot_path_pool = hot_path.install(app, serve_threads(settings))
+    work_pool = admission.install(app, settings.work_threads, settings.work_queue)
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
     app.include_router(health.router)
@@ -87,5 +89,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2.router)
     document_common_errors(app, calibrators.DOCS_ORDER)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
-                       registry=app.state.registry)
+                       registry=app.state.registry, max_header_bytes=settings.max_header_bytes)
     return app

@@ -29,7 +29,7 @@ from ..schemas import (
     VersionOut,
 )
 from ..service import CalibrationService
-from . import hot_path
+from . import admission, hot_path
 from .auth import ADMIN, READ, WRITE
 from .idempotent import idempotent
 from .openapi import body, problems
@@ -125,7 +125,7 @@ async def fit(request: Request, name: str = NAME):
     data = await request_body(request)
 
     async def answer() -> Response:
-        as_job, value = await run_in_threadpool(_fit, _service(request), name, data, prefers_async(request))
+        as_job, value = await admission.run(request, _fit, _service(request), name, data, prefers_async(request))
         if as_job:
             return job_accepted(value)
         return _json(value, 201, {"Location": f"/v1/calibrators/{name}/versions/{value['version']}",
@@ -235,16 +235,16 @@ async def calibrate_version(request: Request, name: str = NAME, version: int = V
 @router.post("/calibrators/{ref}/report", summary="Report on a labelled batch (latest or alias)", **REPORT_DOC,
              dependencies=[READ])
 async def report(request: Request, ref: str = REF):
-    content, media = await run_in_threadpool(_report, _service(request), Reference.parse(ref),
-                                              await request_body(request), request.headers.get("accept"))
+    content, media = await admission.run(request, _report, _service(request), Reference.parse(ref),
+                                         await request_body(request), request.headers.get("accept"))
     return Response(content, media_type=media)
 
 
 @router.post("/calibrators/{name}/versions/{version}/report", summary="Report on a labelled batch (pinned)",
              **REPORT_DOC, dependencies=[READ])
 async def report_version(request: Request, name: str = NAME, version: int = VERSION):
-    content, media = await run_in_threadpool(_report, _service(request), Reference.pinned(name, version),
-                                              await request_body(request), request.headers.get("accept"))
+    content, media = await admission.run(request, _report, _service(request), Reference.pinned(name, version),
+                                         await request_body(request), request.headers.get("accept"))
     return Response(content, media_type=media)
 
 

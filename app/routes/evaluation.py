@@ -26,6 +26,7 @@ from ..schemas import (
     MetricsRequest,
 )
 from ..service import CalibrationService
+from . import admission
 from .auth import READ, WRITE
 from .calibrators import job_accepted, prefers_async, request_body
 from .idempotent import idempotent
@@ -54,7 +55,7 @@ def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) 
 async def metrics(request: Request):
     """ECE, MCE, adaptive and classwise ECE, KDE-ECE, Brier, NLL, accuracy, mean confidence and
     the expectation-consistency gap, with reliability bins and optional bootstrap intervals."""
-    content = await run_in_threadpool(_metrics, request.app.state.service, await request_body(request))
+    content = await admission.run(request, _metrics, request.app.state.service, await request_body(request))
     return Response(content, media_type=JSON_TYPE)
 
 
@@ -81,7 +82,7 @@ async def compare(request: Request):
     data = await request_body(request)
 
     async def answer() -> Response:
-        as_job, value = await run_in_threadpool(_compare, request.app.state.service, data, prefers_async(request))
+        as_job, value = await admission.run(request, _compare, request.app.state.service, data, prefers_async(request))
         return job_accepted(value) if as_job else Response(dump_json(value), media_type=JSON_TYPE)
 
     return await idempotent(request, data, answer)

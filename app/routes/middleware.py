@@ -35,15 +35,16 @@ class BodyTooLarge(Problem):
                               "(CALIBRATION_MAX_BODY_BYTES)")
 
 
-def _json_problem(status: int, detail: str, request_id: str) -> bytes:
-    return orjson.dumps({"type": "about:blank", "title": "Content Too Large", "status": status,
+def _json_problem(status: int, detail: str, request_id: str, title: str = "Content Too Large") -> bytes:
+    return orjson.dumps({"type": "about:blank", "title": title, "status": status,
                          "detail": detail, "request_id": request_id})
 
 
 class RequestMiddleware:
-    def __init__(self, app, max_body_bytes: int, registry: CollectorRegistry):
+    def __init__(self, app, max_body_bytes: int, registry: CollectorRegistry, max_header_bytes: int = 65536):
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_header_bytes = max_header_bytes
         self.requests = Counter("calibration_requests_total", "HTTP requests",
                                 ["method", "route", "status"], registry=registry)
         self.latency = Histogram("calibration_request_seconds", "HTTP request latency",
@@ -69,16 +70,27 @@ class RequestMiddleware:
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
+        # httptools (uvicorn's parser here) has no limit of its own on the request head; h11's is
+        # CALIBRATION_MAX_HEADER_BYTES too (app.cli)
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        head += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+        refusal = None
+        if head > self.max_header_bytes:
+            refusal = (431, f"the request head is {head} bytes, over the limit of {self.max_header_bytes} "
+                            "(CALIBRATION_MAX_HEADER_BYTES)", "Request Header Fields Too Large")
         declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            body = _json_problem(413, f"the request body exceeds the limit of {limit} bytes "
-                                      "(CALIBRATION_MAX_BODY_BYTES)", request_id)
-            await send_with_id({"type": "http.response.start", "status": 413,
+        if refusal is None and declared is not None and declared.isdigit() and int(declared) > limit:
+            refusal = (413, f"the request body exceeds the limit of {limit} bytes (CALIBRATION_MAX_BODY_BYTES)",
+                       "Content Too Large")
+        if refusal is not None:
+            status, detail, title = refusal
+            body = _json_problem(status, detail, request_id, title)
+            await send_with_id({"type": "http.response.start", "status": status,
                                 "headers": [(b"content-type", b"application/problem+json"),
                                             (b"content-length", str(len(body)).encode()),
                                             (b"connection", b"close")]})
             await send_with_id({"type": "http.response.body", "body": body})
-            self._record(scope, 413, start, request_id)
+            self._record(scope, status, start, request_id)
             return
 
         received = 0

@@ -1,0 +1,83 @@
+"""Isolation (#17): heavy requests (fits, reports, comparisons, metrics) have their own bounded
+threads and queue, so readiness and listings never wait behind them and an overflow is a 503 with
+Retry-After; SIGTERM during a long fit stops the process within the shutdown bound."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import time
+
+import httpx
+import pytest
+
+from tests.helpers import load_split
+from tests.service.live import LiveServer, live_server
+
+KIND, X, Y = load_split("cifar100_wrn16-4", "val")
+CANDIDATES = ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass",
+              "isotonic_one_vs_all", "irova_ts"]
+SLOW_FIT = {"method": "auto", "options": {"folds": 20, "candidates": CANDIDATES}, KIND: X.tolist(),
+            "labels": Y.tolist()}
+IN_REQUEST = {"CALIBRATION_SYNC_BUDGET_SECONDS": "1e9"}  # slow fits stay in their requests here
+
+
+@pytest.mark.slow
+def test_heavy_requests_past_the_work_queue_get_503_while_readiness_answers(sqlite_url):
+    env = {**IN_REQUEST, "CALIBRATION_WORK_THREADS": "1", "CALIBRATION_WORK_QUEUE": "1"}
+    with live_server(sqlite_url, env=env) as base, concurrent.futures.ThreadPoolExecutor(3) as pool:
+        fits = [pool.submit(httpx.post, f"{base}/v1/calibrators/slow-{i}/versions", json=SLOW_FIT, timeout=120)
+                for i in range(2)]
+        time.sleep(1.5)  # both admitted: one computing, one waiting
+        refused = httpx.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]})
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "5", refused.text
+        assert "CALIBRATION_WORK_THREADS" in refused.json()["detail"]
+        waits = []
+        while not all(fit.done() for fit in fits):
+            start = time.monotonic()
+            assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+            assert httpx.get(f"{base}/v1/calibrators", timeout=5).status_code == 200
+            waits.append(time.monotonic() - start)
+            time.sleep(0.2)
+        assert [fit.result().status_code for fit in fits] == [201, 201]
+        assert waits and max(waits) < 1.0, waits
+        assert httpx.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]}).status_code == 200
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_long_fit_stops_the_process_within_the_shutdown_bound(sqlite_url, tmp_path):
+    server = LiveServer(sqlite_url, env={**IN_REQUEST, "CALIBRATION_SHUTDOWN_SECONDS": "1"},
+                        log_file=tmp_path / "server.log")
+    base = server.start()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fit = pool.submit(httpx.post, f"{base}/v1/calibrators/slow/versions", json=SLOW_FIT, timeout=120)
+        time.sleep(1.5)
+        assert not fit.done()
+        start = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=30)
+        stopped = time.monotonic() - start
+        with pytest.raises(httpx.HTTPError):
+            fit.result().raise_for_status()
+    server.process = None
+    server.output.close()
+    assert stopped < 5, f"took {stopped:.1f} s to stop"
+
+
+def test_an_oversized_request_head_is_refused_and_the_server_serves_on(sqlite_url):
+    import socket
+    from urllib.parse import urlsplit
+
+    with live_server(sqlite_url, env={"CALIBRATION_MAX_HEADER_BYTES": "16384"}) as base:
+        address = urlsplit(base)
+        with socket.create_connection((address.hostname, address.port), timeout=10) as connection:
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n")
+            answer = b""
+            try:
+                while chunk := connection.recv(65536):
+                    answer += chunk
+            except ConnectionResetError:
+                pass
+        assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+        assert b"CALIBRATION_MAX_HEADER_BYTES" in answer
+        assert httpx.get(f"{base}/healthz").status_code == 200
