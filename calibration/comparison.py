@@ -33,6 +33,7 @@ from .metrics.scores import accuracy, brier, nll
 from .registry import METHODS, create
 
 SAMPLES_PER_PARAMETER = 10
+MAX_CANDIDATES = 20  # each is fitted once per fold
 
 #: Named candidates beyond plain registry methods.
 NAMED_CANDIDATES: dict[str, dict] = {
@@ -185,6 +186,8 @@ def prepare_comparison(n: int, k: int, methods: Sequence | None, folds: int, inp
         raise ValueError(f"folds must be an integer from 2 to 20, got {folds!r}")
     if n < 2 * folds:
         raise ValueError(f"{folds}-fold cross-validation needs at least {2 * folds} samples, got {n}")
+    if methods is not None and len(methods) > MAX_CANDIDATES:
+        raise ValueError(f"a comparison may have at most {MAX_CANDIDATES} candidates, got {len(methods)}")
     candidates = default_candidates(n, k) if methods is None else [candidate(m) for m in methods]
     if not candidates:
         raise ValueError("methods must name at least one candidate")

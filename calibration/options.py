@@ -1,7 +1,9 @@
 """Declared options of a calibration method: their types, defaults, bounds and JSON schema.
 
 Each method lists its options once; validation (``ValueError`` naming the option) and the
-schema the service publishes are both derived from that list.
+schema the service publishes are both derived from that list. Every numeric option that sets an
+amount of work or of stored parameters has a ``maximum`` (a list a ``max_items``), so that a
+few rows cannot buy minutes of CPU or megabytes of parameters.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: float | None = None
+    max_items: int | None = None  # a list's length at most
 
     def validate(self, value: Any) -> Any:
         where = f"option {self.name!r}"
@@ -46,6 +49,8 @@ class Option:
             raise ValueError(f"{where} must be <= {self.maximum}, got {value!r}")
         if self.exclusive_minimum is not None and value <= self.exclusive_minimum:
             raise ValueError(f"{where} must be > {self.exclusive_minimum}, got {value!r}")
+        if self.max_items is not None and len(value) > self.max_items:
+            raise ValueError(f"{where} may list at most {self.max_items} items, got {len(value)}")
         return value
 
     def schema(self) -> dict:
@@ -62,6 +67,8 @@ class Option:
             out["maximum"] = self.maximum
         if self.exclusive_minimum is not None:
             out["exclusiveMinimum"] = self.exclusive_minimum
+        if self.max_items is not None:
+            out["maxItems"] = self.max_items
         return out
 
 

@@ -34,7 +34,7 @@ class AutoCalibrator(Calibrator):
     options_spec = (
         INPUT_OPTION,
         Option("candidates", list, [], "Methods to compare (names or {method, options, name}); "
-               "empty means the default set for the data's size."),
+               "empty means the default set for the data's size.", max_items=20),
         Option("folds", int, 5, "Cross-validation folds.", minimum=2, maximum=20),
         Option("seed", int, 0, "Seed of the fold assignment.", minimum=0),
         Option("preserve_accuracy", bool, False, "Only accuracy-preserving candidates."),

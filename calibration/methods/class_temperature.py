@@ -37,11 +37,12 @@ class ClassTemperatureScaling(Calibrator):
     )
     options_spec = (
         INPUT_OPTION,
-        Option("n_bins", int, 15, "Equal-width bins of the ECE that is minimised.", minimum=1),
-        Option("grid_size", int, 41, "Candidate temperatures per class.", minimum=2),
+        Option("n_bins", int, 15, "Equal-width bins of the ECE that is minimised.", minimum=1,
+               maximum=1000),
+        Option("grid_size", int, 41, "Candidate temperatures per class.", minimum=2, maximum=1000),
         Option("span", float, 4.0, "Candidates range over [T/span, T*span] around the global T.",
                exclusive_minimum=1.0),
-        Option("max_rounds", int, 10, "Rounds over all classes at most.", minimum=1),
+        Option("max_rounds", int, 10, "Rounds over all classes at most.", minimum=1, maximum=100),
     )
     accuracy_preserving = True
 

@@ -32,7 +32,8 @@ class Composition(Calibrator):
     )
     options_spec = (
         INPUT_OPTION,
-        Option("steps", list, [], "The chain: a list of {method, options}, applied in order."),
+        Option("steps", list, [], "The chain: a list of {method, options}, applied in order.",
+               max_items=10),
     )
 
     def __init__(self, **options):

@@ -84,7 +84,8 @@ class ExpectationConsistency(TemperatureCalibrator):
     )
     options_spec = (
         INPUT_OPTION,
-        Option("top_n", int, 1, "N: match mean top-N confidence to top-N accuracy.", minimum=1),
+        Option("top_n", int, 1, "N: match mean top-N confidence to top-N accuracy.", minimum=1,
+               maximum=10_000),
     )
 
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:

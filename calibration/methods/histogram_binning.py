@@ -37,7 +37,7 @@ class HistogramBinning(Calibrator):
     )
     options_spec = (
         INPUT_OPTION,
-        Option("n_bins", int, 15, "Number of bins per class.", minimum=1),
+        Option("n_bins", int, 15, "Number of bins per class.", minimum=1, maximum=10_000),
         Option("strategy", str, "uniform", "Equal-width or equal-count (quantile) bins.",
                choices=("uniform", "quantile")),
     )

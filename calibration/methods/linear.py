@@ -55,7 +55,7 @@ from ..solvers import keeps_receding, minimize_newton
 
 MAX_ITERATIONS_OPTION = Option(
     "max_iterations", int, 1000, "Newton iterations at most; a fit stopped by this limit "
-    "reports that it did not converge.", minimum=1)
+    "reports that it did not converge.", minimum=1, maximum=10_000)
 ODIR_OPTIONS = (
     Option("off_diagonal_l2", float, 0.0, "λ of the ODIR penalty on off-diagonal weights.",
            minimum=0.0),
