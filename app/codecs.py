@@ -4,8 +4,9 @@ binary ``.npy`` / ``.npz`` bodies parsed without ever unpickling.
 ``.npy`` is read by hand from its header (``numpy.lib.format``): only plain numeric dtypes
 (bool, integers, floats) are accepted, the header must describe exactly the bytes that follow,
 and the data is viewed with ``numpy.frombuffer``. Object arrays (pickles) are refused before
-any of their bytes are interpreted. ``.npz`` members are read the same way, with their
-uncompressed sizes capped.
+any of their bytes are interpreted. ``.npz`` members are read the same way; their declared
+uncompressed sizes and their headers' shapes are checked against the request budgets
+(``app.costs.RequestLimits``) before any member's data is decompressed.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import zipfile
 import numpy as np
 import orjson
 
+from .costs import RequestLimits, limits_of
 from .errors import InvalidInput, MalformedRequest, TooLarge
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
 JSON_TYPE = "application/json"
 ALLOWED_KINDS = "biuf"
+MAX_HEADER_BYTES = 1 << 16  # numpy writes headers of a few hundred bytes
 
 
 def parse_json(body: bytes) -> dict:
@@ -64,8 +67,20 @@ def _npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:
     return shape, fortran, dtype, stream.tell()
 
 
-def read_npy(data: bytes, name: str = "array") -> np.ndarray:
-    """A numeric array from ``.npy`` bytes; anything else is a 422 naming the problem."""
+def _check_shape(name: str, shape: tuple, dtype: np.dtype, limits: RequestLimits | None) -> None:
+    """A 413 when the header's shape decodes to more than the array-byte or entry budgets."""
+    if limits is None:
+        return
+    entries = math.prod(shape)
+    if entries * dtype.itemsize > limits.array_bytes:
+        raise TooLarge(f"{name}: the .npy header declares shape {shape} of {dtype}, {entries * dtype.itemsize} bytes "
+                       f"decoded, over the {limits.array_bytes}-byte limit (CALIBRATION_MAX_ARRAY_BYTES)")
+    if entries > limits.entries:
+        raise TooLarge(f"{name}: the .npy header declares shape {shape}, {entries} entries, over the limit of "
+                       f"{limits.entries} entries per request (CALIBRATION_MAX_ENTRIES)")
+
+
+def _checked_header(data: bytes, name: str, limits: RequestLimits | None):
     try:
         shape, fortran, dtype, offset = _npy_header(data)
     except (ValueError, EOFError, SyntaxError, TypeError) as exc:
@@ -74,6 +89,16 @@ def read_npy(data: bytes, name: str = "array") -> np.ndarray:
         raise InvalidInput(f"{name} has dtype {dtype}; only numeric arrays are accepted (no objects, no pickles)")
     if len(shape) > 2:
         raise InvalidInput(f"{name} must have 1 or 2 dimensions, got shape {shape}")
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"{name}: the .npy header declares a negative dimension for shape {shape}")
+    _check_shape(name, shape, dtype, limits)
+    return shape, fortran, dtype, offset
+
+
+def read_npy(data: bytes, name: str = "array", limits: RequestLimits | None = None) -> np.ndarray:
+    """A numeric array from ``.npy`` bytes; anything else is a 422 naming the problem, and a
+    header that declares more than ``limits`` allow a 413, before the data is looked at."""
+    shape, fortran, dtype, offset = _checked_header(data, name, limits)
     count = math.prod(shape)
     expected = count * dtype.itemsize
     if len(data) - offset != expected:
@@ -83,25 +108,56 @@ def read_npy(data: bytes, name: str = "array") -> np.ndarray:
     return array.reshape(shape, order="F" if fortran else "C")
 
 
+def _member_header(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bytes:
+    """The first bytes of an .npz member, up to the end of its .npy header: only these are
+    decompressed (a deflate stream inflates at most ~1000x, so a few kB), not the data."""
+    with archive.open(member) as stream:
+        head = stream.read(12)
+        if head[:6] != b"\x93NUMPY" or len(head) < 10:
+            return head
+        size = int.from_bytes(head[8:10], "little") + 10 if head[6] == 1 else \
+            int.from_bytes(head[8:12], "little") + 12
+        if size > MAX_HEADER_BYTES:
+            raise InvalidInput(f".npz member {member.filename!r} has a {size}-byte .npy header")
+        return head + stream.read(size - len(head))
+
+
 def read_npz(data: bytes, limit: int) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` body, each parsed by ``read_npy``; total size capped."""
+    """The arrays of an ``.npz`` body, each parsed by ``read_npy``. Before any member is
+    decompressed, the declared uncompressed sizes and every member's ``.npy`` header (read
+    alone) are checked against ``limit``'s budgets (``RequestLimits``; a plain ``int`` is the
+    body limit with the default budgets): a zip bomb is a 413 having inflated a few kB."""
+    limits = limits_of(limit)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
         raise InvalidInput(f"the body is not a valid .npz archive: {exc}") from exc
-    if sum(member.file_size for member in members) > limit:
-        raise TooLarge(f"the .npz archive expands beyond the {limit}-byte limit")
-    arrays = {}
+    declared = sum(member.file_size for member in members)
+    if declared > limits.array_bytes:
+        raise TooLarge(f"the .npz archive expands beyond the {limits.array_bytes}-byte limit "
+                       f"(CALIBRATION_MAX_ARRAY_BYTES): its members declare {declared} bytes")
+    entries = 0
     for member in members:
         if not member.filename.endswith(".npy"):
             raise InvalidInput(f".npz member {member.filename!r} is not a .npy array")
+        try:
+            head = _member_header(archive, member)
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
+            raise InvalidInput(f".npz member {member.filename!r} cannot be read: {exc}") from exc
+        shape, _, _, _ = _checked_header(head, member.filename[:-4], limits)
+        entries += math.prod(shape)
+    if entries > limits.entries:
+        raise TooLarge(f"the .npz arrays hold {entries} entries, over the limit of {limits.entries} entries per "
+                       "request (CALIBRATION_MAX_ENTRIES)")
+    arrays = {}
+    for member in members:
         name = member.filename[:-4]
         try:
             raw = archive.read(member)
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
             raise InvalidInput(f".npz member {member.filename!r} cannot be read: {exc}") from exc
-        arrays[name] = read_npy(raw, name)
+        arrays[name] = read_npy(raw, name, limits)
     return arrays
 
 

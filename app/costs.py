@@ -1,9 +1,61 @@
-"""Coarse estimates of what work will cost, made before it starts: a fit or comparison
-estimated past ``CALIBRATION_SYNC_BUDGET_SECONDS`` runs as a job instead of in the request."""
+"""Coarse estimates of what work will cost, made before it starts, and the request budgets
+they are checked against.
+
+* A fit or comparison estimated past ``CALIBRATION_SYNC_BUDGET_SECONDS`` runs as a job
+  instead of in the request (``estimated_fit_seconds``).
+* A fit whose method would store more than ``CALIBRATION_MAX_PARAMETERS`` fitted numbers is
+  refused up front (``check_fit_parameters``, 422): the count is an upper bound from n, k and
+  the options (``fitted_parameters``), so Dirichlet calibration of 100000 classes on 3 rows is
+  a 422 naming the limit, not a MemoryError.
+* Bodies are capped by ``RequestLimits`` (decoded array bytes, JSON bytes, n·k entries), checked
+  by ``app.decoding`` from the ``.npy`` headers and declared sizes before any array is decoded.
+"""
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import calibration as cal
+
+from .errors import InvalidInput
+
+# Defaults of the request budgets (settings CALIBRATION_MAX_*; README "Configuration").
+# 256 MiB of decoded arrays: four times the 64 MiB body limit, so that any honest .npz (whose
+# compression rarely beats 4:1 on float data) passes, while a zip bomb's declared size is refused.
+MAX_ARRAY_BYTES = 256 << 20
+# 16 MiB of array-carrying JSON: each number costs ~20 bytes of text and a 24-byte Python float
+# plus an 8-byte list slot when parsed; a 64 MiB body peaked at 1.5 GiB, 16 MiB stays near 400 MiB.
+MAX_JSON_BYTES = 16 << 20
+# 2**24 entries (n·k): a 64 MiB float32 body holds exactly that; each float64 copy the core makes
+# of it is 128 MiB (an int8 body of the same size would be 64 million entries, 512 MiB per copy).
+MAX_ENTRIES = 1 << 24
+# 2 million fitted numbers: ~40 MB of canonical JSON in the stored row and the cache.
+MAX_PARAMETERS = 2_000_000
+
+
+class RequestLimits(int):
+    """The body byte limit (an ``int``: the routes pass ``service.max_body_bytes`` to
+    ``decode_batch``) carrying the other budgets a body is checked against before decoding."""
+
+    array_bytes: int
+    json_bytes: int
+    entries: int
+
+    def __new__(cls, body_bytes: int, array_bytes: int = MAX_ARRAY_BYTES, json_bytes: int = MAX_JSON_BYTES,
+                entries: int = MAX_ENTRIES):
+        limits = super().__new__(cls, body_bytes)
+        limits.array_bytes, limits.json_bytes, limits.entries = array_bytes, json_bytes, entries
+        return limits
+
+
+def limits_of(max_bytes: int) -> RequestLimits:
+    """``max_bytes`` as ``RequestLimits``; a plain ``int`` caps the decoded arrays at that many
+    bytes too (as before the budgets had settings) and gets the other defaults."""
+    if isinstance(max_bytes, RequestLimits):
+        return max_bytes
+    return RequestLimits(max_bytes, array_bytes=min(max_bytes, MAX_ARRAY_BYTES))
+
 
 # Seconds per input entry (n·k) of one fit, by method: coarse figures measured on this
 # project's 2-core machine (5000x10 and 50000x100 sets, fit plus validation report), the basis of
@@ -31,3 +83,61 @@ def estimated_fit_seconds(method: str, options: dict, n: int, k: int) -> float:
     if method in SECONDS_PER_ENTRY_AND_CLASS:
         return SECONDS_PER_ENTRY_AND_CLASS[method] * n * k * k
     return SECONDS_PER_ENTRY.get(method, max(SECONDS_PER_ENTRY.values())) * n * k
+
+
+@lru_cache(maxsize=64)
+def isotonic_blocks(pairs: int) -> int:
+    """The most constant blocks an isotonic fit of ``pairs`` 0/1 targets can have: their values
+    increase strictly and each is a fraction a/b of its block's size b, so B blocks need the B
+    smallest denominators of distinct fractions in [0, 1] (φ(d) of denominator d, plus 0 and 1),
+    summing to at most ``pairs``; about 0.9·pairs^(2/3)."""
+    blocks, left, d = 0, pairs, 1
+    while left >= d:
+        count = 2 if d == 1 else sum(1 for a in range(1, d) if math.gcd(a, d) == 1)
+        take = min(count, left // d)
+        blocks, left = blocks + take, left - take * d
+        if take < count:
+            break
+        d += 1
+    return max(blocks, 1)
+
+
+def fitted_parameters(method: str, options: dict, n: int, k: int) -> int:
+    """An upper bound on the numbers a fit of ``method`` stores for ``n`` rows of ``k`` classes
+    (binary scores count as k = 2). Isotonic maps store two knots (x and y each) per constant
+    block (``isotonic_blocks``); a histogram k·n_bins values and k·(n_bins + 1) edges; ``auto``
+    its largest candidate; ``composition`` the sum of its steps."""
+    if method == "auto":
+        candidates = cal.prepare_comparison(n, k, options.get("candidates") or None, options.get("folds", 5),
+                                            options.get("input", "logits"))
+        return 3 + max(fitted_parameters(c.method, c.options, n, k) for c in candidates)
+    if method == "composition":
+        return sum(fitted_parameters(step["method"], step.get("options") or {}, n, k)
+                   for step in options.get("steps", []))
+    if method in ("matrix", "dirichlet"):
+        return k * k + k
+    if method == "vector":
+        return 2 * k
+    if method == "class_temperature":
+        return k
+    if method == "histogram_binning":
+        return k * (2 * options.get("n_bins", 15) + 1)
+    if method == "isotonic_multiclass":
+        return 4 * isotonic_blocks(n * k)
+    if method == "isotonic_one_vs_all":
+        return 4 * k * isotonic_blocks(n)
+    if method in ("temperature", "expectation_consistency", "platt", "ensemble_temperature"):
+        return 4
+    return k * k + n * k  # a method not listed: counted generously
+
+
+def check_fit_parameters(method: str, options: dict, n: int, k: int, limit: int) -> None:
+    """A 422 (``InvalidInput``) before the fit when its stored parameters could exceed ``limit``."""
+    try:
+        count = fitted_parameters(method, options, n, k)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return  # options the fit will refuse with its own precise error
+    if count > limit:
+        raise InvalidInput(f"fitting {method} on {n} rows of {k} classes would store up to {count} fitted "
+                           f"parameters, over the limit of {limit} (CALIBRATION_MAX_PARAMETERS); "
+                           "use fewer classes or bins or a method with fewer parameters")

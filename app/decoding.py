@@ -19,7 +19,8 @@ from calibration import INPUT_KINDS
 
 from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
-from .errors import InvalidInput, UnsupportedMediaType
+from .costs import RequestLimits, limits_of
+from .errors import InvalidInput, TooLarge, UnsupportedMediaType
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
@@ -73,15 +74,36 @@ def _query_payload(query: Mapping[str, str]) -> dict:
     return payload
 
 
+def _check_json_entries(arrays: dict, limits: RequestLimits) -> None:
+    """A 413 when JSON arrays hold more than ``limits.entries`` entries (n·k, from the lengths of
+    the outer list and of its first row; the core checks that the rows agree)."""
+    entries = 0
+    for value in arrays.values():
+        if isinstance(value, list):
+            first = value[0] if value else None
+            entries += len(value) * (len(first) if isinstance(first, list) else 1)
+    if entries > limits.entries:
+        raise TooLarge(f"the arrays hold {entries} entries, over the limit of {limits.entries} entries per request "
+                       "(CALIBRATION_MAX_ENTRIES)")
+
+
 def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool, max_bytes: int,
                  npy_kind: str = "logits") -> ArrayBatch:
     """A body that carries one input array (and labels when ``need_labels``) plus small fields;
-    a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind)."""
+    a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind).
+    ``max_bytes`` may carry the request budgets (``app.costs.RequestLimits``: decoded array bytes,
+    JSON bytes, n·k entries), checked before any array is decoded; a plain ``int`` gets the defaults."""
     content, query = body.content, body.query
+    limits = limits_of(max_bytes)
     kind_type = media_type(body.content_type)
     if kind_type == JSON_TYPE:
+        if len(content) > limits.json_bytes:
+            raise TooLarge(f"a JSON body with arrays may be {limits.json_bytes} bytes at most "
+                           f"(CALIBRATION_MAX_JSON_BYTES), got {len(content)}: send larger batches as "
+                           f"{NPY_TYPE} or {NPZ_TYPE}")
         payload = parse_json(content)
         arrays = {name: payload.pop(name) for name in ARRAY_FIELDS if name in payload}
+        _check_json_entries(arrays, limits)
         fields = validate_fields(model, payload)
     elif kind_type == NPY_TYPE:
         if need_labels:
@@ -90,10 +112,10 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
         kind = query.get("input") or npy_kind
         if kind not in INPUT_KINDS:
             raise InvalidInput(f"query parameter 'input' must be one of {', '.join(INPUT_KINDS)}")
-        arrays = {kind: read_npy(content, kind)}
+        arrays = {kind: read_npy(content, kind, limits)}
         fields = validate_fields(model, _query_payload(query))
     elif kind_type == NPZ_TYPE:
-        arrays = read_npz(content, max_bytes)
+        arrays = read_npz(content, limits)
         unknown = sorted(set(arrays) - set(ARRAY_FIELDS))
         if unknown:
             raise InvalidInput(f"unknown .npz member(s) {', '.join(unknown)}; expected {', '.join(ARRAY_FIELDS)}")

@@ -16,7 +16,15 @@ import calibration as cal
 from . import reports, store
 from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
-from .costs import estimated_fit_seconds
+from .costs import (
+    MAX_ARRAY_BYTES,
+    MAX_ENTRIES,
+    MAX_JSON_BYTES,
+    MAX_PARAMETERS,
+    RequestLimits,
+    check_fit_parameters,
+    estimated_fit_seconds,
+)
 from .db import Database
 from .device import Device
 from .errors import InvalidInput, NotAcceptable, NotFound
@@ -30,11 +38,15 @@ from .views import version_view
 class CalibrationService:
     def __init__(self, db: Database, cache_size: int, max_body_bytes: int, device: str = "cpu",
                  jobs: JobRunner | None = None, sync_budget_seconds: float = float("inf"),
-                 cache_bytes: int = 256 << 20):
+                 cache_bytes: int = 256 << 20, max_array_bytes: int = MAX_ARRAY_BYTES,
+                 max_json_bytes: int = MAX_JSON_BYTES, max_entries: int = MAX_ENTRIES,
+                 max_parameters: int = MAX_PARAMETERS):
         self.db = db
         self.device = Device(device)
         self.cache = CalibratorCache(cache_size, cache_bytes)
-        self.max_body_bytes = max_body_bytes
+        # an int (the body limit) that carries the decoding budgets to ``decode_batch``
+        self.max_body_bytes = RequestLimits(max_body_bytes, max_array_bytes, max_json_bytes, max_entries)
+        self.max_parameters = max_parameters
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
 
@@ -54,6 +66,7 @@ class CalibrationService:
             calibrator = cal.create(fields.method, options)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
+        check_fit_parameters(calibrator.method, calibrator.options, inputs.n, inputs.k, self.max_parameters)
         return fields, inputs, labels, calibrator
 
     def fit_as_job(self, name: str, batch: ArrayBatch, asked: bool) -> dict | None:
@@ -222,9 +235,11 @@ class CalibrationService:
         inputs, labels = validated(batch)
         fields: CompareFields = batch.fields
         try:
-            cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
+            candidates = cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
+        check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
+                                      "input": inputs.source}, inputs.n, inputs.k, self.max_parameters)
         return fields, inputs, labels
 
     def compare(self, batch: ArrayBatch) -> dict:

@@ -70,6 +70,17 @@ class Settings(BaseSettings):
     cache_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Largest total size of the fitted calibrators "
                              "kept in memory per process, counted as the length of their stored parameters "
                              "(canonical JSON); the least recently used are evicted beyond it.")
+    # -- request budgets (app/costs.py, checked before the work starts) ---------------------
+    max_array_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="Largest decoded size of a request's "
+                                 "arrays (from the .npy headers and the .npz declared sizes, before decompressing); "
+                                 "413 above.")
+    max_json_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest JSON body that carries arrays "
+                                "(checked before parsing; a parsed number costs far more than its text); 413 above.")
+    max_entries: int = Field(1 << 24, ge=1, description="Most array entries (n·k) in one request, from the "
+                             "decoded shape before the core reads the values; 413 above.")
+    max_parameters: int = Field(2_000_000, ge=1, description="Most fitted parameters a fit may store, estimated "
+                                "from n, k and the options before it starts (app/costs.py); 422 above.")
+
 
 
 def serve_threads(settings: Settings, cores: int | None = None) -> int:

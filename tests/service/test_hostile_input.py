@@ -41,11 +41,22 @@ def npz(**arrays) -> bytes:
     return buffer.getvalue()
 
 
-def zip_bomb() -> bytes:
-    """7 kB that inflate to 24 MB (beyond the test app's 4 MiB limit)."""
+def zip_bomb(shape=(40_000, 1000), dtype="<f8", data_bytes: int | None = None) -> bytes:
+    """A deflated .npz whose logits member declares ``shape`` of ``dtype`` in its .npy header and
+    holds ``data_bytes`` zeros (by default as many as the header promises): 40000 x 1000 float64 is
+    320 MB in 310 kB. Written in chunks, never held whole."""
+    header = f"{{'descr': '{dtype}', 'fortran_order': False, 'shape': {tuple(shape)!r}, }}"
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+    left = int(np.prod(shape)) * np.dtype(dtype).itemsize if data_bytes is None else data_bytes
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("logits.npy", npy(np.zeros((3000, 1000))))
+        with archive.open("logits.npy", "w", force_zip64=True) as member:
+            member.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin-1"))
+            chunk = bytes(1 << 22)
+            while left > 0:
+                member.write(chunk[:left])
+                left -= len(chunk)
+        archive.writestr("labels.npy", npy(np.zeros(3, np.int64)))
     return buffer.getvalue()
 
 
@@ -128,10 +139,16 @@ CASES = [
     ("negative .npy shape", "post", CAL, raw(NPY_BYTES.replace(b"(2, 3)", b"(-2, 3)"), NPY), 422,
      "for shape (-2, 3)"),
     ("enormous .npy shape", "post", CAL, raw(NPY_BYTES.replace(b"(2, 3)", b"(99999999999, 99999999999)"), NPY),
-     422, "for shape (99999999999, 99999999999)"),
+     413, "shape (99999999999, 99999999999) of float64, 79999999998400000000008 bytes decoded, over the "
+     "268435456-byte limit (CALIBRATION_MAX_ARRAY_BYTES)"),
     ("garbage .npy header", "post", CAL, raw(b"\x93NUMPY\x01\x00garbage", NPY), 422, "is not a valid .npy array"),
     ("not a zip", "post", FIT_NPZ, raw(b"PK\x03\x04garbage", NPZ), 422, "is not a valid .npz archive"),
-    ("zip bomb", "post", FIT_NPZ, raw(zip_bomb(), NPZ), 413, "expands beyond the 4194304-byte limit"),
+    ("zip bomb", "post", FIT_NPZ, raw(zip_bomb(), NPZ), 413,
+     "expands beyond the 268435456-byte limit (CALIBRATION_MAX_ARRAY_BYTES): its members declare 320000280 bytes"),
+    ("zip bomb in the .npy header", "post", FIT_NPZ, raw(zip_bomb((10**6, 10**5), data_bytes=64), NPZ), 413,
+     "declares shape (1000000, 100000) of float64, 800000000000 bytes decoded, over the 268435456-byte limit"),
+    (".npz of too many entries", "post", FIT_NPZ, raw(zip_bomb((5000, 5000), "|i1", data_bytes=64), NPZ), 413,
+     "25000000 entries, over the limit of 16777216 entries per request (CALIBRATION_MAX_ENTRIES)"),
     ("bad options in the query", "post", FIT_NPZ + "&options={bad", raw(npz(logits=np.array(L), labels=np.array(Y)),
                                                                         NPZ), 422, "'options' must be JSON"),
     # JSON and content types
@@ -192,6 +209,17 @@ CASES = [
      422, "n_bins: Input should be less than or equal to 1000"),
     ("bootstrap 10**9", "post", "/v1/metrics", {"json": {"probabilities": [[0.2, 0.8]], "labels": [1],
                                                           "bootstrap": 10**9}}, 422, "less than or equal to 2000"),
+    ("two million histogram bins", "post", FIT, fit(method="histogram_binning", options={"n_bins": 2_000_000}), 422,
+     "option 'n_bins' must be <= 10000, got 2000000"),
+    ("dirichlet of 100000 classes on 3 rows", "post", FIT,
+     fit(method="dirichlet", logits=np.zeros((3, 100_000)).tolist(), labels=[0, 1, 2]), 422,
+     "would store up to 10000100000 fitted parameters, over the limit of 2000000 (CALIBRATION_MAX_PARAMETERS)"),
+    ("class_temperature grid of 10**6", "post", FIT, fit(method="class_temperature", options={"grid_size": 10**6}),
+     422, "option 'grid_size' must be <= 1000"),
+    ("30 candidates", "post", "/v1/compare", {"json": {"logits": L, "labels": Y, "folds": 2,
+                                                        "methods": [{"method": "temperature", "name": f"t{i}"}
+                                                                    for i in range(30)]}},
+     422, "a comparison may have at most 20 candidates, got 30"),
     ("1000 folds", "post", "/v1/compare", {"json": {"logits": L, "labels": Y, "folds": 1000}}, 422,
      "folds: Input should be less than or equal to 20"),
     ("negative probabilities", "post", "/v1/metrics", {"json": {"probabilities": [[-0.1, 1.1]], "labels": [1]}}, 422,
