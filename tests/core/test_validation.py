@@ -1,5 +1,7 @@
 """Bad input gets a ValueError that names the problem."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,35 @@ def test_composition_options_are_validated():
         cal.Composition(steps=[{"method": "temperature"}, {"method": "nope"}])
     with pytest.raises(ValueError, match="may not set 'input'"):
         cal.Composition(steps=[{"method": "temperature", "options": {"input": "logits"}}])
+
+
+@pytest.mark.parametrize(("method", "options", "message"), [
+    ("histogram_binning", {"n_bins": 10_001}, "option 'n_bins' must be <= 10000, got 10001"),
+    ("class_temperature", {"grid_size": 1001}, "option 'grid_size' must be <= 1000"),
+    ("class_temperature", {"max_rounds": 101}, "option 'max_rounds' must be <= 100"),
+    ("class_temperature", {"n_bins": 1001}, "option 'n_bins' must be <= 1000"),
+    ("dirichlet", {"max_iterations": 10_001}, "option 'max_iterations' must be <= 10000"),
+    ("auto", {"folds": 21}, "option 'folds' must be <= 20"),
+    ("auto", {"candidates": ["temperature"] * 21}, "option 'candidates' may list at most 20 items, got 21"),
+    ("composition", {"steps": [{"method": "temperature"}] * 11}, "option 'steps' may list at most 10 items"),
+])
+def test_options_that_set_an_amount_of_work_have_a_maximum(method, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cal.create(method, options)
+    cal.create(method, {name: value[:1] if isinstance(value, list) else value - 1 for name, value in options.items()})
+
+
+def test_a_comparison_takes_at_most_20_candidates():
+    methods = [{"method": "temperature", "name": f"t{i}"} for i in range(21)]
+    with pytest.raises(ValueError, match="at most 20 candidates, got 21"):
+        cal.prepare_comparison(100, 3, methods, 5, "logits")
+    assert len(cal.prepare_comparison(100, 3, methods[:20], 5, "logits")) == 20
+
+
+def test_every_option_that_sets_an_amount_of_work_has_a_maximum():
+    for name in cal.METHODS:
+        for option in cal.method_class(name).options_spec:
+            if option.name in ("n_bins", "grid_size", "max_rounds", "max_iterations", "folds", "top_n"):
+                assert option.maximum is not None, (name, option.name)
+            if option.type is list:
+                assert option.max_items is not None, (name, option.name)
