@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.costs import RequestLimits, fitted_parameters, isotonic_blocks
+from app.costs import RequestLimits, estimated_fit_seconds, fitted_parameters, isotonic_blocks
 from tests.service.live import LiveServer
 from tests.service.test_hostile_input import zip_bomb
 
@@ -56,6 +56,19 @@ def test_the_parameter_estimate_bounds_what_every_method_stores(n, k):
         stored = _count(calibrator.to_dict()["params"])
         estimate = fitted_parameters(method, calibrator.options, n, k)
         assert stored <= estimate, (method, stored, estimate)
+
+
+def test_options_that_set_the_work_count_in_the_fit_cost():
+    """auto over 20 class_temperature candidates at their largest grid and rounds, 20 folds, on 40
+    rows: 420 fits of up to 0.4 s each estimated past the default 10 s sync budget (a job, not a
+    request thread for minutes), while the default options cost what they did."""
+    worst = {"method": "class_temperature", "options": {"grid_size": 1000, "max_rounds": 100}}
+    candidates = [{**worst, "name": f"c{i}"} for i in range(20)]
+    assert estimated_fit_seconds("auto", {"candidates": candidates, "folds": 20}, 40, 3) > 10
+    assert estimated_fit_seconds("class_temperature", {"grid_size": 41, "max_rounds": 10}, 5000, 10) < 0.06
+    steps = [{"method": "temperature"}, worst]
+    assert estimated_fit_seconds("composition", {"steps": steps}, 40, 3) >= \
+        estimated_fit_seconds("class_temperature", worst["options"], 40, 3)
 
 
 def test_isotonic_blocks_by_brute_force():
