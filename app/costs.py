@@ -83,6 +83,9 @@ def estimated_fit_seconds(method: str, options: dict, n: int, k: int) -> float:
     if method in SECONDS_PER_ENTRY_AND_CLASS:
         return SECONDS_PER_ENTRY_AND_CLASS[method] * n * k * k
     seconds = SECONDS_PER_ENTRY.get(method, max(SECONDS_PER_ENTRY.values())) * n * k
+    if method == "vector":
+        # its exact Hessian costs n·(2k)² per iteration: 67 s for 3000 x 1000 (26 iterations), 2.2e-8 n·k²
+        seconds = max(seconds, 2.5e-8 * n * k * k)
     if method == "class_temperature":
         # every round tries each grid temperature for each class: the measured figure (at the default
         # 41 x 10) scaled by grid_size x max_rounds, plus ~1.5 µs per try (0.37 s for 1000 x 100 on 40 x 3)
@@ -141,12 +144,34 @@ def fitted_parameters(method: str, options: dict, n: int, k: int) -> int:
     return k * k + n * k  # a method not listed: counted generously
 
 
-def check_fit_parameters(method: str, options: dict, n: int, k: int, limit: int) -> None:
-    """A 422 (``InvalidInput``) before the fit when its stored parameters could exceed ``limit``."""
+def solver_entries(method: str, options: dict, n: int, k: int) -> int:
+    """Entries of the largest dense matrix a fit's solver holds beyond its inputs: vector scaling's
+    exact (2k)² Hessian (``auto`` and ``composition``: their largest candidate or step)."""
+    if method == "vector":
+        return 4 * k * k
+    if method == "auto":
+        candidates = cal.prepare_comparison(n, k, options.get("candidates") or None, options.get("folds", 5),
+                                            options.get("input", "logits"))
+        return max(solver_entries(c.method, c.options, n, k) for c in candidates)
+    if method == "composition":
+        return max((solver_entries(step["method"], step.get("options") or {}, n, k)
+                    for step in options.get("steps", [])), default=0)
+    return 0
+
+
+def check_fit_parameters(method: str, options: dict, n: int, k: int, limit: int,
+                         max_entries: int = MAX_ENTRIES) -> None:
+    """A 422 (``InvalidInput``) before the fit when its stored parameters could exceed ``limit``,
+    or its solver's dense matrices ``max_entries`` entries (``solver_entries``)."""
     try:
         count = fitted_parameters(method, options, n, k)
+        solver = solver_entries(method, options, n, k)
     except (ValueError, KeyError, TypeError, AttributeError):
         return  # options the fit will refuse with its own precise error
+    if solver > max_entries:
+        raise InvalidInput(f"fitting {method} on {k} classes needs a {solver}-entry Hessian (vector scaling's "
+                           f"(2k)²), over the limit of {max_entries} entries (CALIBRATION_MAX_ENTRIES); use "
+                           "fewer classes or a method with fewer parameters")
     if count > limit:
         raise InvalidInput(f"fitting {method} on {n} rows of {k} classes would store up to {count} fitted "
                            f"parameters, over the limit of {limit} (CALIBRATION_MAX_PARAMETERS); "

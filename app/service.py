@@ -66,7 +66,8 @@ class CalibrationService:
             calibrator = cal.create(fields.method, options)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
-        check_fit_parameters(calibrator.method, calibrator.options, inputs.n, inputs.k, self.max_parameters)
+        check_fit_parameters(calibrator.method, calibrator.options, inputs.n, inputs.k, self.max_parameters,
+                             self.max_body_bytes.entries)
         return fields, inputs, labels, calibrator
 
     def fit_as_job(self, name: str, batch: ArrayBatch, asked: bool) -> dict | None:
@@ -239,7 +240,8 @@ class CalibrationService:
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
         check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
-                                      "input": inputs.source}, inputs.n, inputs.k, self.max_parameters)
+                                      "input": inputs.source}, inputs.n, inputs.k, self.max_parameters,
+                             self.max_body_bytes.entries)
         return fields, inputs, labels
 
     def compare(self, batch: ArrayBatch) -> dict:

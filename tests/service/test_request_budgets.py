@@ -95,6 +95,19 @@ def test_dirichlet_of_100000_classes_on_3_rows_is_refused_up_front(client):
         response.json()["detail"]
 
 
+def test_vector_scaling_of_3000_classes_is_refused_for_its_hessian(client):
+    """(2k)² = 36 million Hessian entries (288 MB, and minutes of factorisations) on 3 rows."""
+    logits = np.zeros((3, 3000))
+    logits[[0, 1, 2], [0, 1, 2]] = 2.0
+    response = client.post("/v1/calibrators/v/versions", json={"method": "vector", "logits": logits.tolist(),
+                                                                "labels": [0, 1, 2]})
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith(
+        "fitting vector on 3000 classes needs a 36000000-entry Hessian (vector scaling's (2k)²), over the limit "
+        "of 16777216 entries (CALIBRATION_MAX_ENTRIES)")
+    assert estimated_fit_seconds("vector", {}, 3000, 1000) > 60  # measured 67 s
+
+
 def test_two_million_histogram_bins_is_a_422_naming_the_maximum(client):
     response = client.post("/v1/calibrators/h/versions", json={**JSON_FIT, "method": "histogram_binning",
                                                                 "options": {"n_bins": 2_000_000}})
