@@ -19,7 +19,7 @@ from ..main_info import server_version
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
-from . import admission, calibrators, evaluation, health, hot_path, keys, problems, v2
+from . import admission, calibrators, docs, evaluation, health, hot_path, keys, problems, v2
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors
@@ -69,8 +69,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hot_path_pool.shutdown(wait=False)
         database.dispose()
 
+    # /docs and /redoc from installed assets, not a CDN (app.routes.docs)
     app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,
-                  lifespan=lifespan, **NO_TELEMETRY)
+                  lifespan=lifespan, docs_url=None, redoc_url=None, **NO_TELEMETRY)
+    docs.install(app)
     app.state.settings = settings
     app.state.db = database
     app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
