@@ -3,7 +3,7 @@
 
 Versions are immutable, so a cached calibrator never goes stale; the checksum in the key keeps
 a name that was deleted and re-created (its versions restart at 1) from hitting old entries.
-Parameters are verified against their checksum before they are loaded.
+A version's digest (``app.integrity``) is verified before it is loaded.
 
 The cache holds at most ``size`` entries (``CALIBRATION_CACHE_SIZE``) and at most ``max_bytes``
 (``CALIBRATION_CACHE_BYTES``) of them, evicting the least recently used first. An entry's size
@@ -26,15 +26,18 @@ import orjson
 
 from calibration import Calibrator, from_dict
 
+from . import integrity
 from .errors import IntegrityFailure
-from .store import ResolvedVersion, checksum
+from .store import ResolvedVersion
 
 
-def load_calibrator(resolved: ResolvedVersion, params_json: str) -> Calibrator:
-    """Parse stored parameters after checking them against the stored checksum."""
+def load_calibrator(resolved: ResolvedVersion, params_json: str, class_names: list | None,
+                    tensor_names: dict | None, key: bytes | None) -> Calibrator:
+    """Parse stored parameters after checking the version's digest (``app.integrity``)."""
     where = f"calibrator {resolved.name!r} version {resolved.version}"
-    if checksum(params_json) != resolved.checksum:
-        raise IntegrityFailure(f"the stored parameters of {where} do not match their checksum; refusing to serve")
+    refused = integrity.verify(resolved.checksum, params_json, class_names, tensor_names, key)
+    if refused is not None:
+        raise IntegrityFailure(f"{where} failed its integrity check: {refused}; refusing to serve")
     try:
         calibrator = from_dict(orjson.loads(params_json))
     except (ValueError, orjson.JSONDecodeError) as exc:

@@ -95,6 +95,21 @@ def keys_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def sign_versions(args: argparse.Namespace) -> int:
+    from .store import sign_versions as sign
+
+    settings = get_settings()
+    if settings.integrity_key is None:
+        print("error: set CALIBRATION_INTEGRITY_KEY to the key to sign with", file=sys.stderr)
+        return 2
+    database = _database()
+    with database.write() as session:
+        signed, refused = sign(session, settings.integrity_key.get_secret_value().encode())
+    print(f"signed {signed} version(s)" + (f"; refused {len(refused)} whose digest does not match: "
+                                            f"{', '.join(refused)}" if refused else ""), file=sys.stderr)
+    return 1 if refused else 0
+
+
 def worker(args: argparse.Namespace) -> int:
     from .worker import run_workers
 
@@ -114,6 +129,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-migrate", action="store_true",
                      help="do not run `alembic upgrade head` first (also CALIBRATION_MIGRATE_ON_START=false)")
     run.set_defaults(handler=serve)
+    commands.add_parser("sign-versions", help="sign stored versions with CALIBRATION_INTEGRITY_KEY",
+                        description="Re-sign every version whose plain SHA-256 digest is intact with the "
+                                    "HMAC key in CALIBRATION_INTEGRITY_KEY (after setting the key).") \
+        .set_defaults(handler=sign_versions)
     work = commands.add_parser("worker", help="take jobs (fits, comparisons) from the Postgres queue",
                                description="Start job worker processes (Procrastinate, on DATABASE_URL's "
                                            "Postgres); one process per core by default.")

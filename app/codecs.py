@@ -19,7 +19,7 @@ import zipfile
 import numpy as np
 import orjson
 
-from .costs import RequestLimits, limits_of
+from .costs import RequestLimits
 from .errors import InvalidInput, MalformedRequest, TooLarge
 
 NPY_TYPE = "application/x-npy"
@@ -122,12 +122,10 @@ def _member_header(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> bytes:
         return head + stream.read(size - len(head))
 
 
-def read_npz(data: bytes, limit: int) -> dict[str, np.ndarray]:
+def read_npz(data: bytes, limits: RequestLimits) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` body, each parsed by ``read_npy``. Before any member is
     decompressed, the declared uncompressed sizes and every member's ``.npy`` header (read
-    alone) are checked against ``limit``'s budgets (``RequestLimits``; a plain ``int`` is the
-    body limit with the default budgets): a zip bomb is a 413 having inflated a few kB."""
-    limits = limits_of(limit)
+    alone) are checked against the ``limits``: a zip bomb is a 413 having inflated a few kB."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()

@@ -14,6 +14,7 @@ they are checked against.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import calibration as cal
@@ -34,27 +35,15 @@ MAX_ENTRIES = 1 << 24
 MAX_PARAMETERS = 2_000_000
 
 
-class RequestLimits(int):
-    """The body byte limit (an ``int``: the routes pass ``service.max_body_bytes`` to
-    ``decode_batch``) carrying the other budgets a body is checked against before decoding."""
+@dataclass(frozen=True)
+class RequestLimits:
+    """What a request body may hold, checked before it is decoded: its bytes, the bytes of the
+    arrays it decodes to, the bytes of array-carrying JSON, and n·k entries."""
 
-    array_bytes: int
-    json_bytes: int
-    entries: int
-
-    def __new__(cls, body_bytes: int, array_bytes: int = MAX_ARRAY_BYTES, json_bytes: int = MAX_JSON_BYTES,
-                entries: int = MAX_ENTRIES):
-        limits = super().__new__(cls, body_bytes)
-        limits.array_bytes, limits.json_bytes, limits.entries = array_bytes, json_bytes, entries
-        return limits
-
-
-def limits_of(max_bytes: int) -> RequestLimits:
-    """``max_bytes`` as ``RequestLimits``; a plain ``int`` caps the decoded arrays at that many
-    bytes too (as before the budgets had settings) and gets the other defaults."""
-    if isinstance(max_bytes, RequestLimits):
-        return max_bytes
-    return RequestLimits(max_bytes, array_bytes=min(max_bytes, MAX_ARRAY_BYTES))
+    body_bytes: int
+    array_bytes: int = MAX_ARRAY_BYTES
+    json_bytes: int = MAX_JSON_BYTES
+    entries: int = MAX_ENTRIES
 
 
 # Seconds per input entry (n·k) of one fit, by method: coarse figures measured on this

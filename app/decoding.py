@@ -19,7 +19,7 @@ from calibration import INPUT_KINDS
 
 from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
-from .costs import RequestLimits, limits_of
+from .costs import RequestLimits
 from .errors import InvalidInput, TooLarge, UnsupportedMediaType
 
 NPY_TYPE = "application/x-npy"
@@ -87,14 +87,13 @@ def _check_json_entries(arrays: dict, limits: RequestLimits) -> None:
                        "(CALIBRATION_MAX_ENTRIES)")
 
 
-def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool, max_bytes: int,
+def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool, limits: RequestLimits,
                  npy_kind: str = "logits") -> ArrayBatch:
     """A body that carries one input array (and labels when ``need_labels``) plus small fields;
-    a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind).
-    ``max_bytes`` may carry the request budgets (``app.costs.RequestLimits``: decoded array bytes,
-    JSON bytes, n·k entries), checked before any array is decoded; a plain ``int`` gets the defaults."""
+    a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind). The
+    request budgets (``limits``: decoded array bytes, JSON bytes, n·k entries) are checked before
+    any array is decoded."""
     content, query = body.content, body.query
-    limits = limits_of(max_bytes)
     kind_type = media_type(body.content_type)
     if kind_type == JSON_TYPE:
         if len(content) > limits.json_bytes:

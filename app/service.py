@@ -13,7 +13,7 @@ import numpy as np
 
 import calibration as cal
 
-from . import reports, store
+from . import integrity, reports, store
 from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .costs import (
@@ -27,7 +27,7 @@ from .costs import (
 )
 from .db import Database
 from .device import Device
-from .errors import InvalidInput, NotAcceptable, NotFound
+from .errors import InvalidInput, NotAcceptable
 from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
 from .names import Reference, check_alias, check_name
@@ -40,12 +40,12 @@ class CalibrationService:
                  jobs: JobRunner | None = None, sync_budget_seconds: float = float("inf"),
                  cache_bytes: int = 256 << 20, max_array_bytes: int = MAX_ARRAY_BYTES,
                  max_json_bytes: int = MAX_JSON_BYTES, max_entries: int = MAX_ENTRIES,
-                 max_parameters: int = MAX_PARAMETERS):
+                 max_parameters: int = MAX_PARAMETERS, integrity_key: bytes | None = None):
         self.db = db
+        self.integrity_key = integrity_key
         self.device = Device(device)
         self.cache = CalibratorCache(cache_size, cache_bytes)
-        # an int (the body limit) that carries the decoding budgets to ``decode_batch``
-        self.max_body_bytes = RequestLimits(max_body_bytes, max_array_bytes, max_json_bytes, max_entries)
+        self.limits = RequestLimits(max_body_bytes, max_array_bytes, max_json_bytes, max_entries)
         self.max_parameters = max_parameters
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
@@ -67,7 +67,7 @@ class CalibrationService:
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
         check_fit_parameters(calibrator.method, calibrator.options, inputs.n, inputs.k, self.max_parameters,
-                             self.max_body_bytes.entries)
+                             self.limits.entries)
         return fields, inputs, labels, calibrator
 
     def fit_as_job(self, name: str, batch: ArrayBatch, asked: bool) -> dict | None:
@@ -99,6 +99,7 @@ class CalibrationService:
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
         params_json = store.canonical_json(params)
+        tensor_names = fields.tensor_names.model_dump() if fields.tensor_names else None
         row_fields = {
             "method": calibrator.method,
             "input_kind": batch.kind,
@@ -106,13 +107,13 @@ class CalibrationService:
             "n_samples": inputs.n,
             "class_names": fields.class_names,
             "params_json": params_json,
-            "checksum": store.checksum(params_json),
+            "checksum": integrity.digest(params_json, fields.class_names, tensor_names, self.integrity_key),
             "summary": summary,
             "diagnostics": params["diagnostics"],
             "report": cal.json_safe(report),
             "description": fields.description,
             "tags": fields.tags,
-            "tensor_names": fields.tensor_names.model_dump() if fields.tensor_names else None,
+            "tensor_names": tensor_names,
         }
         if job is not None:
             job.step("storing the version", 95.0)
@@ -176,8 +177,8 @@ class CalibrationService:
         def load() -> LoadedVersion:
             with self.db.read() as session:
                 params_json, class_names, tensor_names = store.load_for_serving(session, resolved)
-            return LoadedVersion(resolved, load_calibrator(resolved, params_json), class_names, tensor_names,
-                                 len(params_json))
+            calibrator = load_calibrator(resolved, params_json, class_names, tensor_names, self.integrity_key)
+            return LoadedVersion(resolved, calibrator, class_names, tensor_names, len(params_json))
 
         return self.cache.get(resolved, load)
 
@@ -241,7 +242,7 @@ class CalibrationService:
             raise InvalidInput(str(exc)) from exc
         check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
                                       "input": inputs.source}, inputs.n, inputs.k, self.max_parameters,
-                             self.max_body_bytes.entries)
+                             self.limits.entries)
         return fields, inputs, labels
 
     def compare(self, batch: ArrayBatch) -> dict:
@@ -273,20 +274,6 @@ class CalibrationService:
         except ValueError:
             chosen = None
         return cal.json_safe({**comparison.to_dict(), "selection": chosen})
-
-    def get_job(self, job_id: str) -> dict:
-        return self._job_runner().get(job_id)
-
-    def list_jobs(self, calibrator: str | None, status: str | None, limit: int) -> dict:
-        return {"jobs": self._job_runner().list(calibrator, status, limit)}
-
-    def cancel_job(self, job_id: str) -> dict:
-        return self._job_runner().cancel(job_id)
-
-    def _job_runner(self) -> JobRunner:
-        if self.jobs is None:
-            raise NotFound("this process runs no jobs")
-        return self.jobs
 
     # -- writes -----------------------------------------------------------------------------
 

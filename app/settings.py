@@ -6,7 +6,7 @@ import os
 import re
 from functools import lru_cache
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./calibration.db"
@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     keep_alive_seconds: float = Field(5.0, gt=0, description="How long an idle keep-alive connection is kept.")
     shutdown_seconds: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight requests may "
                                     "finish before the process exits; jobs are left to the job engine.")
+    integrity_key: SecretStr | None = Field(None, description="Key of the HMAC-SHA256 digest of each stored "
+                                            "version (app/integrity.py): without it a database writer can't "
+                                            "forge a calibrator. Unset: plain SHA-256.")
     # -- jobs (app/jobs.py) ----------------------------------------------------------------
     job_engine: str = Field("auto", pattern=r"^(auto|embedded|procrastinate)$",
                             description="Where jobs run: `embedded` (a process pool inside the API process), "
@@ -80,7 +83,6 @@ class Settings(BaseSettings):
                              "decoded shape before the core reads the values; 413 above.")
     max_parameters: int = Field(2_000_000, ge=1, description="Most fitted parameters a fit may store, estimated "
                                 "from n, k and the options before it starts (app/costs.py); 422 above.")
-
 
 
 def serve_threads(settings: Settings, cores: int | None = None) -> int:

@@ -17,6 +17,7 @@ from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from . import integrity
 from .db import Database
 from .errors import Conflict, InvalidInput, NotFound
 from .models import AliasRow, CalibratorRow, VersionRow, utcnow
@@ -225,6 +226,22 @@ def version_numbers(session: Session, name: str) -> list[int]:
     newest = session.scalars(select(VersionRow.version).where(VersionRow.calibrator_id == calibrator.id)
                              .order_by(VersionRow.version.desc()).limit(MAX_PAGE_SIZE))
     return sorted(newest)
+
+
+def sign_versions(session: Session, key: bytes) -> tuple[int, list[str]]:
+    """Sign with ``key`` every version whose unkeyed digest is intact; returns how many were signed
+    and the versions refused (a digest that does not match: never signed over)."""
+    signed, refused = 0, []
+    rows = session.execute(select(VersionRow, CalibratorRow.name).join(CalibratorRow))
+    for row, name in rows:
+        if integrity.verify(row.checksum, row.params_json, row.class_names, row.tensor_names, key) is None:
+            continue
+        if integrity.verify(row.checksum, row.params_json, row.class_names, row.tensor_names, None) is None:
+            row.checksum = integrity.digest(row.params_json, row.class_names, row.tensor_names, key)
+            signed += 1
+        else:
+            refused.append(f"{name} v{row.version}")
+    return signed, refused
 
 
 def delete_calibrator(session: Session, name: str) -> None:

@@ -53,6 +53,10 @@ def job_engine(settings: Settings):
     return EmbeddedEngine(run_job, settings.database_url, settings.job_processes, settings.job_stale_seconds / 10)
 
 
+def integrity_key(settings: Settings) -> bytes | None:
+    return settings.integrity_key.get_secret_value().encode() if settings.integrity_key else None
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     logs.configure(settings.log_level)
@@ -76,7 +80,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = database
     app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
-                                           jobs, settings.sync_budget_seconds, settings.cache_bytes)
+                                           jobs, settings.sync_budget_seconds, settings.cache_bytes,
+                                           max_array_bytes=settings.max_array_bytes,
+                                           max_json_bytes=settings.max_json_bytes, max_entries=settings.max_entries,
+                                           max_parameters=settings.max_parameters,
+                                           integrity_key=integrity_key(settings))
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()

@@ -71,7 +71,7 @@ def job_accepted(job: dict) -> Response:
 def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the fit runs as a job, else ``(False, the stored version)``."""
     check_name(name)
-    batch = decode_batch(body, FitFields, need_labels=True, max_bytes=service.max_body_bytes)
+    batch = decode_batch(body, FitFields, need_labels=True, limits=service.limits)
     job = service.fit_as_job(name, batch, asked_async)
     if job is not None:
         return True, job
@@ -81,7 +81,7 @@ def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async:
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
                accept: str | None) -> tuple[bytes, str]:
     loaded = service.serving(reference)
-    batch = decode_batch(body, CalibrateFields, need_labels=False, max_bytes=service.max_body_bytes,
+    batch = decode_batch(body, CalibrateFields, need_labels=False, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
     return calibrated_body(service.calibrate(loaded, batch), batch.fields.outputs, accept)
 
@@ -89,7 +89,7 @@ def _calibrate(service: CalibrationService, reference: Reference, body: RequestB
 def _report(service: CalibrationService, reference: Reference, body: RequestBody,
             accept: str | None) -> tuple[bytes, str]:
     loaded = service.serving(reference)
-    batch = decode_batch(body, EvaluationFields, need_labels=True, max_bytes=service.max_body_bytes,
+    batch = decode_batch(body, EvaluationFields, need_labels=True, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
     image = image_format(accept)
     if image is not None:

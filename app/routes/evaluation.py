@@ -13,6 +13,7 @@ import calibration as cal
 
 from ..codecs import dump_json
 from ..decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
+from ..jobs import JobRunner
 from ..schemas import (
     JOB_STATES,
     CompareFields,
@@ -36,14 +37,18 @@ router = APIRouter(prefix="/v1", tags=["evaluation"])
 METHODS_BODY = dump_json({"methods": cal.describe_methods()})
 
 
+def jobs_of(request: Request) -> JobRunner:
+    return request.app.state.service.jobs
+
+
 def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
-    batch = decode_batch(body, EvaluationFields, need_labels=True, max_bytes=service.max_body_bytes)
+    batch = decode_batch(body, EvaluationFields, need_labels=True, limits=service.limits)
     return dump_json(service.metrics(batch))
 
 
 def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
-    batch = decode_batch(body, CompareFields, need_labels=True, max_bytes=service.max_body_bytes)
+    batch = decode_batch(body, CompareFields, need_labels=True, limits=service.limits)
     job = service.comparison_as_job(batch, asked_async)
     if job is not None:
         return True, job
@@ -92,14 +97,14 @@ async def compare(request: Request):
             dependencies=[READ])
 async def jobs(request: Request, calibrator: str | None = Query(None, max_length=128),
                status: Literal[JOB_STATES] | None = Query(None), limit: int = Query(100, ge=1, le=1000)):
-    listed = await run_in_threadpool(request.app.state.service.list_jobs, calibrator, status, limit)
+    listed = {"jobs": await run_in_threadpool(jobs_of(request).list, calibrator, status, limit)}
     return Response(dump_json(listed), media_type=JSON_TYPE)
 
 
 @router.get("/jobs/{job_id}", summary="A background job: status, step, percent done, result",
             response_model=JobOut, responses=problems(404), dependencies=[READ])
 async def job(request: Request, job_id: str):
-    return Response(dump_json(await run_in_threadpool(request.app.state.service.get_job, job_id)),
+    return Response(dump_json(await run_in_threadpool(jobs_of(request).get, job_id)),
                     media_type=JSON_TYPE)
 
 
@@ -108,5 +113,5 @@ async def job(request: Request, job_id: str):
 async def cancel_job(request: Request, job_id: str):
     """A queued job is cancelled at once; a running one stops at its next progress point (its
     state says `cancelled` then). A finished job is left as it is."""
-    return Response(dump_json(await run_in_threadpool(request.app.state.service.cancel_job, job_id)),
+    return Response(dump_json(await run_in_threadpool(jobs_of(request).cancel, job_id)),
                     media_type=JSON_TYPE)

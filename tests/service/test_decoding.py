@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.costs import RequestLimits
 from app.decoding import RequestBody, decode_batch, decode_fields, media_type
 from app.errors import InvalidInput, MalformedRequest, TooLarge, UnsupportedMediaType
 from app.schemas import AliasRequest, CalibrateFields, FitFields
 
 LOGITS = np.array([[2.0, 0.5, -1.0], [0.3, 1.8, -0.2]])
-LIMIT = 1 << 20
+LIMIT = RequestLimits(1 << 20, array_bytes=1 << 20)
 
 
 def npy(array) -> bytes:
@@ -37,9 +38,9 @@ def test_the_three_body_formats_give_the_same_batch():
     query = {"method": "temperature", "options": '{"input": "logits"}', "class_names": "a,b,c"}
     as_json = decode_batch(RequestBody(orjson.dumps({**fields, "logits": LOGITS.tolist(), "labels": [0, 1]}),
                                        "application/json; charset=utf-8"), FitFields, need_labels=True,
-                           max_bytes=LIMIT)
+                           limits=LIMIT)
     as_npz = decode_batch(RequestBody(npz(logits=LOGITS, labels=labels), "application/x-npz", query), FitFields,
-                          need_labels=True, max_bytes=LIMIT)
+                          need_labels=True, limits=LIMIT)
     for batch in (as_json, as_npz):
         assert batch.kind == "logits" and batch.fields == FitFields(**fields)
         np.testing.assert_array_equal(np.asarray(batch.values), LOGITS)
@@ -49,11 +50,11 @@ def test_the_three_body_formats_give_the_same_batch():
 def test_a_bare_npy_is_of_the_kind_the_query_or_the_caller_says():
     body = npy(LOGITS)
     assert decode_batch(RequestBody(body, "application/x-npy"), CalibrateFields, need_labels=False,
-                        max_bytes=LIMIT).kind == "logits"
+                        limits=LIMIT).kind == "logits"
     assert decode_batch(RequestBody(body, "application/x-npy"), CalibrateFields, need_labels=False,
-                        max_bytes=LIMIT, npy_kind="probabilities").kind == "probabilities"
+                        limits=LIMIT, npy_kind="probabilities").kind == "probabilities"
     batch = decode_batch(RequestBody(body, "application/x-npy", {"input": "scores", "outputs": "confidence,"}),
-                         CalibrateFields, need_labels=False, max_bytes=LIMIT, npy_kind="probabilities")
+                         CalibrateFields, need_labels=False, limits=LIMIT, npy_kind="probabilities")
     assert batch.kind == "scores" and batch.fields.outputs == ["confidence"]
 
 
@@ -75,17 +76,17 @@ def test_a_bare_npy_is_of_the_kind_the_query_or_the_caller_says():
 ])
 def test_what_cannot_be_decoded_is_a_domain_error_naming_the_problem(body, error, detail):
     with pytest.raises(error) as raised:
-        decode_batch(body, FitFields, need_labels=True, max_bytes=LIMIT)
+        decode_batch(body, FitFields, need_labels=True, limits=LIMIT)
     assert detail in raised.value.detail
 
 
 def test_calibrate_bodies_take_no_labels_and_a_known_input_kind():
     with pytest.raises(InvalidInput, match="takes no labels"):
         decode_batch(RequestBody(orjson.dumps({"logits": [[1, 2]], "labels": [0]})), CalibrateFields,
-                     need_labels=False, max_bytes=LIMIT)
+                     need_labels=False, limits=LIMIT)
     with pytest.raises(InvalidInput, match="query parameter 'input' must be one of"):
         decode_batch(RequestBody(npy(LOGITS), "application/x-npy", {"input": "odds"}), CalibrateFields,
-                     need_labels=False, max_bytes=LIMIT)
+                     need_labels=False, limits=LIMIT)
 
 
 def test_field_bodies_are_json_only():

@@ -261,8 +261,10 @@ def test_connections_the_server_dropped_are_replaced_without_a_failed_request(po
     # a digit put in front of the stored temperature (canonical JSON has no spaces)
     "UPDATE calibrator_versions SET params_json = replace(params_json, :old, :new) "
     "WHERE version = 1 AND params_json LIKE :pattern",
-    "UPDATE calibrator_versions SET checksum = (CASE WHEN substr(checksum, 1, 1) = '0' THEN '1' ELSE '0' END) "
-    "|| substr(checksum, 2) WHERE version = 1",
+    "UPDATE calibrator_versions SET checksum = substr(checksum, 1, 7) || (CASE WHEN substr(checksum, 8, 1) = 'A' "
+    "THEN 'B' ELSE 'A' END) || substr(checksum, 9) WHERE version = 1",
+    # the digest covers the names served with the parameters too
+    "UPDATE calibrator_versions SET class_names = '[\"x\", \"y\", \"z\"]' WHERE version = 1",
 ])
 def test_a_tampered_row_is_refused_not_served(database_url, tamper):
     from starlette.testclient import TestClient
@@ -283,8 +285,8 @@ def test_a_tampered_row_is_refused_not_served(database_url, tamper):
             refused = client.post(path, json=body)
             said = refused.json()["error" if path.startswith("/v2") else "detail"]
             assert refused.status_code == 500, refused.text
-            assert said == "the stored parameters of calibrator 'demo' version 1 do not match their checksum; " \
-                           "refusing to serve"
+            assert said == "calibrator 'demo' version 1 failed its integrity check: its parameters or names do " \
+                           "not match their digest; refusing to serve"
         assert client.post("/v1/calibrators/demo/calibrate", json=BATCH).json()["version"] == 2
 
 

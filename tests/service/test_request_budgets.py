@@ -6,6 +6,7 @@ from n, k and the options) and a maximum for every option that sets an amount of
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.costs import RequestLimits, estimated_fit_seconds, fitted_parameters, isotonic_blocks
+from app.costs import estimated_fit_seconds, fitted_parameters, isotonic_blocks
 from tests.service.live import LiveServer
 from tests.service.test_hostile_input import zip_bomb
 
@@ -147,7 +148,7 @@ def test_more_than_20_auto_candidates_is_a_422(client):
 
 def test_json_over_its_cap_is_a_413_before_parsing(client):
     service = client.app.state.service
-    service.max_body_bytes = RequestLimits(int(service.max_body_bytes), json_bytes=4096)
+    service.limits = dataclasses.replace(service.limits, json_bytes=4096)
     body = json.dumps({**JSON_FIT, "logits": [[0.5, 0.25, 0.125]] * 400, "labels": [0] * 400}).encode()
     response = client.post("/v1/calibrators/j/versions", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 413
@@ -157,7 +158,7 @@ def test_json_over_its_cap_is_a_413_before_parsing(client):
 
 def test_json_entries_over_the_cap_are_a_413(client):
     service = client.app.state.service
-    service.max_body_bytes = RequestLimits(int(service.max_body_bytes), entries=1000)
+    service.limits = dataclasses.replace(service.limits, entries=1000)
     response = client.post("/v1/metrics", json={"probabilities": [[0.5, 0.5]] * 600, "labels": [0] * 600})
     assert response.status_code == 413
     assert response.json()["detail"] == ("the arrays hold 1800 entries, over the limit of 1000 entries per request "

@@ -1,0 +1,106 @@
+"""Version digests (#17): they cover everything served (parameters, class and tensor names), can be
+keyed (HMAC with CALIBRATION_INTEGRITY_KEY) so that a database writer without the key cannot
+forge a calibrator, and the migration that introduced them never launders a tampered row."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import orjson
+from sqlalchemy import text
+from starlette.testclient import TestClient
+
+from app import cli
+from app.main import create_app
+from app.migrate import downgrade, upgrade
+from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.settings import Settings, get_settings
+
+KEY = "a-long-random-integrity-key"
+FIT = {"method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS,
+       "class_names": ["cat", "dog", "eel"]}
+BATCH = {"logits": EXAMPLE_LOGITS[:2], "outputs": ["predicted_class"]}
+
+
+def _client(url: str, key: str | None = None) -> TestClient:
+    return TestClient(create_app(Settings(database_url=url, integrity_key=key)))
+
+
+def _row(client: TestClient) -> dict:
+    with client.app.state.db.read() as session:
+        row = session.execute(text("SELECT params_json, class_names, tensor_names, checksum FROM calibrator_versions "
+                                   "WHERE version = 1")).one()
+    return row._asdict()
+
+
+def test_a_keyed_digest_is_the_hmac_of_everything_served(database_url):
+    with _client(database_url, KEY) as client:
+        assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
+        row = _row(client)
+        names = orjson.loads(row["class_names"]) if isinstance(row["class_names"], str) else row["class_names"]
+        message = orjson.dumps([row["params_json"], names, None], option=orjson.OPT_SORT_KEYS)
+        signature = hmac.new(KEY.encode(), message, hashlib.sha256).digest()
+        assert row["checksum"] == "hmac-sha256:" + base64.urlsafe_b64encode(signature).decode().rstrip("=")
+        assert client.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 200
+    with _client(database_url) as unkeyed:  # a process without the key cannot vouch for the row
+        refused = unkeyed.post("/v1/calibrators/demo/versions/1/calibrate", json=BATCH)
+        assert refused.status_code == 500 and "CALIBRATION_INTEGRITY_KEY is not set" in refused.json()["detail"]
+    with _client(database_url, "another-key") as forger:
+        refused = forger.post("/v1/calibrators/demo/versions/1/calibrate", json=BATCH)
+        assert refused.status_code == 500 and "do not match their digest" in refused.json()["detail"]
+
+
+def test_a_writer_without_the_key_cannot_forge_a_version(database_url):
+    with _client(database_url, KEY) as client:
+        assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
+        row = _row(client)
+        names = ["eel", "dog", "cat"]  # swap the names and recompute the unkeyed digest, as a forger could
+        digest = hashlib.sha256(orjson.dumps([row["params_json"], names, None], option=orjson.OPT_SORT_KEYS))
+        forged = "sha256:" + base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
+        with client.app.state.db.write() as session:
+            session.execute(text("UPDATE calibrator_versions SET class_names = :names, checksum = :checksum"),
+                            {"names": orjson.dumps(names).decode(), "checksum": forged})
+    with _client(database_url, KEY) as fresh:
+        refused = fresh.post("/v1/calibrators/demo/calibrate", json=BATCH)
+        assert refused.status_code == 500 and "not signed with CALIBRATION_INTEGRITY_KEY" in refused.json()["detail"]
+
+
+def test_versions_stored_before_the_key_are_signed_by_the_cli(database_url, monkeypatch):
+    with _client(database_url) as client:
+        assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
+        assert _row(client)["checksum"].startswith("sha256:")
+    with _client(database_url, KEY) as keyed:
+        assert keyed.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 500
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    get_settings.cache_clear()
+    try:
+        assert cli.main(["sign-versions"]) == 2  # no key: nothing to sign with
+        monkeypatch.setenv("CALIBRATION_INTEGRITY_KEY", KEY)
+        get_settings.cache_clear()
+        assert cli.main(["sign-versions"]) == 0
+    finally:
+        get_settings.cache_clear()
+    with _client(database_url, KEY) as keyed:
+        served = keyed.post("/v1/calibrators/demo/calibrate", json=BATCH)
+        assert served.status_code == 200 and served.json()["predicted_class_name"][0] == "cat"
+        assert _row(keyed)["checksum"].startswith("hmac-sha256:")
+
+
+def test_the_migration_moves_intact_rows_to_digests_and_keeps_tampered_ones_refused(database_url):
+    with _client(database_url) as client:
+        for _ in range(2):
+            assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
+    downgrade(database_url, "0004")
+    engine_client = _client(database_url)
+    with engine_client.app.state.db.write() as session:
+        legacy = session.execute(text("SELECT version, params_json, checksum FROM calibrator_versions")).all()
+        assert all(checksum == hashlib.sha256(params.encode()).hexdigest() for _, params, checksum in legacy)
+        session.execute(text("UPDATE calibrator_versions SET params_json = replace(params_json, :old, :new) "
+                             "WHERE version = 2"), {"old": '"temperature":', "new": '"temperature":1'})
+    upgrade(database_url)
+    with _client(database_url) as client:
+        assert client.post("/v1/calibrators/demo/versions/1/calibrate", json=BATCH).status_code == 200
+        tampered = client.post("/v1/calibrators/demo/versions/2/calibrate", json=BATCH)
+        assert tampered.status_code == 500 and "integrity check" in tampered.json()["detail"]
