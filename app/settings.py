@@ -51,6 +51,8 @@ class Settings(BaseSettings):
                                  "limit_concurrency); beyond it new ones get 503.")
     max_header_bytes: int = Field(65536, ge=1024, description="Largest request head (h11's incomplete-event "
                                   "limit); a larger one closes the connection.")
+    body_seconds: float = Field(60.0, gt=0, description="A request's body must arrive within this many seconds "
+                                "of its start (408 after): slow senders cannot hold connections and memory.")
     keep_alive_seconds: float = Field(5.0, gt=0, description="How long an idle keep-alive connection is kept.")
     shutdown_seconds: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight requests may "
                                     "finish before the process exits; jobs are left to the job engine.")

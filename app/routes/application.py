@@ -99,5 +99,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2.router)
     document_common_errors(app, calibrators.DOCS_ORDER)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
-                       registry=app.state.registry, max_header_bytes=settings.max_header_bytes)
+                       registry=app.state.registry, max_header_bytes=settings.max_header_bytes,
+                       body_seconds=settings.body_seconds)
     return app

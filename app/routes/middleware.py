@@ -4,6 +4,7 @@ metrics. Written as plain ASGI so it adds no buffering to the hot path."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -35,14 +36,22 @@ class BodyTooLarge(Problem):
                               "(CALIBRATION_MAX_BODY_BYTES)")
 
 
+class BodyTooSlow(Problem):
+    def __init__(self, seconds: float):
+        super().__init__(408, f"the request body did not arrive within {seconds:g} s "
+                              "(CALIBRATION_BODY_SECONDS)", headers={"Connection": "close"})
+
+
 def _json_problem(status: int, detail: str, request_id: str, title: str = "Content Too Large") -> bytes:
     return orjson.dumps({"type": "about:blank", "title": title, "status": status,
                          "detail": detail, "request_id": request_id})
 
 
 class RequestMiddleware:
-    def __init__(self, app, max_body_bytes: int, registry: CollectorRegistry, max_header_bytes: int = 65536):
+    def __init__(self, app, max_body_bytes: int, registry: CollectorRegistry, max_header_bytes: int = 65536,
+                 body_seconds: float = 60.0):
         self.app = app
+        self.body_seconds = body_seconds
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.requests = Counter("calibration_requests_total", "HTTP requests",
@@ -94,14 +103,25 @@ class RequestMiddleware:
             return
 
         received = 0
+        body_deadline = start + self.body_seconds
+        body_done = False
 
         async def limited_receive():
-            nonlocal received
-            message = await receive()
+            """The body's messages, at most ``limit`` bytes in all, all of them within
+            ``body_seconds`` of the request's start (a client sending its body slowly holds a
+            connection and its memory: it gets 408)."""
+            nonlocal received, body_done
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.perf_counter()))
+            except TimeoutError:
+                raise BodyTooSlow(self.body_seconds) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(limit)
+                body_done = not message.get("more_body", False)
             return message
 
         try:

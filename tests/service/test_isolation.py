@@ -81,3 +81,26 @@ def test_an_oversized_request_head_is_refused_and_the_server_serves_on(sqlite_ur
         assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
         assert b"CALIBRATION_MAX_HEADER_BYTES" in answer
         assert httpx.get(f"{base}/healthz").status_code == 200
+
+
+def test_bodies_sent_too_slowly_get_408_and_free_their_connections(sqlite_url):
+    import socket
+    from urllib.parse import urlsplit
+
+    with live_server(sqlite_url, env={"CALIBRATION_BODY_SECONDS": "1"}) as base:
+        address = urlsplit(base)
+        head = (b"POST /v1/metrics HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n{\"probabilities\": ")
+        connections = [socket.create_connection((address.hostname, address.port), timeout=10) for _ in range(200)]
+        start = time.monotonic()
+        try:
+            for connection in connections:
+                connection.sendall(head)  # and never the rest
+            answers = [connection.recv(200) for connection in connections]
+        finally:
+            for connection in connections:
+                connection.close()
+        assert time.monotonic() - start < 8
+        assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), {a[:40] for a in answers}
+        served = httpx.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]})
+        assert served.status_code == 200
