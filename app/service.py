@@ -70,20 +70,25 @@ class CalibrationService:
                              self.limits.entries)
         return fields, inputs, labels, calibrator
 
-    def fit_as_job(self, name: str, batch: ArrayBatch, asked: bool) -> dict | None:
-        """Start the fit as a job (validated first: bad input is a 4xx, not a failed job) when the
-        caller ``asked`` or its estimated cost exceeds the sync budget; else ``None``."""
-        fields, inputs, labels, calibrator = self._fit_inputs(name, batch)
+    def fit_or_submit(self, name: str, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
+        """Check the fit once (bad input is a 4xx, not a failed job), then ``(True, job)`` when the
+        caller ``asked`` for a job or the fit's estimated cost exceeds the sync budget, else
+        ``(False, the stored version)``."""
+        prepared = self._fit_inputs(name, batch)
+        fields, inputs, labels, calibrator = prepared
         seconds = estimated_fit_seconds(calibrator.method, fields.options, inputs.n, inputs.k)
-        if self.jobs is None or not (asked or seconds > self.sync_budget_seconds):
-            return None
-        request, payload = job_input(batch, labels)
-        return self.jobs.submit("fit", name, request, payload)
+        if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
+            request, payload = job_input(batch, labels)
+            return True, self.jobs.submit("fit", name, request, payload)
+        return False, self._fit_checked(name, batch, prepared)
 
     def fit(self, name: str, batch: ArrayBatch, job: JobProgress | None = None) -> dict:
         """Fit ``batch.fields.method`` on the labelled batch and store it as the next version; as
         a ``job``, report its steps and record its success in the transaction that stores it."""
-        fields, inputs, labels, calibrator = self._fit_inputs(name, batch)
+        return self._fit_checked(name, batch, self._fit_inputs(name, batch), job)
+
+    def _fit_checked(self, name: str, batch: ArrayBatch, prepared, job: JobProgress | None = None) -> dict:
+        fields, inputs, labels, calibrator = prepared
         if job is not None:
             job.step(f"fitting {calibrator.method} on {inputs.n}x{inputs.k}", 5.0)
         try:
@@ -233,7 +238,8 @@ class CalibrationService:
 
     # -- comparison, in the request or as a background job -----------------------------------
 
-    def _comparison_inputs(self, batch: ArrayBatch) -> tuple[CompareFields, cal.InputBatch, np.ndarray]:
+    def _comparison_inputs(self, batch: ArrayBatch):
+        """The fields, validated inputs, labels and candidates of a comparison, checked once."""
         inputs, labels = validated(batch)
         fields: CompareFields = batch.fields
         try:
@@ -243,24 +249,23 @@ class CalibrationService:
         check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
                                       "input": inputs.source}, inputs.n, inputs.k, self.max_parameters,
                              self.limits.entries)
-        return fields, inputs, labels
+        return fields, inputs, labels, candidates
 
     def compare(self, batch: ArrayBatch) -> dict:
-        return self._run_comparison(*self._comparison_inputs(batch))
+        return self._run_comparison(*self._comparison_inputs(batch)[:3])
 
-    def comparison_as_job(self, batch: ArrayBatch, asked: bool) -> dict | None:
-        """Start the comparison as a job (validated first) when the caller ``asked`` or its
-        estimated cost exceeds the sync budget; else ``None``."""
-        fields, inputs, labels = self._comparison_inputs(batch)
-        candidates = cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
+    def compare_or_submit(self, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
+        """Check the comparison once, then ``(True, job)`` when the caller ``asked`` for a job or
+        its estimated cost exceeds the sync budget, else ``(False, the comparison)``."""
+        fields, inputs, labels, candidates = self._comparison_inputs(batch)
         seconds = sum(estimated_fit_seconds(c.method, c.options, inputs.n, inputs.k) for c in candidates) * fields.folds
-        if self.jobs is None or not (asked or seconds > self.sync_budget_seconds):
-            return None
-        request, payload = job_input(batch, labels)
-        return self.jobs.submit("compare", None, request, payload)
+        if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
+            request, payload = job_input(batch, labels)
+            return True, self.jobs.submit("compare", None, request, payload)
+        return False, self._run_comparison(fields, inputs, labels)
 
     def compare_as_job(self, batch: ArrayBatch, job: JobProgress) -> dict:
-        return self._run_comparison(*self._comparison_inputs(batch), progress=job.folds)
+        return self._run_comparison(*self._comparison_inputs(batch)[:3], progress=job.folds)
 
     def _run_comparison(self, fields: CompareFields, inputs: cal.InputBatch, labels: np.ndarray,
                         progress=None) -> dict:

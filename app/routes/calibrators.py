@@ -72,10 +72,7 @@ def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async:
     """``(True, job)`` when the fit runs as a job, else ``(False, the stored version)``."""
     check_name(name)
     batch = decode_batch(body, FitFields, need_labels=True, limits=service.limits)
-    job = service.fit_as_job(name, batch, asked_async)
-    if job is not None:
-        return True, job
-    return False, service.fit(name, batch)
+    return service.fit_or_submit(name, batch, asked_async)
 
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,

@@ -49,10 +49,7 @@ def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
 def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
     batch = decode_batch(body, CompareFields, need_labels=True, limits=service.limits)
-    job = service.comparison_as_job(batch, asked_async)
-    if job is not None:
-        return True, job
-    return False, service.compare(batch)
+    return service.compare_or_submit(batch, asked_async)
 
 
 @router.post("/metrics", summary="Metrics of a labelled batch (no calibrator)", response_model=MetricsOut,
