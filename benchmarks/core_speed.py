@@ -1,5 +1,10 @@
 """Fit speed of the numeric core against peers, in one run.
 
+* Fits as multiples of one log-softmax pass (issue #23 item 6): TS, EC and ETS (mse) on
+  50000 x 1000 float32 logits, each timed against ``log_softmax`` of the same array within each
+  of several interleaved rounds (median and range of the per-round ratios), and the peak of
+  memory allocated during each fit (tracemalloc, which sees numpy's buffers) as a multiple of
+  the input's bytes. Targets: TS <= 4, EC <= 5, ETS <= 8 passes; ETS peak <= 2.5x the input.
 * TS and EC on n x k float32 logits, as multiples of one numpy max-shifted softmax pass over the
   same array: ours; netcal's TemperatureScaling; the usual torch LBFGS recipe (lr=0.01,
   max_iter=50, T0=1.5); scipy's bounded Brent on the NLL (bounds 0.05..20); a plain numpy
@@ -8,12 +13,17 @@
 * IRM on 50000 x 100: ours vs ``argsort + PAVA`` on the 5M pooled points (scipy's PAVA) and
   scikit-learn's IsotonicRegression.
 
-Run: ``python benchmarks/core_speed.py`` (in the environment of benchmarks/README.md).
+Run: ``python benchmarks/core_speed.py`` (in the environment of benchmarks/README.md);
+``python benchmarks/core_speed.py --passes [rounds]`` runs only the pass multiples (the
+project's own environment is enough).
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
+import tracemalloc
 import warnings
 from pathlib import Path
 
@@ -29,6 +39,53 @@ from benchmarks._common import best_of, environment, write
 def softmax_pass(z):
     e = np.exp(z - z.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
+
+
+def log_softmax_pass(z):
+    shifted = z - z.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+PASS_FITS = {
+    "temperature": (lambda z, y: cal.TemperatureScaling().fit(z, y), 4),
+    "expectation_consistency": (lambda z, y: cal.ExpectationConsistency().fit(z, y), 5),
+    "ensemble_temperature": (lambda z, y: cal.EnsembleTemperatureScaling().fit(z, y), 8),
+}
+
+
+def pass_rows(n=50000, k=1000, rounds=5):
+    """Each fit's time over one log-softmax pass timed in the same round (the rounds interleave
+    the fits, so that a slow spell on a shared machine hits all alike), then its peak memory."""
+    z, y = synthetic(n, k)
+    ratios = {name: [] for name in PASS_FITS}
+    seconds = {name: [] for name in PASS_FITS}
+    bases = []
+    for name, (fit, _) in PASS_FITS.items():
+        fit(z, y)  # warm-up
+    for _ in range(rounds):
+        for name, (fit, _) in PASS_FITS.items():
+            start = time.perf_counter()
+            log_softmax_pass(z)
+            base = time.perf_counter() - start
+            start = time.perf_counter()
+            fit(z, y)
+            elapsed = time.perf_counter() - start
+            bases.append(base)
+            ratios[name].append(elapsed / base)
+            seconds[name].append(elapsed)
+    rows = []
+    for name, (fit, target) in PASS_FITS.items():
+        tracemalloc.start()
+        fitted = fit(z, y)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        r = ratios[name]
+        rows.append([f"{n}x{k}", name, f"{statistics.median(r):.2f}x", f"{min(r):.2f}-{max(r):.2f}",
+                     f"<= {target}", f"{statistics.median(seconds[name]) * 1e3:.0f}",
+                     f"{peak / z.nbytes:.2f}x", f"{fitted.temperature_:.12f}"])
+    rows.append([f"{n}x{k}", "(one log-softmax pass)", "1.00x", "", "",
+                 f"{statistics.median(bases) * 1e3:.0f}", "", ""])
+    return rows
 
 
 def synthetic(n, k, seed=0):
@@ -164,10 +221,23 @@ def isotonic_rows(repeat):
 
 
 def main():
+    env = environment(["numpy", "scipy", "torch", "netcal", "scikit-learn"])
+    if "--passes" in sys.argv:
+        tail = sys.argv[sys.argv.index("--passes") + 1:]
+        rounds = int(tail[0]) if tail else 5
+    else:
+        rounds = 5
+    write("core_passes", "TS, EC and ETS fits on float32 logits as multiples of one log-softmax pass",
+          ["n x k", "method", "time / pass (median)", "range", "target", "ms", "peak / input bytes", "T"],
+          pass_rows(rounds=rounds), env,
+          f"Median and range over {rounds} interleaved rounds; each ratio is against a log-softmax pass "
+          "(float32, numpy) timed just before the fit. Peak: tracemalloc's peak during one fit "
+          "(the float64 copy of the input included) over the float32 input's bytes.")
+    if "--passes" in sys.argv:
+        return
     quick = "--quick" in sys.argv
     sizes = [(50000, 1000), (50000, 100), (50000, 10)] if not quick else [(5000, 100)]
     repeat = 5 if not quick else 2
-    env = environment(["numpy", "scipy", "torch", "netcal", "scikit-learn"])
     write("core_temperature", "Temperature scaling and EC fits on float32 logits",
           ["n x k", "method", "time / softmax pass", "ms", "T"], temperature_rows(sizes, repeat), env,
           "T* to compare: the exact optimum zeroes the NLL derivative; netcal on float32 returns 1.0.")
