@@ -44,6 +44,16 @@ from .metrics.scores import (
     top_n_accuracy,
 )
 from .registry import METHODS, create, describe_methods, from_dict, method_class
+from .reliability import (
+    SERIES_COLOURS,
+    WEAK_COUNT,
+    WEAK_OPACITY,
+    ReliabilityBins,
+    ece_interval,
+    ece_interval_from_bins,
+    legend_label,
+    wilson_interval,
+)
 from .selection import Selection, select
 from .softmax import log_softmax, predicted_class, softmax
 
@@ -51,6 +61,9 @@ __all__ = [
     "INPUT_KINDS",
     "METHODS",
     "PROBABILITY_FLOOR",
+    "SERIES_COLOURS",
+    "WEAK_COUNT",
+    "WEAK_OPACITY",
     "AutoCalibrator",
     "Calibrator",
     "ClassTemperatureScaling",
@@ -68,6 +81,7 @@ __all__ = [
     "IsotonicOneVsAll",
     "MatrixScaling",
     "PlattScaling",
+    "ReliabilityBins",
     "ReliabilityDiagram",
     "Selection",
     "TemperatureScaling",
@@ -84,10 +98,13 @@ __all__ = [
     "default_candidates",
     "describe_methods",
     "ece",
+    "ece_interval",
+    "ece_interval_from_bins",
     "expectation_consistency_gap",
     "from_dict",
     "json_safe",
     "kde_ece",
+    "legend_label",
     "log_softmax",
     "looks_like_probabilities",
     "mce",
@@ -103,6 +120,7 @@ __all__ = [
     "to_host",
     "top_n_accuracy",
     "validate_inputs",
+    "wilson_interval",
 ]
 
 
