@@ -16,12 +16,13 @@ from .errors import InvalidInput
 @dataclass(frozen=True)
 class ArrayBatch:
     """A decoded batch: the validated small ``fields``, the input ``kind`` (``logits``,
-    ``probabilities`` or ``scores``), its ``values`` and the ``labels`` (or ``None``). The arrays
+    ``probabilities`` or ``scores``), its ``values`` and the ``labels`` (or ``None``). A fit on
+    stored data has no arrays (``kind`` ``None``; ``fields.data`` says which observations). The arrays
     are as decoded (numpy arrays, or nested lists from JSON); the core validates them."""
 
     fields: BaseModel
-    kind: str
-    values: np.ndarray | list
+    kind: str | None
+    values: np.ndarray | list | None
     labels: np.ndarray | list | None
 
 
@@ -34,6 +35,9 @@ class CalibratedBatch:
     probabilities: np.ndarray
     inputs: np.ndarray  # the validated input (logits or probabilities): argmax ties follow it
     class_names: list[str] | None
+    ids: list[str] | None = None  # prediction ids (the client's, or generated when logging)
+    logged: int | None = None  # rows kept in the prediction log (None: logging off)
+    id_prefix: str | None = None  # generated ids are this prefix and the row number
 
     def predicted_class(self) -> np.ndarray:
         return cal.predicted_class(self.probabilities, self.inputs)

@@ -27,7 +27,7 @@ NPZ_TYPE = "application/x-npz"
 JSON_TYPE = "application/json"
 ARRAY_FIELDS = (*INPUT_KINDS, "labels")
 JSON_QUERY_FIELDS = ("options", "tags", "tensor_names")  # query parameters given as JSON text
-LIST_QUERY_FIELDS = ("outputs", "class_names")  # query parameters given as comma-separated lists
+LIST_QUERY_FIELDS = ("outputs", "class_names", "ids")  # query parameters given as comma-separated lists
 
 
 def media_type(content_type: str | None) -> str:
@@ -123,6 +123,10 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
         raise UnsupportedMediaType(f"unsupported Content-Type {body.content_type!r}: send {JSON_TYPE}, "
                                    f"{NPY_TYPE} or {NPZ_TYPE}")
     given = [name for name in INPUT_KINDS if arrays.get(name) is not None]
+    if getattr(fields, "data", None) is not None:  # a fit on stored data: no arrays in the body
+        if given or arrays.get("labels") is not None:
+            raise InvalidInput("send either arrays or `data`, not both")
+        return ArrayBatch(fields, None, None, None)
     if len(given) != 1:
         raise InvalidInput("send exactly one of logits, probabilities or scores"
                            + (f" (got {', '.join(given)})" if given else ""))

@@ -23,6 +23,17 @@ def image_format(accept: str | None) -> tuple[str, str] | None:
     return None
 
 
+def calibrated_headers(result: CalibratedBatch) -> dict[str, str]:
+    """The serving version, and with logging on how many rows were logged and, for generated ids,
+    their prefix (id ``i`` is the prefix and ``i``): what a binary answer cannot carry in its body."""
+    headers = {"X-Calibrator-Version": str(result.version)}
+    if result.logged is not None:
+        headers["Prediction-Logged"] = str(result.logged)
+    if result.id_prefix is not None:
+        headers["Prediction-Id-Prefix"] = result.id_prefix
+    return headers
+
+
 def calibrated_body(result: CalibratedBatch, outputs: list[str], accept: str | None) -> tuple[bytes, str]:
     """A calibrated batch as ``.npy`` probabilities (``Accept: application/x-npy``)
     or as JSON with the requested ``outputs``."""
@@ -38,4 +49,6 @@ def calibrated_body(result: CalibratedBatch, outputs: list[str], accept: str | N
             out["predicted_class_name"] = [result.class_names[i] for i in predicted]
     if "confidence" in outputs:
         out["confidence"] = result.confidence()
+    if result.logged is not None:
+        out["ids"], out["logged"] = result.ids, result.logged
     return dump_json(out), JSON_TYPE

@@ -71,6 +71,7 @@ class CalibratorRow(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     last_version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    log_sample_rate: Mapped[float] = mapped_column(Float, default=0.0)  # share of calibrated rows logged
     versions: Mapped[list[VersionRow]] = relationship(back_populates="calibrator", passive_deletes=True)
 
 
@@ -172,3 +173,59 @@ class ApiKeyRow(Base):
     scopes: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ObservationChunkRow(Base):
+    """Labelled rows of a calibrator, appended in one request (``source`` upload) or joined from
+    the prediction log when their labels came (``source`` feedback, with the ``version`` that
+    served them). ``inputs`` holds the raw little-endian array (``dtype``, shape ``n_rows`` ×
+    ``n_classes``, or ``n_rows`` binary scores), ``labels`` int32; ``class_counts`` the labels per
+    class, so that summaries never read the arrays."""
+
+    __tablename__ = "observation_chunks"
+    __table_args__ = (Index("ix_observation_chunks_calibrator_created", "calibrator_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    input_kind: Mapped[str] = mapped_column(String(16))
+    n_rows: Mapped[int] = mapped_column(Integer)
+    n_classes: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(8))
+    class_counts: Mapped[list[int]] = mapped_column(JSON)
+    inputs: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    labels: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class PredictionChunkRow(Base):
+    """Calibrated inputs logged off the hot path in one batch: the rows of one calibrator version,
+    raw little-endian (``dtype``), until their labels arrive (``LoggedPredictionRow`` indexes them)."""
+
+    __tablename__ = "prediction_chunks"
+    __table_args__ = (Index("ix_prediction_chunks_calibrator_created", "calibrator_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    input_kind: Mapped[str] = mapped_column(String(16))
+    n_rows: Mapped[int] = mapped_column(Integer)
+    n_classes: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(8))
+    inputs: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LoggedPredictionRow(Base):
+    """One logged prediction's id (the client's, or one the service generated), where its inputs
+    are (chunk and row), and whether its label has arrived."""
+
+    __tablename__ = "logged_predictions"
+    __table_args__ = (Index("ix_logged_predictions_chunk_id", "chunk_id"),)
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    prediction_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    chunk_id: Mapped[int] = mapped_column(ForeignKey("prediction_chunks.id", ondelete="CASCADE"))
+    row: Mapped[int] = mapped_column(Integer)
+    labelled: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -54,6 +54,7 @@ class InferenceRequest:
     outputs: list[RequestedOutput] | None
     binary_default: bool
     input_check: bool = True
+    ids: list[str] | None = None  # prediction ids (request parameter ``ids``), for the prediction log
 
 
 def _short(value) -> str:
@@ -190,9 +191,12 @@ def parse_request(body: bytes, header_length: str | None) -> InferenceRequest:
     request_id = request.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise bad("'id' must be a string")
+    ids = request_parameters.get("ids")
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+        raise bad("parameter 'ids' must be a list of prediction id strings")
     return InferenceRequest(request_id, name, datatype, array, outputs,
                             _flag(request_parameters, "binary_data_output", False, ""),
-                            _flag(request_parameters, "input_check", True, ""))
+                            _flag(request_parameters, "input_check", True, ""), ids)
 
 
 def output_names(tensor_names: dict | None) -> dict[str, str]:
@@ -205,9 +209,11 @@ def accepted_inputs(tensor_names: dict | None) -> list[str] | None:
 
 
 def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: dict | None,
-          model_name: str, model_version: int, predict=None) -> tuple[bytes, dict[str, str]]:
+          model_name: str, model_version: int, predict=None, log=None) -> tuple[bytes, dict[str, str]]:
     """Run the calibrator (through ``predict(calibrator, scores)``, the service's device, when
-    given) and encode the response (JSON, plus binary outputs if asked)."""
+    given) and encode the response (JSON, plus binary outputs if asked). ``log(array, ids)`` hands
+    the input to the prediction log and returns ``(ids, rows logged)``, or ``(ids, None)`` when the
+    calibrator does not log; with logging on the response's ``parameters`` carry ``ids`` and ``logged``."""
     allowed = accepted_inputs(tensor_names)
     if allowed and request.input_name not in allowed:
         raise bad(f"unknown input {_short(request.input_name)}; this model takes {', '.join(allowed)}")
@@ -225,6 +231,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)
     except ValueError as exc:
         raise bad(str(exc)) from exc
+    ids, logged = log(request.array, request.ids) if log else (None, None)
     names = output_names(tensor_names)
     by_name = {name: kind for kind, name in names.items()}
     wanted = request.outputs if request.outputs else [RequestedOutput(names["probabilities"], None)]
@@ -252,6 +259,8 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
     response = {"model_name": model_name, "model_version": str(model_version), "outputs": outputs}
     if request.id is not None:
         response["id"] = request.id
+    if logged is not None:
+        response["parameters"] = {"ids": ids, "logged": logged}
     header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not binary:
         return header, {"content-type": "application/json"}

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from calibration import INPUT_KINDS, METHODS
 
 from .keys import NAME_PATTERN as KEY_NAME_PATTERN
+from .observation_schemas import DataSource, PredictionId
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
 
@@ -52,6 +53,7 @@ class FitFields(Strict):
     tags: dict[str, str] | None = None
     tensor_names: TensorNames | None = Field(None, description="Tensor names on the /v2 protocol")
     input_check: bool = input_check_field()
+    data: DataSource | None = Field(None, description="Fit on stored data instead of arrays in the body")
 
 
 class FitRequest(FitFields, Arrays):
@@ -60,7 +62,7 @@ class FitRequest(FitFields, Arrays):
         json_schema_extra={"examples": [{"method": "temperature", "logits": EXAMPLE_LOGITS,
                                          "labels": EXAMPLE_LABELS, "description": "demo fit"}]},
     )
-    labels: list[int] = Field(description="(n,) integer class labels in [0, k)")
+    labels: list[int] | None = Field(None, description="(n,) integer class labels in [0, k); not with `data`")
 
 
 class CalibrateFields(Strict):
@@ -69,6 +71,8 @@ class CalibrateFields(Strict):
         description="Which outputs to return",
     )
     input_check: bool = input_check_field()
+    ids: list[PredictionId] | None = Field(None, description="Prediction ids, one per row, to join labels later "
+                                                              "(logging on); without them ids are generated")
 
 
 class CalibrateRequest(CalibrateFields, Arrays):
@@ -172,6 +176,8 @@ class CalibrateOut(BaseModel):
     predicted_class: list[int] | None = None
     predicted_class_name: list[str] | None = None
     confidence: list[float] | None = None
+    ids: list[str] | None = Field(None, description="Prediction ids (when the calibrator logs predictions)")
+    logged: int | None = Field(None, description="Rows kept in the prediction log (sampled)")
 
 
 class ReportOut(BaseModel):

@@ -9,6 +9,8 @@ which the routes render as problems. Nothing here knows HTTP or a wire format.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 import calibration as cal
@@ -16,6 +18,7 @@ import calibration as cal
 from . import integrity, reports, store
 from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
+from .comparisons import Comparisons
 from .costs import (
     MAX_ARRAY_BYTES,
     MAX_ENTRIES,
@@ -31,8 +34,12 @@ from .errors import InvalidInput, NotAcceptable
 from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
 from .names import Reference, check_alias, check_name
-from .schemas import CompareFields, EvaluationFields, FitFields
+from .observations import Observations, shape_of_index
+from .prediction_log import PredictionLog, check_ids, id_prefix
+from .schemas import EvaluationFields, FitFields
 from .views import version_view
+
+OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
 
 
 class CalibrationService:
@@ -40,7 +47,9 @@ class CalibrationService:
                  jobs: JobRunner | None = None, sync_budget_seconds: float = float("inf"),
                  cache_bytes: int = 256 << 20, max_array_bytes: int = MAX_ARRAY_BYTES,
                  max_json_bytes: int = MAX_JSON_BYTES, max_entries: int = MAX_ENTRIES,
-                 max_parameters: int = MAX_PARAMETERS, integrity_key: bytes | None = None):
+                 max_parameters: int = MAX_PARAMETERS, integrity_key: bytes | None = None,
+                 prediction_log: PredictionLog | None = None,
+                 observation_caps: tuple[int, int, int] = OBSERVATION_CAPS):
         self.db = db
         self.integrity_key = integrity_key
         self.device = Device(device)
@@ -49,6 +58,9 @@ class CalibrationService:
         self.max_parameters = max_parameters
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
+        self.comparisons = Comparisons(self)
+        self.prediction_log = prediction_log
+        self.observations = Observations(db, prediction_log, *observation_caps)
 
     # -- fitting ----------------------------------------------------------------------------
 
@@ -73,7 +85,9 @@ class CalibrationService:
     def fit_or_submit(self, name: str, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
         """Check the fit once (bad input is a 4xx, not a failed job), then ``(True, job)`` when the
         caller ``asked`` for a job or the fit's estimated cost exceeds the sync budget, else
-        ``(False, the stored version)``."""
+        ``(False, the stored version)``. A batch without arrays names stored observations."""
+        if batch.kind is None:
+            return self._fit_stored_or_submit(name, batch.fields, asked)
         prepared = self._fit_inputs(name, batch)
         fields, inputs, labels, calibrator = prepared
         seconds = estimated_fit_seconds(calibrator.method, fields.options, inputs.n, inputs.k)
@@ -81,6 +95,22 @@ class CalibrationService:
             request, payload = job_input(batch, labels)
             return True, self.jobs.submit("fit", name, request, payload)
         return False, self._fit_checked(name, batch, prepared)
+
+    def _fit_stored_or_submit(self, name: str, fields: FitFields, asked: bool) -> tuple[bool, dict]:
+        """A fit on stored observations: the chunks are fixed now; a job reads them in its worker."""
+        check_name(name)
+        index = self.observations.fit_index(name, fields.data.observations)
+        n, k, kind = shape_of_index(index)
+        seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
+        if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
+            try:
+                calibrator = cal.create(fields.method, {**fields.options, "input": kind})
+            except ValueError as exc:
+                raise InvalidInput(str(exc)) from exc
+            check_fit_parameters(calibrator.method, calibrator.options, n, k, self.max_parameters, self.limits.entries)
+            request = {"kind": kind, "fields": fields.model_dump(mode="json"), "chunks": index}
+            return True, self.jobs.submit("fit", name, request, None)
+        return False, self.fit(name, self.observations.load(fields, index))
 
     def fit(self, name: str, batch: ArrayBatch, job: JobProgress | None = None) -> dict:
         """Fit ``batch.fields.method`` on the labelled batch and store it as the next version; as
@@ -185,7 +215,8 @@ class CalibrationService:
             calibrator = load_calibrator(resolved, params_json, class_names, tensor_names, self.integrity_key)
             return LoadedVersion(resolved, calibrator, class_names, tensor_names, len(params_json))
 
-        return self.cache.get(resolved, load)
+        loaded = self.cache.get(resolved, load)
+        return loaded if loaded.resolved == resolved else replace(loaded, resolved=resolved)
 
     def predict(self, loaded: LoadedVersion, inputs: cal.InputBatch) -> np.ndarray:
         """Calibrated probabilities of validated inputs, on the configured device."""
@@ -204,8 +235,19 @@ class CalibrationService:
     def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch) -> CalibratedBatch:
         inputs, _ = self._checked_inputs(loaded, batch)
         probabilities = self.predict(loaded, inputs)
+        given = batch.fields.ids
+        ids, logged = self.log_predictions(loaded, batch.kind, batch.values, given)
         return CalibratedBatch(loaded.name, loaded.version, probabilities, getattr(inputs, inputs.source),
-                               loaded.class_names)
+                               loaded.class_names, ids, logged, id_prefix(ids) if given is None and ids else None)
+
+    def log_predictions(self, loaded: LoadedVersion, kind: str, values, ids: list[str] | None):
+        """Hand served inputs to the prediction log when the calibrator logs (``(ids, rows kept)``),
+        else ``(ids, None)``; client ids are checked either way."""
+        if ids is not None:
+            check_ids(ids, len(values))
+        if loaded.resolved.log_rate <= 0 or self.prediction_log is None:
+            return ids, None
+        return self.prediction_log.record(loaded.resolved, kind, loaded.calibrator.n_classes_, values, ids)
 
     def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):
         inputs, labels = self._checked_inputs(loaded, batch)
@@ -235,50 +277,6 @@ class CalibrationService:
         result = reports.evaluation(inputs.probabilities, labels, fields.n_bins, fields.bootstrap,
                                     fields.confidence, fields.seed)
         return {"n_samples": inputs.n, "n_classes": inputs.k, "n_bins": fields.n_bins, **result}
-
-    # -- comparison, in the request or as a background job -----------------------------------
-
-    def _comparison_inputs(self, batch: ArrayBatch):
-        """The fields, validated inputs, labels and candidates of a comparison, checked once."""
-        inputs, labels = validated(batch)
-        fields: CompareFields = batch.fields
-        try:
-            candidates = cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
-        check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
-                                      "input": inputs.source}, inputs.n, inputs.k, self.max_parameters,
-                             self.limits.entries)
-        return fields, inputs, labels, candidates
-
-    def compare(self, batch: ArrayBatch) -> dict:
-        return self._run_comparison(*self._comparison_inputs(batch)[:3])
-
-    def compare_or_submit(self, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
-        """Check the comparison once, then ``(True, job)`` when the caller ``asked`` for a job or
-        its estimated cost exceeds the sync budget, else ``(False, the comparison)``."""
-        fields, inputs, labels, candidates = self._comparison_inputs(batch)
-        seconds = sum(estimated_fit_seconds(c.method, c.options, inputs.n, inputs.k) for c in candidates) * fields.folds
-        if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
-            request, payload = job_input(batch, labels)
-            return True, self.jobs.submit("compare", None, request, payload)
-        return False, self._run_comparison(fields, inputs, labels)
-
-    def compare_as_job(self, batch: ArrayBatch, job: JobProgress) -> dict:
-        return self._run_comparison(*self._comparison_inputs(batch)[:3], progress=job.folds)
-
-    def _run_comparison(self, fields: CompareFields, inputs: cal.InputBatch, labels: np.ndarray,
-                        progress=None) -> dict:
-        try:
-            comparison = cal.compare(getattr(inputs, inputs.source), labels, fields.methods, fields.folds,
-                                     fields.seed, inputs.source, progress)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
-        try:
-            chosen = cal.select(comparison, fields.preserve_accuracy).to_dict()
-        except ValueError:
-            chosen = None
-        return cal.json_safe({**comparison.to_dict(), "selection": chosen})
 
     # -- writes -----------------------------------------------------------------------------
 

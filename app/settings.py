@@ -86,6 +86,25 @@ class Settings(BaseSettings):
     max_parameters: int = Field(2_000_000, ge=1, description="Most fitted parameters a fit may store, estimated "
                                 "from n, k and the options before it starts (app/costs.py); 422 above.")
 
+    # -- observations and the prediction log (app/observations.py, app/prediction_log.py) ------
+    max_observation_rows: int = Field(5_000_000, ge=1, description="Observation rows one calibrator may hold; "
+                                      "an append beyond it is refused with 413.")
+    max_observation_bytes: int = Field(1 << 30, ge=1024, description="Bytes of observation inputs one "
+                                       "calibrator may hold (413 beyond).")
+    max_fit_entries: int = Field(1 << 26, ge=1, description="Most entries (n·k) a fit on stored observations "
+                                 "reads (413 beyond; select fewer with `last`).")
+    log_flush_rows: int = Field(4096, ge=1, description="The prediction log is written once this many rows wait "
+                                "(or every log_flush_seconds).")
+    log_flush_seconds: float = Field(1.0, gt=0, description="How often the prediction log's buffer is written.")
+    log_buffer_bytes: int = Field(256 << 20, ge=0, description="Largest prediction-log buffer per process; rows "
+                                  "beyond it are dropped (and counted) rather than slowing calibrate.")
+    observation_retention_days: float = Field(0.0, ge=0, description="Observations older than this are deleted "
+                                              "(0: kept until deleted).")
+    prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions still unlabelled "
+                                                 "after this are deleted (0: kept).")
+    retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the retention settings "
+                                              "are applied.")
+
 
 def serve_threads(settings: Settings, cores: int | None = None) -> int:
     """``settings.serve_threads``, or 2 where each worker has two cores to itself, else 1: a

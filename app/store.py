@@ -43,24 +43,33 @@ class ResolvedVersion:
     version: int
     checksum: str
     version_id: int
+    calibrator_id: int = 0
+    log_rate: float = 0.0  # share of calibrated rows the prediction log keeps (0: logging off)
 
 
-def _calibrator(session: Session, name: str) -> CalibratorRow:
+def calibrator_row(session: Session, name: str) -> CalibratorRow:
     row = session.scalar(select(CalibratorRow).where(CalibratorRow.name == name))
     if row is None:
         raise NotFound(f"no calibrator named {name!r}")
     return row
 
 
-def _insert(session: Session):
+def dialect_insert(session: Session):
     return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert
+
+
+def ensure_calibrator(session: Session, name: str) -> int:
+    """The id of calibrator ``name``, created (with no versions) if it does not exist."""
+    session.execute(dialect_insert(session)(CalibratorRow).values(name=name, last_version=0, created_at=utcnow())
+                    .on_conflict_do_nothing(index_elements=["name"]))
+    return session.scalar(select(CalibratorRow.id).where(CalibratorRow.name == name))
 
 
 def create_version(session: Session, name: str, fields: dict) -> VersionRow:
     """Store a new version of ``name`` (creating the name), numbered atomically: one upsert
     takes the next number (``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``), so a fit racing a
     delete of its calibrator creates it again instead of finding it gone."""
-    insert = _insert(session)(CalibratorRow).values(name=name, last_version=1, created_at=utcnow())
+    insert = dialect_insert(session)(CalibratorRow).values(name=name, last_version=1, created_at=utcnow())
     calibrator_id, number = session.execute(
         insert.on_conflict_do_update(index_elements=["name"],
                                      set_={"last_version": CalibratorRow.last_version + 1})
@@ -113,7 +122,7 @@ def calibrator_overview(session: Session, row: CalibratorRow) -> dict:
 
 
 def get_calibrator(session: Session, name: str) -> dict:
-    return calibrator_overview(session, _calibrator(session, name))
+    return calibrator_overview(session, calibrator_row(session, name))
 
 
 def aliases_of(session: Session, calibrator_id: int) -> dict[str, int]:
@@ -125,7 +134,7 @@ def aliases_of(session: Session, calibrator_id: int) -> dict[str, int]:
 
 
 def list_versions(session: Session, name: str, page_size: int, page_token: str | None):
-    calibrator = _calibrator(session, name)
+    calibrator = calibrator_row(session, name)
     query = (select(VersionRow).where(VersionRow.calibrator_id == calibrator.id)
              .order_by(VersionRow.version.desc()).limit(page_size + 1))
     if page_token:
@@ -147,13 +156,14 @@ def get_version(session: Session, name: str, version: int) -> VersionRow:
         .where(CalibratorRow.name == name, VersionRow.version == version)
     )
     if row is None:
-        _calibrator(session, name)
+        calibrator_row(session, name)
         raise NotFound(f"calibrator {name!r} has no version {version}")
     return row
 
 
 def _resolution_queries():
-    base = select(CalibratorRow.name, VersionRow.version, VersionRow.checksum, VersionRow.id).join(
+    base = select(CalibratorRow.name, VersionRow.version, VersionRow.checksum, VersionRow.id, CalibratorRow.id,
+                  CalibratorRow.log_sample_rate).join(
         CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id
     ).where(CalibratorRow.name == bindparam("name"))
     latest = base.order_by(VersionRow.version.desc()).limit(1)
@@ -222,7 +232,7 @@ def version_by_id(session: Session, resolved: ResolvedVersion) -> VersionRow:
 
 def version_numbers(session: Session, name: str) -> list[int]:
     """The newest ``MAX_PAGE_SIZE`` version numbers of ``name``, ascending."""
-    calibrator = _calibrator(session, name)
+    calibrator = calibrator_row(session, name)
     newest = session.scalars(select(VersionRow.version).where(VersionRow.calibrator_id == calibrator.id)
                              .order_by(VersionRow.version.desc()).limit(MAX_PAGE_SIZE))
     return sorted(newest)
@@ -245,7 +255,7 @@ def sign_versions(session: Session, key: bytes) -> tuple[int, list[str]]:
 
 
 def delete_calibrator(session: Session, name: str) -> None:
-    calibrator = _calibrator(session, name)
+    calibrator = calibrator_row(session, name)
     session.execute(delete(AliasRow).where(AliasRow.calibrator_id == calibrator.id))
     session.execute(delete(VersionRow).where(VersionRow.calibrator_id == calibrator.id))
     session.execute(delete(CalibratorRow).where(CalibratorRow.id == calibrator.id))
@@ -266,7 +276,7 @@ def set_alias(session: Session, name: str, alias: str, version: int) -> dict:
     row = get_version(session, name, version)
     now = utcnow()
     session.execute(
-        _insert(session)(AliasRow)
+        dialect_insert(session)(AliasRow)
         .values(calibrator_id=row.calibrator_id, alias=alias, version=version, updated_at=now)
         .on_conflict_do_update(index_elements=["calibrator_id", "alias"],
                                set_={"version": version, "updated_at": now})
@@ -275,7 +285,7 @@ def set_alias(session: Session, name: str, alias: str, version: int) -> dict:
 
 
 def delete_alias(session: Session, name: str, alias: str) -> None:
-    calibrator = _calibrator(session, name)
+    calibrator = calibrator_row(session, name)
     result = session.execute(
         delete(AliasRow).where(AliasRow.calibrator_id == calibrator.id, AliasRow.alias == alias)
     )

@@ -66,10 +66,13 @@ def _run_claimed(db: Database, job_id: str) -> None:
     service = CalibrationService(db, cache_size=1, max_body_bytes=0)
     progress = JobProgress(db, job_id)
     try:
-        if kind == "fit":
+        if kind == "fit" and request.get("chunks"):  # a fit on stored observations
+            fields = FitFields.model_validate(request["fields"])
+            service.fit(calibrator, service.observations.load(fields, request["chunks"]), job=progress)
+        elif kind == "fit":
             service.fit(calibrator, batch_of_job(request, payload, FitFields), job=progress)
         elif kind == "compare":
-            result = service.compare_as_job(batch_of_job(request, payload, CompareFields), progress)
+            result = service.comparisons.compare_as_job(batch_of_job(request, payload, CompareFields), progress)
             _finish(db, job_id, "succeeded", result=result)
         else:
             raise ValueError(f"unknown job kind {kind!r}")

@@ -16,10 +16,11 @@ from ..idempotency import IdempotencyKeys
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine
 from ..main_info import server_version
+from ..prediction_log import PredictionLog
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
-from . import admission, calibrators, docs, evaluation, health, hot_path, keys, problems, v2
+from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, v2
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors
@@ -64,10 +65,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     jobs = JobRunner(database, job_engine(settings), settings.job_stale_seconds, settings.job_queue_limit)
 
+    prediction_log = PredictionLog(database, settings.log_flush_rows, settings.log_flush_seconds,
+                                   settings.log_buffer_bytes, settings.observation_retention_days,
+                                   settings.prediction_log_retention_days, settings.retention_interval_seconds)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await run_in_threadpool(jobs.recover)
+        prediction_log.start()
         yield
+        await run_in_threadpool(prediction_log.stop)
         jobs.shutdown()
         work_pool.shutdown()
         hot_path_pool.shutdown(wait=False)
@@ -84,7 +91,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                            max_array_bytes=settings.max_array_bytes,
                                            max_json_bytes=settings.max_json_bytes, max_entries=settings.max_entries,
                                            max_parameters=settings.max_parameters,
-                                           integrity_key=integrity_key(settings))
+                                           integrity_key=integrity_key(settings), prediction_log=prediction_log,
+                                           observation_caps=(settings.max_observation_rows,
+                                                             settings.max_observation_bytes,
+                                                             settings.max_fit_entries))
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
@@ -94,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     work_pool = admission.install(app, settings.work_threads, settings.work_queue)
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
+    app.include_router(observations.router)
     app.include_router(health.router)
     app.include_router(keys.router)
     app.include_router(v2.router)

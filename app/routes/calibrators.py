@@ -9,7 +9,7 @@ from starlette.responses import Response
 from .. import store
 from ..codecs import dump_json
 from ..decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from ..encoding import calibrated_body, image_format
+from ..encoding import calibrated_body, calibrated_headers, image_format
 from ..names import Reference, check_alias, check_name
 from ..schemas import (
     AliasOut,
@@ -76,11 +76,22 @@ def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async:
 
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
-               accept: str | None) -> tuple[bytes, str]:
+               accept: str | None) -> tuple[bytes, str, dict]:
     loaded = service.serving(reference)
     batch = decode_batch(body, CalibrateFields, need_labels=False, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
-    return calibrated_body(service.calibrate(loaded, batch), batch.fields.outputs, accept)
+    result = service.calibrate(loaded, batch)
+    return *calibrated_body(result, batch.fields.outputs, accept), calibrated_headers(result)
+
+
+async def calibrate_body(request: Request) -> RequestBody:
+    """A calibrate request's body; for a binary body the prediction ids may come as the ``ids``
+    query parameter or the ``Prediction-Ids`` header (comma-separated)."""
+    body = await request_body(request)
+    header = request.headers.get("prediction-ids")
+    if header is None or "ids" in body.query:
+        return body
+    return RequestBody(body.content, body.content_type, {**body.query, "ids": header})
 
 
 def _report(service: CalibrationService, reference: Reference, body: RequestBody,
@@ -216,17 +227,18 @@ REPORT_DOC = dict(
 @router.post("/calibrators/{ref}/calibrate", summary="Calibrate a batch (latest or alias)", **CALIBRATE_DOC,
              dependencies=[READ])
 async def calibrate(request: Request, ref: str = REF):
-    content, media = await hot_path.run(request, _calibrate, _service(request), Reference.parse(ref),
-                                        await request_body(request), request.headers.get("accept"))
-    return Response(content, media_type=media)
+    content, media, headers = await hot_path.run(request, _calibrate, _service(request), Reference.parse(ref),
+                                                 await calibrate_body(request), request.headers.get("accept"))
+    return Response(content, media_type=media, headers=headers)
 
 
 @router.post("/calibrators/{name}/versions/{version}/calibrate", summary="Calibrate a batch (pinned version)",
              **CALIBRATE_DOC, dependencies=[READ])
 async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
-    content, media = await hot_path.run(request, _calibrate, _service(request), Reference.pinned(name, version),
-                                        await request_body(request), request.headers.get("accept"))
-    return Response(content, media_type=media)
+    content, media, headers = await hot_path.run(request, _calibrate, _service(request),
+                                                 Reference.pinned(name, version), await calibrate_body(request),
+                                                 request.headers.get("accept"))
+    return Response(content, media_type=media, headers=headers)
 
 
 @router.post("/calibrators/{ref}/report", summary="Report on a labelled batch (latest or alias)", **REPORT_DOC,

@@ -49,7 +49,7 @@ def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
 def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
     batch = decode_batch(body, CompareFields, need_labels=True, limits=service.limits)
-    return service.compare_or_submit(batch, asked_async)
+    return service.comparisons.compare_or_submit(batch, asked_async)
 
 
 @router.post("/metrics", summary="Metrics of a labelled batch (no calibrator)", response_model=MetricsOut,

@@ -85,8 +85,12 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
 def _infer(service: CalibrationService, reference: Reference, body: bytes, header_length: str | None):
     loaded = service.serving(reference)
     request = oip.parse_request(body, header_length)
+
+    def log(array, ids):
+        return service.log_predictions(loaded, loaded.calibrator.input, array, ids)
+
     return oip.infer(loaded.calibrator, request, loaded.tensor_names, reference.name, loaded.version,
-                     service.device.predict)
+                     service.device.predict, log)
 
 
 INFER_DOC = {

@@ -14,7 +14,8 @@ from app.migrate import current_revision, downgrade, head_revision, include_name
 from app.models import Base
 from app.settings import Settings
 
-TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs", "api_keys", "idempotency_keys"}
+TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs", "api_keys", "idempotency_keys",
+          "observation_chunks", "prediction_chunks", "logged_predictions"}
 PROCRASTINATE_TABLES = {"procrastinate_jobs", "procrastinate_events", "procrastinate_periodic_defers",
                         "procrastinate_workers"}  # the job engine's, on Postgres only
 

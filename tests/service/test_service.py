@@ -65,7 +65,7 @@ def test_wrong_input_is_invalid_input_naming_it(service):
     with pytest.raises(InvalidInput, match="labels must be in"):
         service.metrics(ArrayBatch(EvaluationFields(), "logits", X[:5], np.array([0, 1, 2, 3, 10])))
     with pytest.raises(InvalidInput, match="at least 4 samples"):
-        service.compare(ArrayBatch(CompareFields(folds=2, methods=["temperature"]), "logits", X[:3], Y[:3]))
+        service.comparisons.compare(ArrayBatch(CompareFields(folds=2, methods=["temperature"]), "logits", X[:3], Y[:3]))
     with pytest.raises(NotFound, match="no calibrator named 'other'"):
         service.serving(Reference("other"))
 

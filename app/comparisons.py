@@ -1,0 +1,62 @@
+"""Comparisons of methods by cross-validation, in the request or as a background job, on domain
+values (a decoded batch of ``CompareFields``); the service's part that ``/v1/compare`` uses."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import calibration as cal
+
+from .batches import ArrayBatch, validated
+from .costs import check_fit_parameters, estimated_fit_seconds
+from .errors import InvalidInput
+from .job_inputs import job_input
+from .jobs import JobProgress
+from .schemas import CompareFields
+
+
+class Comparisons:
+    def __init__(self, service):
+        self.service = service
+
+    def _comparison_inputs(self, batch: ArrayBatch):
+        """The fields, validated inputs, labels and candidates of a comparison, checked once."""
+        inputs, labels = validated(batch)
+        fields: CompareFields = batch.fields
+        try:
+            candidates = cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
+                                      "input": inputs.source}, inputs.n, inputs.k, self.service.max_parameters,
+                             self.service.limits.entries)
+        return fields, inputs, labels, candidates
+
+    def compare(self, batch: ArrayBatch) -> dict:
+        return self._run_comparison(*self._comparison_inputs(batch)[:3])
+
+    def compare_or_submit(self, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
+        """Check the comparison once, then ``(True, job)`` when the caller ``asked`` for a job or
+        its estimated cost exceeds the sync budget, else ``(False, the comparison)``."""
+        fields, inputs, labels, candidates = self._comparison_inputs(batch)
+        seconds = sum(estimated_fit_seconds(c.method, c.options, inputs.n, inputs.k) for c in candidates) * fields.folds
+        if self.service.jobs is not None and (asked or seconds > self.service.sync_budget_seconds):
+            request, payload = job_input(batch, labels)
+            return True, self.service.jobs.submit("compare", None, request, payload)
+        return False, self._run_comparison(fields, inputs, labels)
+
+    def compare_as_job(self, batch: ArrayBatch, job: JobProgress) -> dict:
+        return self._run_comparison(*self._comparison_inputs(batch)[:3], progress=job.folds)
+
+    def _run_comparison(self, fields: CompareFields, inputs: cal.InputBatch, labels: np.ndarray,
+                        progress=None) -> dict:
+        try:
+            comparison = cal.compare(getattr(inputs, inputs.source), labels, fields.methods, fields.folds,
+                                     fields.seed, inputs.source, progress)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        try:
+            chosen = cal.select(comparison, fields.preserve_accuracy).to_dict()
+        except ValueError:
+            chosen = None
+        return cal.json_safe({**comparison.to_dict(), "selection": chosen})

@@ -1,0 +1,100 @@
+"""Request and response models of observations, the prediction log and fits from stored data."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+SOURCES = ("upload", "feedback")
+PredictionId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ObservationQuery(_Strict):
+    """Which stored observations to use: all of them unless narrowed."""
+
+    last: int | None = Field(None, ge=1, description="The newest `last` rows")
+    since: datetime | None = Field(None, description="Rows observed at or after this time (ISO 8601, with offset)")
+    until: datetime | None = Field(None, description="Rows observed before this time")
+    source: Literal[SOURCES] | None = Field(None, description="Only uploads, or only labelled feedback")
+    version: int | None = Field(None, ge=1, le=2**31 - 1, description="Only feedback on predictions this "
+                                                                      "version served")
+
+    @model_validator(mode="after")
+    def _aware(self):
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                raise ValueError(f"{name} needs a UTC offset (e.g. 2026-11-23T00:00:00Z)")
+        return self
+
+
+class DataSource(_Strict):
+    observations: ObservationQuery = Field(description="Fit on the calibrator's stored observations")
+
+
+class ObservationFields(_Strict):
+    input_check: bool = Field(True, description="Refuse logits that look like probabilities (422)")
+    observed_at: datetime | None = Field(None, description="When these rows were observed (default: now); "
+                                                           "for back-filling history")
+
+
+class ObservationRequest(ObservationFields):
+    logits: list[list[float]] | None = None
+    probabilities: list[list[float]] | None = None
+    scores: list[float] | None = None
+    labels: list[int]
+
+
+class ObservationsAppended(BaseModel):
+    name: str
+    appended: int
+    total_rows: int
+
+
+class LabelsRequest(_Strict):
+    ids: list[PredictionId] = Field(min_length=1, description="Prediction ids from calibrate")
+    labels: list[int] = Field(min_length=1, description="The true class of each prediction, in the same order")
+
+
+class LabelsOut(BaseModel):
+    name: str
+    labelled: int = Field(description="Predictions turned into observations by this call")
+    counts: dict[str, int] = Field(description="How many ids got each status")
+    statuses: list[Literal["labelled", "unknown", "already_labelled", "duplicate"]] = Field(
+        description="Per id, in request order: labelled now; unknown (never logged, not sampled, or still in "
+                    "another process's buffer); already labelled; or repeated in this request")
+
+
+class LoggingRequest(_Strict):
+    sample_rate: float = Field(ge=0, le=1, description="Share of calibrated rows logged (0 turns logging off)")
+
+
+class LoggingOut(BaseModel):
+    name: str
+    sample_rate: float
+
+
+class ObservationSummary(BaseModel):
+    name: str
+    total_rows: int
+    input_kind: str | None
+    n_classes: int | None
+    by_source: dict[str, int]
+    by_version: dict[str, int]
+    by_day: dict[str, int]
+    class_counts: list[int]
+    class_balance: list[float]
+    first_at: datetime | None
+    last_at: datetime | None
+    prediction_log: dict[str, float | int]
+
+
+class DeletedObservations(BaseModel):
+    name: str
+    deleted_rows: int

@@ -1,0 +1,222 @@
+"""Persistence of observations (labelled rows in binary chunks) and of the prediction log (logged
+inputs with their prediction ids), on SQLite and Postgres alike.
+
+A chunk holds its rows as one raw little-endian array (``dtype``, C order) and, for
+observations, the labels as int32: never one row per float, never a pickle (``np.frombuffer``
+reads them back). Every function takes a session from ``Database.read()`` or ``write()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import Integer, cast, delete, func, select, update
+from sqlalchemy.orm import Session
+
+from .models import LoggedPredictionRow, ObservationChunkRow, PredictionChunkRow, VersionRow, utcnow
+from .store import dialect_insert
+
+LABEL_DTYPE = np.dtype("<i4")
+IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters
+
+
+def raw(array: np.ndarray) -> tuple[bytes, str]:
+    """An array's bytes, little-endian and C-ordered, with its dtype string."""
+    little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return little.tobytes(), little.dtype.str
+
+
+def from_raw(data: bytes, dtype: str, n_rows: int, n_classes: int, kind: str) -> np.ndarray:
+    shape = (n_rows,) if kind == "scores" else (n_rows, n_classes)
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
+
+
+def shape_of(session: Session, calibrator_id: int) -> tuple[str, int] | None:
+    """The input kind and class count of ``calibrator_id``'s observations or, without any, of its
+    latest version (what new observations must match), or ``None``."""
+    row = session.execute(select(ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
+                          .where(ObservationChunkRow.calibrator_id == calibrator_id).limit(1)).first()
+    if row is None:
+        row = session.execute(select(VersionRow.input_kind, VersionRow.n_classes)
+                              .where(VersionRow.calibrator_id == calibrator_id)
+                              .order_by(VersionRow.version.desc()).limit(1)).first()
+    return None if row is None else (row[0], row[1])
+
+
+def totals(session: Session, calibrator_id: int) -> tuple[int, int]:
+    """Rows and bytes of ``calibrator_id``'s observations."""
+    rows, size = session.execute(
+        select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0),
+               func.coalesce(func.sum(func.length(ObservationChunkRow.inputs)), 0))
+        .where(ObservationChunkRow.calibrator_id == calibrator_id)).one()
+    return int(rows), int(size)
+
+
+def append(session: Session, calibrator_id: int, source: str, version: int | None, kind: str, n_classes: int,
+           inputs: np.ndarray, labels: np.ndarray, created_at: datetime | None = None) -> ObservationChunkRow:
+    data, dtype = raw(inputs)
+    row = ObservationChunkRow(
+        calibrator_id=calibrator_id, source=source, version=version, input_kind=kind, n_rows=len(labels),
+        n_classes=n_classes, dtype=dtype, class_counts=np.bincount(labels, minlength=n_classes).tolist(),
+        inputs=data, labels=np.ascontiguousarray(labels, dtype=LABEL_DTYPE).tobytes(),
+        created_at=created_at or utcnow())
+    session.add(row)
+    session.flush()
+    return row
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which observations: the newest ``last`` rows, those created in [since, until), of one
+    ``source`` or served by one ``version`` (feedback); ``None`` means no restriction."""
+
+    last: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    source: str | None = None
+    version: int | None = None
+
+    def where(self, calibrator_id: int) -> list:
+        clauses = [ObservationChunkRow.calibrator_id == calibrator_id]
+        if self.since is not None:
+            clauses.append(ObservationChunkRow.created_at >= self.since)
+        if self.until is not None:
+            clauses.append(ObservationChunkRow.created_at < self.until)
+        if self.source is not None:
+            clauses.append(ObservationChunkRow.source == self.source)
+        if self.version is not None:
+            clauses.append(ObservationChunkRow.version == self.version)
+        return clauses
+
+
+def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> list:
+    """The selected chunks' (id, n_rows, dtype, kind, n_classes, rows to skip), oldest first,
+    without their arrays; with ``last``, only the newest chunks that hold those rows."""
+    rows = session.execute(
+        select(ObservationChunkRow.id, ObservationChunkRow.n_rows, ObservationChunkRow.dtype,
+               ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
+        .where(*selection.where(calibrator_id)).order_by(ObservationChunkRow.id)).all()
+    index = [(r[0], r[1], r[2], r[3], r[4], 0) for r in rows]
+    if selection.last is not None:
+        kept, wanted = [], selection.last
+        for entry in reversed(index):
+            if wanted <= 0:
+                break
+            skip = max(entry[1] - wanted, 0)
+            kept.append((*entry[:5], skip))
+            wanted -= entry[1] - skip
+        index = kept[::-1]
+    return index
+
+
+def load(session: Session, index: list) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs and labels of the chunks in ``index``, concatenated: one output array is
+    allocated and each chunk is read and copied into it in turn (peak: the output plus one chunk)."""
+    n = sum(entry[1] - entry[5] for entry in index)
+    kind, k = index[0][3], index[0][4]
+    dtype = np.result_type(*{np.dtype(entry[2]) for entry in index})
+    inputs = np.empty((n,) if kind == "scores" else (n, k), dtype=dtype)
+    labels = np.empty(n, dtype=np.int64)
+    at = 0
+    for chunk_id, n_rows, chunk_dtype, _, _, skip in index:
+        data, label_bytes = session.execute(select(ObservationChunkRow.inputs, ObservationChunkRow.labels)
+                                            .where(ObservationChunkRow.id == chunk_id)).one()
+        take = n_rows - skip
+        inputs[at:at + take] = from_raw(data, chunk_dtype, n_rows, k, kind)[skip:]
+        labels[at:at + take] = np.frombuffer(label_bytes, dtype=LABEL_DTYPE)[skip:]
+        at += take
+        del data, label_bytes
+    return inputs, labels
+
+
+def chunk_facts(session: Session, calibrator_id: int) -> list:
+    """(source, version, created_at, n_rows, class_counts) of every observation chunk, for summaries."""
+    return session.execute(
+        select(ObservationChunkRow.source, ObservationChunkRow.version, ObservationChunkRow.created_at,
+               ObservationChunkRow.n_rows, ObservationChunkRow.class_counts)
+        .where(ObservationChunkRow.calibrator_id == calibrator_id).order_by(ObservationChunkRow.id)).all()
+
+
+def delete_before(session: Session, calibrator_id: int | None, before: datetime) -> int:
+    """Delete observation chunks created before ``before`` (of one calibrator, or of all); returns
+    the rows removed."""
+    where = [ObservationChunkRow.created_at < before]
+    if calibrator_id is not None:
+        where.append(ObservationChunkRow.calibrator_id == calibrator_id)
+    removed = session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(*where))
+    session.execute(delete(ObservationChunkRow).where(*where))
+    return int(removed)
+
+
+def delete_predictions_before(session: Session, before: datetime) -> int:
+    """Delete prediction-log chunks (and their ids) created before ``before``; returns the chunks removed."""
+    old = select(PredictionChunkRow.id).where(PredictionChunkRow.created_at < before).scalar_subquery()
+    session.execute(delete(LoggedPredictionRow).where(LoggedPredictionRow.chunk_id.in_(old)))
+    return session.execute(delete(PredictionChunkRow).where(PredictionChunkRow.created_at < before)).rowcount
+
+
+# -- the prediction log --------------------------------------------------------------------------
+
+def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
+                    inputs: np.ndarray, ids: list[str]) -> int:
+    """Store one chunk of logged inputs with their ids; an id already logged for this calibrator
+    keeps its first prediction. Returns how many ids were new."""
+    data, dtype = raw(inputs)
+    chunk = PredictionChunkRow(calibrator_id=calibrator_id, version=version, input_kind=kind, n_rows=len(ids),
+                               n_classes=n_classes, dtype=dtype, inputs=data, created_at=utcnow())
+    session.add(chunk)
+    session.flush()
+    rows = [{"calibrator_id": calibrator_id, "prediction_id": pid, "chunk_id": chunk.id, "row": i,
+             "labelled": False} for i, pid in enumerate(ids)]
+    session.execute(dialect_insert(session)(LoggedPredictionRow).on_conflict_do_nothing(
+        index_elements=["calibrator_id", "prediction_id"]), rows)
+    return session.scalar(select(func.count()).where(LoggedPredictionRow.chunk_id == chunk.id))
+
+
+def find_logged(session: Session, calibrator_id: int, ids: list[str]) -> dict[str, tuple[int, int, bool]]:
+    """``{prediction_id: (chunk_id, row, labelled)}`` of the ``ids`` that were logged."""
+    found: dict[str, tuple[int, int, bool]] = {}
+    for start in range(0, len(ids), IN_LIST):
+        part = ids[start:start + IN_LIST]
+        rows = session.execute(
+            select(LoggedPredictionRow.prediction_id, LoggedPredictionRow.chunk_id, LoggedPredictionRow.row,
+                   LoggedPredictionRow.labelled)
+            .where(LoggedPredictionRow.calibrator_id == calibrator_id,
+                   LoggedPredictionRow.prediction_id.in_(part)))
+        found.update({pid: (chunk, row, labelled) for pid, chunk, row, labelled in rows})
+    return found
+
+
+def claim_labels(session: Session, calibrator_id: int, ids: list[str]) -> set[str]:
+    """Mark ``ids`` labelled where they were not yet; returns those this call marked (a
+    concurrent call for the same id marks it once: the update takes the row's lock)."""
+    claimed: set[str] = set()
+    for start in range(0, len(ids), IN_LIST):
+        part = ids[start:start + IN_LIST]
+        rows = session.execute(
+            update(LoggedPredictionRow)
+            .where(LoggedPredictionRow.calibrator_id == calibrator_id,
+                   LoggedPredictionRow.prediction_id.in_(part), LoggedPredictionRow.labelled.is_(False))
+            .values(labelled=True).returning(LoggedPredictionRow.prediction_id))
+        claimed.update(pid for (pid,) in rows)
+    return claimed
+
+
+def prediction_chunks(session: Session, chunk_ids: set[int]) -> dict[int, tuple]:
+    """``{chunk_id: (version, kind, n_classes, inputs array)}`` of logged chunks."""
+    chunks = {}
+    for chunk in session.scalars(select(PredictionChunkRow).where(PredictionChunkRow.id.in_(sorted(chunk_ids)))):
+        array = from_raw(chunk.inputs, chunk.dtype, chunk.n_rows, chunk.n_classes, chunk.input_kind)
+        chunks[chunk.id] = (chunk.version, chunk.input_kind, chunk.n_classes, array)
+    return chunks
+
+
+def logged_counts(session: Session, calibrator_id: int) -> tuple[int, int]:
+    """Logged predictions of a calibrator, and how many of them have their label."""
+    total, labelled = session.execute(
+        select(func.count(), func.coalesce(func.sum(cast(LoggedPredictionRow.labelled, Integer)), 0))
+        .where(LoggedPredictionRow.calibrator_id == calibrator_id)).one()
+    return int(total), int(labelled)
+

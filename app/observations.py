@@ -1,0 +1,178 @@
+"""Observations of a calibrator, on domain values: labelled batches appended (``upload``),
+labels joined to logged predictions (``feedback``, tied to the version that served them), their
+summary, deletion, the logging rate, and the arrays of a fit on stored data.
+
+Every append is one transaction (atomic); the per-name caps (``max_rows``, ``max_bytes``) are
+checked in it before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy.exc import NoResultFound
+
+from . import observation_store, store
+from .batches import ArrayBatch, validated
+from .db import Database
+from .errors import InvalidInput, NotFound, TooLarge
+from .models import CalibratorRow
+from .names import check_name
+from .observation_schemas import ObservationQuery
+from .observation_store import Selection
+from .prediction_log import PredictionLog
+
+FLOAT_DTYPES = ("f2", "f4", "f8")
+
+
+def stored_form(values) -> np.ndarray:
+    """The input as it will be stored: its own float dtype (float32 stays float32), else float64."""
+    array = np.asarray(values)
+    return array if array.dtype.kind == "f" and array.dtype.str[1:] in FLOAT_DTYPES else array.astype(np.float64)
+
+
+class Observations:
+    def __init__(self, db: Database, log: PredictionLog | None, max_rows: int, max_bytes: int,
+                 max_fit_entries: int):
+        self.db = db
+        self.log = log
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self.max_fit_entries = max_fit_entries
+
+    # -- uploads ------------------------------------------------------------------------------
+
+    def append(self, name: str, batch: ArrayBatch) -> dict:
+        """Append a labelled batch (validated as a fit's) to ``name``'s observations, creating the
+        name if it is new; its input kind and class count must match what ``name`` already has."""
+        check_name(name)
+        inputs, labels = validated(batch)
+        values = stored_form(batch.values)
+        with self.db.write() as session:
+            calibrator_id = store.ensure_calibrator(session, name)
+            expected = observation_store.shape_of(session, calibrator_id)
+            if expected is not None and expected != (batch.kind, inputs.k):
+                raise InvalidInput(f"{name!r} holds {expected[0]} of {expected[1]} classes; this batch is "
+                                   f"{batch.kind} of {inputs.k} classes")
+            rows, size = observation_store.totals(session, calibrator_id)
+            if rows + inputs.n > self.max_rows or size + values.nbytes > self.max_bytes:
+                raise TooLarge(f"{name!r} would hold {rows + inputs.n} observation rows and {size + values.nbytes} "
+                               f"bytes, over the caps of {self.max_rows} rows and {self.max_bytes} bytes "
+                               "(CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); delete old ones first")
+            observation_store.append(session, calibrator_id, "upload", None, batch.kind, inputs.k, values, labels,
+                                     batch.fields.observed_at)
+        return {"name": name, "appended": inputs.n, "total_rows": rows + inputs.n}
+
+    def summary(self, name: str) -> dict:
+        """Counts per source, per serving version and per day, and the class balance, from the
+        chunks' small columns (the arrays are never read)."""
+        check_name(name)
+        with self.db.read() as session:
+            calibrator = store.calibrator_row(session, name)
+            facts = observation_store.chunk_facts(session, calibrator.id)
+            shape = observation_store.shape_of(session, calibrator.id)
+            logged, labelled = observation_store.logged_counts(session, calibrator.id)
+        by_source, by_version, by_day = Counter(), Counter(), Counter()
+        class_counts = np.zeros(shape[1] if shape else 0, dtype=np.int64)
+        for source, version, created_at, n_rows, counts in facts:
+            by_source[source] += n_rows
+            if version is not None:
+                by_version[str(version)] += n_rows
+            by_day[created_at.date().isoformat()] += n_rows
+            class_counts[:len(counts)] += counts
+        total = int(class_counts.sum())
+        return {"name": name, "total_rows": total, "input_kind": shape[0] if shape else None,
+                "n_classes": shape[1] if shape else None, "by_source": dict(by_source),
+                "by_version": dict(by_version), "by_day": dict(sorted(by_day.items())),
+                "class_counts": class_counts.tolist(),
+                "class_balance": (class_counts / total).tolist() if total else [],
+                "first_at": facts[0][2] if facts else None, "last_at": facts[-1][2] if facts else None,
+                "prediction_log": {"sample_rate": calibrator.log_sample_rate, "logged": logged,
+                                   "labelled": labelled}}
+
+    def delete_before(self, name: str, before: datetime) -> dict:
+        check_name(name)
+        with self.db.write() as session:
+            calibrator = store.calibrator_row(session, name)
+            return {"name": name, "deleted_rows": observation_store.delete_before(session, calibrator.id, before)}
+
+    # -- the prediction log -------------------------------------------------------------------
+
+    def set_logging(self, name: str, sample_rate: float) -> dict:
+        check_name(name)
+        with self.db.write() as session:
+            calibrator: CalibratorRow = store.calibrator_row(session, name)
+            calibrator.log_sample_rate = sample_rate
+        return {"name": name, "sample_rate": sample_rate}
+
+    def label(self, name: str, ids: list[str], labels: list[int]) -> dict:
+        """Turn the logged predictions ``ids`` into observations with ``labels``, each tied to the
+        version that served it; all or nothing (a label out of its version's range is a 422)."""
+        check_name(name)
+        if len(ids) != len(labels):
+            raise InvalidInput(f"{len(ids)} ids but {len(labels)} labels")
+        if self.log is not None:
+            self.log.flush()
+        first: dict[str, int] = {}
+        statuses = []
+        for position, pid in enumerate(ids):
+            statuses.append("duplicate" if pid in first else None)
+            first.setdefault(pid, position)
+        with self.db.write() as session:
+            calibrator = store.calibrator_row(session, name)
+            found = observation_store.find_logged(session, calibrator.id, list(first))
+            chunks = observation_store.prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
+            for pid, (chunk, _, _) in found.items():
+                label, n_classes = labels[first[pid]], chunks[chunk][2]
+                if not 0 <= label < max(n_classes, 2):
+                    raise InvalidInput(f"label {label} of prediction {pid!r} is outside [0, {max(n_classes, 2)})")
+            claimed = observation_store.claim_labels(session, calibrator.id, [p for p, v in found.items() if not v[2]])
+            groups: dict[int, list[str]] = {}
+            for pid in claimed:
+                groups.setdefault(found[pid][0], []).append(pid)
+            by_version: dict[tuple, list] = {}
+            for chunk, pids in groups.items():
+                version, kind, n_classes, array = chunks[chunk]
+                rows = [found[pid][1] for pid in pids]
+                entry = by_version.setdefault((version, kind, n_classes, array.dtype.str), [[], []])
+                entry[0].append(array[rows])
+                entry[1].extend(labels[first[pid]] for pid in pids)
+            for (version, kind, n_classes, _), (parts, part_labels) in sorted(by_version.items()):
+                observation_store.append(session, calibrator.id, "feedback", version, kind, n_classes,
+                                         np.concatenate(parts), np.asarray(part_labels, dtype=np.int64))
+        for pid, position in first.items():
+            statuses[position] = ("labelled" if pid in claimed else "already_labelled" if pid in found
+                                  else "unknown")
+        return {"name": name, "labelled": len(claimed), "counts": dict(Counter(statuses)), "statuses": statuses}
+
+    # -- fits on stored data ------------------------------------------------------------------
+
+    def fit_index(self, name: str, query: ObservationQuery) -> list:
+        """The chunks a fit on ``name``'s stored observations reads (fixed when the fit is asked
+        for, so that a job fits exactly them), after checking there are some and not too many."""
+        with self.db.read() as session:
+            calibrator = store.calibrator_row(session, name)
+            index = observation_store.chunk_index(session, calibrator.id, Selection(**query.model_dump()))
+        if not index:
+            raise NotFound(f"{name!r} has no observations matching {query.model_dump(exclude_none=True)}")
+        n, k = sum(entry[1] - entry[5] for entry in index), index[0][4]
+        if n * k > self.max_fit_entries:
+            raise TooLarge(f"{n} observations of {k} classes are {n * k} entries, over the limit of "
+                           f"{self.max_fit_entries} for one fit (CALIBRATION_MAX_FIT_ENTRIES); select fewer (`last`)")
+        return [list(entry) for entry in index]
+
+    def load(self, fields, index: list) -> ArrayBatch:
+        """The labelled batch of a fit on stored data: the chunks of ``index``, concatenated."""
+        with self.db.read() as session:
+            try:
+                inputs, labels = observation_store.load(session, [tuple(entry) for entry in index])
+            except NoResultFound as exc:
+                raise NotFound("observations selected for this fit were deleted before it ran") from exc
+        return ArrayBatch(fields, index[0][3], inputs, labels)
+
+
+def shape_of_index(index: list) -> tuple[int, int, str]:
+    """Rows, classes and input kind of a fit index."""
+    return sum(entry[1] - entry[5] for entry in index), index[0][4], index[0][3]

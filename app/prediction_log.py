@@ -1,0 +1,194 @@
+"""The prediction log: calibrated inputs kept, with prediction ids, until their labels arrive.
+
+Logging is off the request path. ``record`` (on the hot path) samples the batch's rows at the
+calibrator's rate, copies the kept rows into an in-memory buffer and returns at once; a
+background thread writes the buffer every ``flush_seconds`` (or sooner once ``flush_rows``
+rows wait), one chunk per (calibrator, version) in one transaction each. The buffer is bounded
+by ``max_buffer_bytes``: rows beyond it are dropped and counted, never queued without bound.
+A label call flushes this process's buffer first (``flush``), so a label posted right after its
+prediction finds it; with several processes a label can reach one whose prediction is still in
+another's buffer (at most ``flush_seconds``): it is reported ``unknown`` and can be posted again.
+The same thread applies the retention settings (observations and the log) every
+``retention_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+
+from . import observation_store
+from .db import Database
+from .errors import InvalidInput
+from .models import utcnow
+from .store import ResolvedVersion
+
+logger = logging.getLogger(__name__)
+MAX_ID_LENGTH = 128
+
+
+def check_ids(ids: list[str], n: int) -> None:
+    """Client prediction ids: one per row, distinct, 1-128 printable ASCII characters, no comma."""
+    if len(ids) != n:
+        raise InvalidInput(f"ids has {len(ids)} entries for {n} rows")
+    for pid in ids:
+        if not (0 < len(pid) <= MAX_ID_LENGTH and pid.isascii() and pid.isprintable() and "," not in pid
+                and pid.strip() == pid):
+            raise InvalidInput(f"prediction id {pid[:40]!r} must be 1-{MAX_ID_LENGTH} printable ASCII "
+                               "characters without commas or surrounding spaces")
+    if len(set(ids)) != n:
+        raise InvalidInput("prediction ids must be distinct within a batch")
+
+
+def generated_ids(n: int) -> list[str]:
+    """``n`` fresh ids: a random 64-bit prefix and the row number (``3f9c…-0``, ``3f9c…-1``)."""
+    prefix = secrets.token_hex(8)
+    return [f"{prefix}-{i}" for i in range(n)]
+
+
+def id_prefix(generated: list[str]) -> str:
+    """The prefix of generated ids (``generated[i] == prefix + str(i)``)."""
+    return generated[0].rsplit("-", 1)[0] + "-"
+
+
+@dataclass
+class _Pending:
+    calibrator_id: int
+    version: int
+    kind: str
+    n_classes: int
+    inputs: np.ndarray
+    ids: list[str]
+
+
+@dataclass
+class LogStats:
+    buffered_rows: int = 0
+    buffered_bytes: int = 0
+    written_rows: int = 0
+    dropped_rows: int = 0
+    failed_rows: int = 0
+
+
+class PredictionLog:
+    def __init__(self, db: Database, flush_rows: int = 4096, flush_seconds: float = 1.0,
+                 max_buffer_bytes: int = 256 << 20, observation_retention_days: float = 0.0,
+                 log_retention_days: float = 30.0, retention_interval: float = 3600.0):
+        self.db = db
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self.max_buffer_bytes = max_buffer_bytes
+        self.observation_retention_days = observation_retention_days
+        self.log_retention_days = log_retention_days
+        self.retention_interval = retention_interval
+        self.stats = LogStats()
+        self._pending: list[_Pending] = []
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._rng = np.random.default_rng()
+        self._thread: threading.Thread | None = None
+
+    # -- the hot path ------------------------------------------------------------------------
+
+    def record(self, resolved: ResolvedVersion, kind: str, n_classes: int, values, ids: list[str] | None
+               ) -> tuple[list[str], int]:
+        """Sample ``values``' rows at ``resolved.log_rate`` and buffer them with their ids (the
+        client's, or generated); returns the ids of all rows and how many rows were kept."""
+        n = len(values)
+        ids = generated_ids(n) if ids is None else ids
+        values = np.asarray(values)
+        if values.dtype.kind != "f":
+            values = values.astype(np.float64)
+        if resolved.log_rate >= 1.0:
+            kept_values, kept_ids = np.array(values, copy=True), ids
+        else:
+            keep = np.flatnonzero(self._rng.random(n) < resolved.log_rate)
+            if not len(keep):
+                return ids, 0
+            kept_values, kept_ids = values[keep], [ids[i] for i in keep]
+        with self._lock:
+            if self.stats.buffered_bytes + kept_values.nbytes > self.max_buffer_bytes:
+                self.stats.dropped_rows += len(kept_ids)
+                return ids, 0
+            self._pending.append(_Pending(resolved.calibrator_id, resolved.version, kind, n_classes,
+                                          kept_values, kept_ids))
+            self.stats.buffered_rows += len(kept_ids)
+            self.stats.buffered_bytes += kept_values.nbytes
+            full = self.stats.buffered_rows >= self.flush_rows
+        if full:
+            self._wake.set()
+        return ids, len(kept_ids)
+
+    # -- the writer ----------------------------------------------------------------------------
+
+    def _take(self) -> list[_Pending]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self.stats.buffered_rows = self.stats.buffered_bytes = 0
+        return pending
+
+    def flush(self) -> int:
+        """Write everything buffered now (and wait for a write in progress); returns rows written."""
+        with self._write_lock:
+            pending = self._take()
+            groups: dict[tuple, list[_Pending]] = {}
+            for item in pending:
+                groups.setdefault((item.calibrator_id, item.version, item.kind, item.n_classes,
+                                   item.inputs.dtype.str), []).append(item)
+            written = 0
+            for (calibrator_id, version, kind, n_classes, _), items in groups.items():
+                rows = sum(len(item.ids) for item in items)
+                try:
+                    with self.db.write() as session:
+                        observation_store.log_predictions(
+                            session, calibrator_id, version, kind, n_classes,
+                            np.concatenate([item.inputs for item in items]),
+                            [pid for item in items for pid in item.ids])
+                    written += rows
+                except Exception as exc:  # a deleted calibrator, the database away: counted, logged
+                    self.stats.failed_rows += rows
+                    logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
+                                   calibrator_id, str(exc).splitlines()[0])
+            self.stats.written_rows += written
+            return written
+
+    def apply_retention(self) -> None:
+        now = utcnow()
+        with self.db.write() as session:
+            if self.observation_retention_days > 0:
+                observation_store.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
+            if self.log_retention_days > 0:
+                observation_store.delete_predictions_before(session, now - timedelta(days=self.log_retention_days))
+
+    def _run(self) -> None:
+        next_retention = time.monotonic()
+        while not self._stop.is_set():
+            self._wake.wait(self.flush_seconds)
+            self._wake.clear()
+            self.flush()
+            if time.monotonic() >= next_retention:
+                try:
+                    self.apply_retention()
+                except Exception as exc:
+                    logger.warning("retention not applied: %s", str(exc).splitlines()[0])
+                next_retention = time.monotonic() + self.retention_interval
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="prediction-log", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the writer and write what is still buffered."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.flush()
