@@ -20,7 +20,7 @@ from ..prediction_log import PredictionLog
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
-from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, v2
+from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, ui, v2
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors
@@ -108,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(keys.router)
     app.include_router(v2.router)
+    app.include_router(ui.router)  # the dashboard at /ui (HTML, not in the OpenAPI document)
     document_common_errors(app, calibrators.DOCS_ORDER)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry, max_header_bytes=settings.max_header_bytes,

@@ -1,0 +1,148 @@
+"""The dashboard at ``/ui`` (issue #22): server-rendered HTML pages of calibrators, versions
+(metrics and the reliability diagram of the stored validation report), and jobs. The pages
+are built by ``app.dashboard``; these routes read through the service and answer.
+
+Access is the API's read scope. With keys off (the default) the pages are open. With keys on,
+a request may present its key as the API does (``X-API-Key`` or ``Authorization: Bearer``),
+which a browser cannot send on a link, so ``/ui/login`` takes a key in a form, checks its read
+scope and keeps it in an ``HttpOnly; SameSite=Strict`` cookie whose path is ``/ui`` (``Secure``
+over https): the cookie is read by these routes only, never by the API, so it cannot be used to
+write through a forged cross-site request. The key never goes in a URL (nor in the access log).
+Responses carry a Content-Security-Policy that allows no script and no other host.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from ..dashboard import pages
+from ..dashboard.html import CONTENT_SECURITY_POLICY
+from ..errors import ServiceError
+from ..schemas import JOB_STATES
+from .auth import presented_key
+from .problems import Problem
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+COOKIE = "calibration_ui_key"
+PAGE_SIZE = 50
+JOBS_SHOWN = 100
+HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
+           "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+
+
+def html(content: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(content, status_code=status, headers=HEADERS)
+
+
+def signed_in(request: Request) -> bool:
+    return request.app.state.keys is not None and COOKIE in request.cookies
+
+
+async def denied(request: Request) -> Response | None:
+    """``None`` when the request may read (keys off, or a key with the read scope in a header
+    or the dashboard's cookie), else the page to answer with."""
+    verifier = request.app.state.keys
+    if verifier is None:
+        return None
+    presented = presented_key(request) or request.cookies.get(COOKIE)
+    if not presented:
+        return html(pages.login_page(), 401)
+    try:
+        scopes = await verifier.scopes(presented)
+    except Problem as problem:
+        return html(pages.login_page(problem.detail), problem.status)
+    if "read" not in scopes:
+        return html(pages.error_page(403, "Forbidden", "this API key lacks the 'read' scope", True), 403)
+    return None
+
+
+async def render(request: Request, build, *args) -> Response:
+    """Check access, then read and render in a thread (the reads block); a domain error (a
+    calibrator or version that does not exist, a database that does not answer) is a page."""
+    refused = await denied(request)
+    if refused is not None:
+        return refused
+    try:
+        return html(await run_in_threadpool(build, *args))
+    except ServiceError as error:
+        return html(pages.error_page(error.status, error.title, error.detail, signed_in(request)), error.status)
+
+
+def service_of(request: Request):
+    return request.app.state.service
+
+
+@router.get("", response_class=HTMLResponse)
+async def calibrators(request: Request, page_token: str | None = Query(None, max_length=1000)):
+    service = service_of(request)
+    return await render(request, lambda: pages.calibrators_page(service.list_calibrators(PAGE_SIZE, page_token),
+                                                                signed_in(request)))
+
+
+@router.get("/calibrators/{name}", response_class=HTMLResponse)
+async def calibrator(request: Request, name: str, page_token: str | None = Query(None, max_length=1000)):
+    service = service_of(request)
+
+    def build() -> str:
+        return pages.versions_page(service.get_calibrator(name), service.list_versions(name, PAGE_SIZE, page_token),
+                                   signed_in(request))
+
+    return await render(request, build)
+
+
+@router.get("/calibrators/{name}/versions/{version}", response_class=HTMLResponse)
+async def version(request: Request, name: str, version: int):
+    service = service_of(request)
+    return await render(request, lambda: pages.version_page(service.get_version(name, version), signed_in(request)))
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+async def jobs(request: Request, calibrator: str | None = Query(None, max_length=128),
+               status: str | None = Query(None, max_length=16)):
+    if status and status not in JOB_STATES:
+        return html(pages.error_page(422, "Invalid input", f"status must be one of {', '.join(JOB_STATES)}",
+                                     signed_in(request)), 422)
+    runner = service_of(request).jobs
+    return await render(request, lambda: pages.jobs_page(runner.list(calibrator or None, status or None, JOBS_SHOWN),
+                                                         calibrator, status, signed_in(request)))
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request):
+    if request.app.state.keys is None:
+        return RedirectResponse("/ui", status_code=303)
+    return html(pages.login_page())
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request):
+    """A form post (``application/x-www-form-urlencoded``) with ``api_key``: a key with the read
+    scope is kept in the cookie and the browser sent on to ``/ui``."""
+    verifier = request.app.state.keys
+    if verifier is None:
+        return RedirectResponse("/ui", status_code=303)
+    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+    key = (form.get("api_key") or [""])[0].strip()
+    if not key:
+        return html(pages.login_page("enter an API key"), 401)
+    try:
+        scopes = await verifier.scopes(key)
+    except Problem as problem:
+        return html(pages.login_page(problem.detail), problem.status)
+    if "read" not in scopes:
+        return html(pages.login_page("this API key lacks the 'read' scope"), 403)
+    answer = RedirectResponse("/ui", status_code=303, headers=HEADERS)
+    answer.set_cookie(COOKIE, key, path="/ui", httponly=True, samesite="strict",
+                      secure=request.url.scheme == "https")
+    return answer
+
+
+@router.post("/logout")
+async def logout(request: Request):
+    answer = RedirectResponse("/ui/login" if request.app.state.keys is not None else "/ui", status_code=303)
+    answer.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+    return answer

@@ -1,0 +1,272 @@
+"""The dashboard (``/ui``) and Swagger UI's "Try it out" in headless Chromium against a live
+server (issue #22): every page shows the names and numbers the API's JSON has, screenshots are
+saved and are not blank, nothing is fetched from another host, and fit then calibrate succeed
+from ``/docs``. One server and one browser for the module; each test gets its own page with
+every request to another host aborted and recorded.
+
+Screenshots go to ``$CALIBRATION_SCREENSHOT_DIR`` when set, else to a pytest temporary folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from io import BytesIO
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+
+import calibration as cal
+from app.migrate import upgrade
+from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from tests.helpers import make_reference_input
+from tests.service.live import live_server
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+NAME = "dash-demo"
+DESCRIPTION = 'first fit <b>"bold" & co</b>'  # shown as text, never as markup
+SHOWN = {"calibrators": "/ui", "versions": f"/ui/calibrators/{NAME}", "version-1": f"/ui/calibrators/{NAME}/versions/1",
+         "version-2": f"/ui/calibrators/{NAME}/versions/2", "jobs": "/ui/jobs"}
+
+
+def _need_a_browser():
+    if not os.access(CHROMIUM, os.X_OK):
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{CHROMIUM} is required in CI (.ci/run installs it)")
+        pytest.skip(f"{CHROMIUM} is not installed")
+    return pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A live server with two versions of one calibrator: v1 temperature scaling fitted in the
+    request, v2 ``auto`` fitted as a job (so the jobs page has one and v2 a comparison), alias
+    ``production`` on v1."""
+    folder = tmp_path_factory.mktemp("dashboard")
+    url = f"sqlite:///{folder / 'calibration.db'}"
+    upgrade(url)
+    logits, labels = make_reference_input(n=1500, k=4, seed=2)
+    fit = {"logits": logits.tolist(), "labels": labels.tolist()}
+    with live_server(url, log_file=folder / "server.log") as base, httpx.Client(base_url=base, timeout=60) as api:
+        assert api.post(f"/v1/calibrators/{NAME}/versions", json={**fit, "method": "temperature",
+                                                                 "description": DESCRIPTION}).status_code == 201
+        job = api.post(f"/v1/calibrators/{NAME}/versions", json={**fit, "method": "auto"},
+                       headers={"Prefer": "respond-async"})
+        assert job.status_code == 202, job.text
+        deadline = time.monotonic() + 120
+        while (state := api.get(f"/v1/jobs/{job.json()['id']}").json())["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, state
+            time.sleep(0.2)
+        assert state["status"] == "succeeded", state
+        assert api.put(f"/v1/calibrators/{NAME}/aliases/production", json={"version": 1}).status_code == 200
+        yield base, api
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = _need_a_browser()
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = os.environ.get("CALIBRATION_SCREENSHOT_DIR")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return Path(folder)
+    return tmp_path_factory.mktemp("screenshots")
+
+
+class Isolated:
+    """A page whose requests to any host but the server's are aborted and recorded, with the
+    page's script errors and console errors (a Content-Security-Policy violation is one)."""
+
+    def __init__(self, browser, base: str):
+        self.context = browser.new_context(viewport={"width": 1200, "height": 900})
+        self.page = self.context.new_page()
+        self.base, self.host = base, urlsplit(base).hostname
+        self.elsewhere, self.loaded, self.errors = [], [], []
+        self.page.route("**/*", self._route)
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.on("console", lambda message: message.type == "error" and self.errors.append(message.text))
+
+    def _route(self, route):
+        request = route.request
+        if urlsplit(request.url).hostname == self.host:
+            self.loaded.append(request.url)
+            route.continue_()
+        else:
+            self.elsewhere.append((request.resource_type, request.url))
+            route.abort()
+
+    def open(self, path: str):
+        answer = self.page.goto(self.base + path, wait_until="load")
+        assert answer.status == 200, (path, answer.status)
+        return answer
+
+    def cells(self, row_selector: str) -> list[str]:
+        return [c.strip() for c in self.page.locator(f"{row_selector} > *").all_inner_texts()]
+
+
+@pytest.fixture
+def page(browser, server):
+    isolated = Isolated(browser, server[0])
+    yield isolated
+    isolated.context.close()
+
+
+def not_blank(png: bytes) -> dict:
+    """How much a screenshot shows: its size, distinct colours and pixel spread; a blank page
+    (one colour) fails."""
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(BytesIO(png)).convert("RGB"), dtype=np.float64)
+    colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
+    seen = {"bytes": len(png), "colours": colours, "std": float(pixels.std())}
+    assert colours > 40 and seen["std"] > 10 and len(png) > 10_000, seen
+    return seen
+
+
+def fmt(value) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def test_the_calibrators_page_lists_what_the_api_lists(page, server, shots):
+    listed = server[1].get("/v1/calibrators").json()["calibrators"]
+    page.open("/ui")
+    assert page.page.locator("h1").inner_text() == "Calibrators"
+    ours = next(c for c in listed if c["name"] == NAME)
+    cells = page.cells(f'#calibrators tr[data-name="{NAME}"]')
+    assert cells[:3] == [NAME, str(ours["n_versions"]), str(ours["latest_version"])] == [NAME, "2", "2"]
+    assert cells[3] == "production → v1" and ours["aliases"] == {"production": 1}
+    assert page.page.locator("#calibrators tbody tr").count() == len(listed)
+    assert page.page.locator("#calibrators th[scope=col]").count() == 5
+    not_blank(page.page.screenshot(path=shots / "calibrators.png", full_page=True))
+    page.page.get_by_role("link", name=NAME).click()
+    assert page.page.url == server[0] + SHOWN["versions"]
+
+
+def test_the_versions_page_shows_each_version_with_its_numbers_and_aliases(page, server, shots):
+    versions = server[1].get(f"/v1/calibrators/{NAME}/versions").json()["versions"]
+    page.open(SHOWN["versions"])
+    assert page.page.locator("h1").inner_text() == f"Calibrator {NAME}"
+    assert page.page.locator("#versions tbody tr").count() == len(versions) == 2
+    for v in versions:
+        row = f'#versions tr[data-version="{v["version"]}"]'
+        cells = page.cells(row)
+        before, after = v["report"]["before"]["metrics"]["ece"], v["report"]["after"]["metrics"]["ece"]
+        assert cells[:6] == [str(v["version"]), v["method"], str(v["n_samples"]), str(v["n_classes"]),
+                             fmt(before), fmt(after)]
+        exact = page.page.locator(f"{row} td[data-value]").evaluate_all("cells => cells.map(c => c.dataset.value)")
+        assert [float(x) for x in exact[2:4]] == [before, after]          # the exact numbers behind the shown ones
+        assert cells[6] == (" ".join(v["aliases"]) or "—")
+        assert cells[7] == (v["description"] or "")
+    assert page.cells('#versions tr[data-version="1"]')[7] == DESCRIPTION     # text, not markup
+    assert page.page.locator("#versions b").count() == 0
+    not_blank(page.page.screenshot(path=shots / "versions.png", full_page=True))
+
+
+@pytest.mark.parametrize("number", [1, 2])
+def test_a_version_page_shows_the_stored_metrics_and_its_reliability_diagram(page, server, shots, number):
+    version = server[1].get(f"/v1/calibrators/{NAME}/versions/{number}").json()
+    report = version["report"]
+    page.open(SHOWN[f"version-{number}"])
+    assert page.page.locator("h1").inner_text() == f"{NAME} version {number}"
+    for metric, before in report["before"]["metrics"].items():
+        after = report["after"]["metrics"][metric]
+        assert page.cells(f'#metrics tr[data-metric="{metric}"]') == [metric, fmt(before), fmt(after)], metric
+    assert page.cells('#metrics tr[data-metric="calibration_gain"]')[2] == fmt(report["calibration_gain"])
+    facts = dict(zip(*[iter(page.page.locator("#facts tbody td, #facts tbody th").all_inner_texts())] * 2,
+                     strict=True))
+    assert facts["Method"] == version["method"] and facts["Checksum"] == version["checksum"]
+    assert facts["Samples"] == str(version["n_samples"]) and facts["Aliases"] == (" ".join(version["aliases"]) or "—")
+
+    svg = page.page.locator("svg.reliability")
+    assert svg.get_attribute("role") == "img"
+    assert svg.locator("title").first.inner_html() == f"Reliability diagram of {NAME} version {number}"
+    legend = svg.locator(".legend-entry").all_text_contents()
+    for label, part in zip(("before", "after"), legend, strict=True):
+        ece, bins = report[label]["metrics"]["ece"], report[label]["reliability_diagram"]
+        interval = cal.ece_interval_from_bins(bins["count"], bins["mean_confidence"], bins["accuracy"])
+        assert part == f"{label} (ECE {100 * ece:.2f}%) 95% CI {100 * interval.low:.2f}–{100 * interval.high:.2f}%"
+    for label in ("before", "after"):
+        counts = [c for c in report[label]["reliability_diagram"]["count"] if c > 0]
+        drawn = svg.locator(f'g.series[data-series="{label}"] g.bin')
+        assert [int(x) for x in drawn.evaluate_all("bins => bins.map(b => b.dataset.count)")] == counts
+        weak = svg.locator(f'g.series[data-series="{label}"] g.bin.weak').count()
+        assert weak == sum(c < 30 for c in counts)
+    assert "Wilson" in page.page.locator("figcaption").inner_text()
+    if version["method"] == "auto":
+        candidates = report["comparison"]["methods"]
+        assert page.page.locator("#comparison tbody tr").count() == len(candidates)
+        for candidate in candidates:
+            cells = page.cells(f'#comparison tr[data-candidate="{candidate["name"]}"]')
+            assert cells[1:5] == [candidate["method"], fmt(candidate["mean"]["nll"]),
+                                  fmt(candidate["mean"]["brier"]), fmt(candidate["mean"]["ece"])]
+    not_blank(page.page.screenshot(path=shots / f"version-{number}.png", full_page=True))
+    chart = not_blank(svg.screenshot(path=shots / f"version-{number}-diagram.png"))
+    assert chart["colours"] > 40
+
+
+def test_the_jobs_page_shows_status_percent_and_step(page, server, shots):
+    jobs = server[1].get("/v1/jobs").json()["jobs"]
+    page.open("/ui/jobs")
+    assert page.page.locator("#jobs tbody tr").count() == len(jobs) == 1
+    job = jobs[0]
+    cells = page.cells(f'#jobs tr[data-job="{job["id"]}"]')
+    assert cells[:4] == [job["id"], job["kind"], NAME, job["status"]] == [job["id"], "fit", NAME, "succeeded"]
+    assert cells[4] == f"{job['percent']:.0f}%" and cells[5] == job["step"]
+    assert cells[8] == f"{NAME} v{job['result']['version']}"
+    not_blank(page.page.screenshot(path=shots / "jobs.png", full_page=True))
+    page.page.get_by_role("link", name=f"{NAME} v2").click()
+    assert page.page.url == server[0] + SHOWN["version-2"]
+
+
+def test_no_dashboard_page_asks_another_host_for_anything(page, server):
+    for path in SHOWN.values():
+        answer = page.open(path)
+        assert "script-src" not in answer.headers["content-security-policy"]
+        assert answer.headers["content-security-policy"].startswith("default-src 'none'")
+    assert page.elsewhere == [] and page.errors == []
+    assert {urlsplit(url).path for url in page.loaded} == set(SHOWN.values())  # the pages and nothing else
+
+
+def _try_it_out(page, path: str, parameters: dict, body: dict) -> tuple[str, dict]:
+    """In Swagger UI: expand the POST operation at ``path``, "Try it out", fill the path
+    parameters and the JSON body, "Execute"; the status and JSON shown."""
+    block = page.locator(f'.opblock-post:has(.opblock-summary-path[data-path="{path}"])').first
+    block.locator(".opblock-summary").click()
+    block.locator("button.try-out__btn").click()
+    for name, value in parameters.items():
+        block.locator(f'tr[data-param-name="{name}"] input').fill(value)
+    block.locator("textarea.body-param__text").fill(json.dumps(body))
+    block.locator("button.execute").click()
+    status = block.locator(".live-responses-table .response .response-col_status").first
+    status.wait_for(timeout=30_000)
+    shown = block.locator(".live-responses-table .response-col_description pre").first.inner_text()
+    return status.inner_text().strip(), json.loads(shown)
+
+
+def test_try_it_out_fits_then_calibrates_from_the_docs(page, server, shots):
+    page.open("/docs")
+    page.page.wait_for_selector(".opblock", timeout=30_000)
+    logits = EXAMPLE_LOGITS
+    status, fitted = _try_it_out(page.page, "/v1/calibrators/{name}/versions", {"name": "from-docs"},
+                                 {"method": "temperature", "logits": logits, "labels": EXAMPLE_LABELS})
+    assert status == "201" and fitted["name"] == "from-docs" and fitted["version"] == 1, fitted
+    assert server[1].get("/v1/calibrators/from-docs/versions/1").json()["checksum"] == fitted["checksum"]
+    status, calibrated = _try_it_out(page.page, "/v1/calibrators/{ref}/calibrate", {"ref": "from-docs"},
+                                     {"logits": logits[:2]})
+    assert status == "200", calibrated
+    expected = server[1].post("/v1/calibrators/from-docs/calibrate", json={"logits": logits[:2]}).json()
+    assert calibrated == expected
+    np.testing.assert_allclose(np.sum(calibrated["probabilities"], axis=1), 1.0, atol=1e-12)
+    not_blank(page.page.screenshot(path=shots / "docs-try-it-out.png", full_page=False))
+    assert page.elsewhere == [] and page.errors == []
