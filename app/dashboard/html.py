@@ -91,12 +91,14 @@ def crumbs(*items: tuple[str | None, str]) -> str:
     return f'<nav class="crumbs" aria-label="breadcrumb">{" › ".join(shown)}</nav>'
 
 
-def page(title: str, body: str, *, signed_in: bool = False) -> str:
-    """A whole page: the header's navigation, ``<h1>`` and the body."""
+def page(title: str, body: str, *, signed_in: bool = False, refresh: int | None = None) -> str:
+    """A whole page: the header's navigation, ``<h1>`` and the body; reloaded every ``refresh``
+    seconds when given (no script: a ``<meta http-equiv="refresh">``)."""
     sign_out = ('<form method="post" action="/ui/logout" style="margin-left:auto">'
                 '<button type="submit">Sign out</button></form>') if signed_in else ""
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            + (f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh else "") +
             f"<title>{text(title)} · Calibration service</title><style>{STYLE}</style></head><body>"
             f'<header><span class="brand">Calibration service</span><nav aria-label="main">'
             f'<a href="/ui">Calibrators</a> · <a href="/ui/jobs">Jobs</a> · <a href="/docs">API docs</a></nav>'

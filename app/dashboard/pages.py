@@ -7,6 +7,8 @@ from .svg import reliability_svg, series_intervals
 
 METRICS = ("ece", "mce", "adaptive_ece", "classwise_ece", "kde_ece", "brier", "nll", "accuracy",
            "mean_confidence", "expectation_consistency_gap")
+JOBS_REFRESH_SECONDS = 3  # the jobs page reloads itself while a job is queued or running
+REFRESH_NOTE = f" This page reloads every {JOBS_REFRESH_SECONDS} s while a job is queued or running."
 JOB_COLUMNS = ["Job", "Kind", "Calibrator", "Status", "Progress", "Step", "Created", "Finished", "Result"]
 
 
@@ -130,6 +132,7 @@ def _result(job: dict) -> str:
 
 
 def jobs_page(jobs: list[dict], calibrator: str | None, status: str | None, signed_in: bool = False) -> str:
+    active = any(j["status"] in ("queued", "running") for j in jobs)
     rows = []
     for j in jobs:
         percent = j.get("percent") or 0.0
@@ -144,8 +147,8 @@ def jobs_page(jobs: list[dict], calibrator: str | None, status: str | None, sign
             f"<td>{_result(j)}</td></tr>")
     shown = " of " + ", ".join(f"{k} {text(v)}" for k, v in (("calibrator", calibrator), ("status", status)) if v)
     body = (table(f"Jobs{shown if calibrator or status else ''}, newest first", JOB_COLUMNS, rows, {4}, "jobs")
-            + '<p class="muted">Finished jobs are kept for a limited time; reload for fresh progress.</p>')
-    return page("Jobs", body, signed_in=signed_in)
+            + f'<p class="muted">Finished jobs are kept for a limited time.{REFRESH_NOTE if active else ""}</p>')
+    return page("Jobs", body, signed_in=signed_in, refresh=JOBS_REFRESH_SECONDS if active else None)
 
 
 def login_page(message: str | None = None, status_note: str | None = None) -> str:

@@ -130,3 +130,16 @@ def test_the_svg_uses_stored_bootstrap_intervals_when_the_report_has_them():
     assert "<title id=\"reliability-title\">diagram of &lt;&quot;demo&quot;&gt;</title>" in svg
     assert svg.count('class="bin') == sum(c > 0 for c in report["before"]["reliability_diagram"]["count"]) + \
         sum(c > 0 for c in report["after"]["reliability_diagram"]["count"])
+
+
+def test_the_jobs_page_reloads_itself_only_while_a_job_is_under_way():
+    from app.dashboard.pages import jobs_page
+
+    job = {"id": "0123456789abcdef", "kind": "fit", "status": "running", "percent": 42.4, "step": "fitting <x>",
+           "calibrator": "demo", "result": None, "error": None, "created_at": None, "finished_at": None}
+    running = jobs_page([job], None, None)
+    assert '<meta http-equiv="refresh" content="3">' in running
+    assert 'value="42.4"' in running and "42%" in running and "fitting &lt;x&gt;" in running
+    done = jobs_page([{**job, "status": "failed", "percent": 80.0, "error": {"title": "Invalid input",
+                                                                             "detail": "no <optimum>"}}], None, None)
+    assert "http-equiv" not in done and "no &lt;optimum&gt;" in done and 'class="status-failed"' in done
