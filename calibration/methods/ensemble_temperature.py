@@ -21,6 +21,13 @@ the weights minimise that loss with ``t`` fixed:
 
 Accuracy-preserving: each component keeps the order of each row.
 
+Cost (issue #23 item 6): on the host nothing of size n x k is formed besides the float64
+logits. With mse, ``t`` comes from ``brier_temperature`` (Newton on all rows from a
+subsample's grid minimum, for more than 16384 rows), whose last pass also gives the 3 x 3
+Gram matrix and the linear term; with nll, the label entries of the components come from
+one blocked row-sum pass each. 50000 x 1000 float32: about 6 log-softmax passes (was 90) and a
+peak of 2.1x the input's bytes (was 6.0x); see ``benchmarks/core_speed.py``.
+
 Backends: prediction on the input's device; the temperature is fitted as in temperature
 scaling (sums on the device, solver on the host), the label entries and Gram sums of the
 three components are reduced on the device, and the 3-weight problem is solved on the host.
@@ -38,10 +45,16 @@ from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
-from .temperature import shifted_logits, solve_brier_temperature, solve_nll_temperature
+from .brier_temperature import BrierSums, fit_brier_temperature
+from .temperature import ShiftedLogits, shifted_logits, solve_nll_temperature
 
 COMPONENTS = ("temperature_scaled", "identity", "uniform")
 EPS = float(np.finfo(np.float64).eps)
+
+
+def label_probabilities(shifted: ShiftedLogits, beta: float) -> list[np.ndarray]:
+    """Label entries of ``softmax(beta d)`` and ``softmax(d)``, row block by row block."""
+    return [np.exp(b * shifted.d_label) / shifted.moments(b, 0)[0] for b in (beta, 1.0)]
 
 
 def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarray:
@@ -135,27 +148,24 @@ class EnsembleTemperatureScaling(Calibrator):
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         shifted = shifted_logits(scores, labels)
         mse = self.options["loss"] == "mse"
-        solve = solve_brier_temperature if mse else solve_nll_temperature
-        self.temperature_, t_diagnostics = solve(shifted)
-        scaled, identity = self._components(scores)
-        k = scores.k
-        rows = np.arange(scores.n)
-        if scores.xp is np:
-            at_label = [scaled[rows, labels], identity[rows, labels]]
-        else:  # gathered on the device; only these n-vectors come to the host
-            at_label = [to_host(label_entries(a, labels)) for a in (scaled, identity)]
+        on_host = scores.xp is np
         if mse:
-            comps = (scaled, identity)
-            gram = np.empty((3, 3))
-            for i, j in itertools.product(range(2), repeat=2):
-                gram[i, j] = float(namespace(scaled).mean(row_dot(comps[i], comps[j])))
-            gram[2, :2] = gram[:2, 2] = 1.0 / k
-            gram[2, 2] = 1.0 / k
-            linear = np.array([at_label[0].mean(), at_label[1].mean(), 1.0 / k])
+            self.temperature_, t_diagnostics, newton = fit_brier_temperature(shifted)
+        else:
+            self.temperature_, t_diagnostics = solve_nll_temperature(shifted)
+        k = scores.k
+        if mse:
+            if on_host:  # blocked sums (brier_temperature), no n x k component is formed
+                sums, delta = newton or (BrierSums(shifted, 1.0 / self.temperature_, quadratic=True), 0.0)
+                gram, linear = sums.quadratic(delta)
+            else:
+                gram, linear = self._device_quadratic(scores, labels)
             self.weights_ = simplex_quadratic_minimum(gram, linear)
             objective = float(self.weights_ @ gram @ self.weights_ - 2 * linear @ self.weights_ + 1)
             converged, message, iterations = True, "exact minimum over the simplex", 1
         else:
+            at_label = label_probabilities(shifted, 1.0 / self.temperature_) if on_host else \
+                [to_host(label_entries(a, labels)) for a in self._components(scores)]
             v = np.column_stack([*at_label, np.full(scores.n, 1.0 / k)])
             self.weights_, objective, iterations = simplex_log_loss_minimum(v)
             converged = bool(np.isfinite(objective))
@@ -166,6 +176,16 @@ class EnsembleTemperatureScaling(Calibrator):
             message=f"temperature: {t_diagnostics.message}; weights: {message}",
             objective=objective,
         )
+
+    def _device_quadratic(self, scores: InputBatch, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(G, h)`` of the mse weight problem from the components formed on the device."""
+        comps = self._components(scores)
+        k = scores.k
+        gram = np.full((3, 3), 1.0 / k)
+        for i, j in itertools.product(range(2), repeat=2):
+            gram[i, j] = float(namespace(comps[0]).mean(row_dot(comps[i], comps[j])))
+        linear = np.array([*(float(to_host(label_entries(a, labels)).mean()) for a in comps), 1.0 / k])
+        return gram, linear
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
         scaled, identity = self._components(scores)

@@ -85,11 +85,13 @@ class ShiftedLogits:
         sub.n = sub.z.shape[0]
         return sub
 
-    def blocks(self):
-        """``(rows, d_block)`` over all rows; ``d_block`` is a reused buffer."""
-        buffer = np.empty((self.rows, self.k))
-        for start in range(0, self.n, self.rows):
-            block = self.z[start:start + self.rows]
+    def blocks(self, rows: int | None = None):
+        """``(rows, d_block)`` over all rows, ``rows`` (default ``self.rows``) at a time;
+        ``d_block`` is a reused buffer."""
+        step = rows or self.rows
+        buffer = np.empty((step, self.k))
+        for start in range(0, self.n, step):
+            block = self.z[start:start + step]
             d = buffer[: len(block)]
             np.subtract(block, self.top[start:start + len(block), None], out=d)
             yield slice(start, start + len(block)), d

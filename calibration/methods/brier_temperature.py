@@ -1,0 +1,192 @@
+"""The Brier-optimal temperature by Halley's method, and ETS's quadratic, in blocked passes
+(issue #23 item 6; the objective is Mix-n-Match's, Zhang, Kailkhura & Han, ICML 2020).
+
+With ``d = z - max z``, ``e = exp(beta d)``, ``p = e / s0`` and per-row sums
+``s_j = sum e d^j``, ``a_j = sum e^2 d^j`` (so ``m = s1/s0``, ``V`` and ``M3`` are the mean,
+variance and third central moment of ``d`` under ``p``, and ``A, B, C, D = a_0..3 / s0^2``), the
+row's squared error ``L = sum (p - y)^2 = A - 2 p_y + 1`` has, in ``beta = 1/T``
+(``p_j' = p_j (d_j - m)``, ``m' = V``, ``V' = M3``, ``g = d_y - m``, ``H = B - A m``):
+
+    L'  = 2 (H - p_y g)
+    L'' = 2 (H' - p_y g^2 + p_y V),       H' = 2 (C - B m) - 2 H m - A V
+    L''' = 2 (2 [2 (D - C m) - 2 (C - B m) m - B V] - 2 (H' m + H V) - (2 H V + A M3)
+              - p_y g^3 + 3 p_y g V + p_y M3)
+
+One pass over row blocks that stay in cache gives all of them; nothing of size n x k is
+allocated.
+
+``fit_brier_temperature``: the Brier objective is not convex, so its basin is found as
+``temperature.solve_brier_temperature`` finds it (the minimum of ``GRID_FACTORS`` around the
+NLL-optimal temperature), but on a subsample of ``COARSE_ROWS`` rows; Halley's method on ``L'``
+then runs on ``WARM_START_ROWS`` rows and on all rows. Each step must stay within
+``[beta0 / 4, 4 beta0]``, at most halve the step before and see ``L'' > 0``; where a safeguard
+fails, and on ``4 * WARM_START_ROWS`` rows or fewer, the full-data grid is used. The solve stops
+after a step below ``STEP_TOLERANCE`` relative; after a Halley step of 1e-6 the iterate is
+exact to O(1e-18) (1e-12 where the Newton step had to be taken).
+
+``ets_quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
+``<p_a, p_b>`` over the components ``softmax(beta d)``, ``softmax(d)``, ``1/k``) and ``h``
+(means of each component's label entry); ``softmax(d)`` is never formed:
+``<p_beta, p_1> = sum exp(beta d) exp(d) / (s0(beta) s0(1))``. The last pass of the solve
+computes these sums too, at the iterate before the final step ``delta``; the values at the
+final ``beta`` are their first-order Taylor expansions (the derivatives come from the same
+sums), exact to O(delta^2) <= 1e-12.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base import FitDiagnostics
+from .temperature import (
+    WARM_START_ROWS,
+    DeviceShiftedLogits,
+    ShiftedLogits,
+    grid_minimum,
+    solve_brier_temperature,
+    solve_nll_temperature,
+)
+
+STEP_TOLERANCE = 1e-6
+NEAR = 1e-2  # a Halley step below this (relative) is followed by one of about its cube
+COARSE_ROWS = 1024
+BLOCK_ELEMENTS = 1 << 17  # rows of 1 MiB float64 blocks: fewer numpy calls than ShiftedLogits'
+MAX_STEPS = 30
+
+
+class BrierSums:
+    """The mean Brier score at ``beta`` with its first three derivatives in beta (only the
+    score with ``loss_only``) and, with ``quadratic=True``, ETS's Gram matrix and linear term
+    with their derivatives in beta."""
+
+    def __init__(self, shifted: ShiftedLogits, beta: float, quadratic: bool = False,
+                 loss_only: bool = False):
+        n, k = shifted.n, shifted.k
+        self.beta, self.k = beta, k
+        totals = np.zeros(4)  # the loss and its three derivatives
+        sums = np.zeros(8)  # A, A', X, X', G11, p_y, p_y', q_y (means over rows)
+        block_rows = max(1, BLOCK_ELEMENTS // k)
+        e, q, one = (np.empty((block_rows, k)) for _ in range(3))
+        ones = shifted.ones
+        for rows, d in shifted.blocks(block_rows):
+            eb, qb = e[: len(d)], q[: len(d)]
+            np.multiply(d, beta, out=eb)
+            np.exp(eb, out=eb)
+            s = [eb @ ones]
+            if loss_only:
+                np.multiply(eb, eb, out=qb)
+                p_y = np.exp(beta * shifted.d_label[rows]) / s[0]
+                totals[0] += np.sum((qb @ ones) / (s[0] * s[0]) - 2 * p_y + 1)
+                continue
+            np.multiply(eb, d, out=qb)
+            s.append(qb @ ones)
+            for _ in range(2):  # s2, s3
+                np.multiply(qb, d, out=qb)
+                s.append(qb @ ones)
+            np.multiply(eb, eb, out=qb)
+            a = [qb @ ones]
+            for _ in range(3):  # a1, a2, a3
+                np.multiply(qb, d, out=qb)
+                a.append(qb @ ones)
+            s0 = s[0]
+            m = s[1] / s0
+            var = s[2] / s0 - m * m
+            third = s[3] / s0 - 3 * m * s[2] / s0 + 2 * m ** 3
+            big_a, big_b, big_c, big_d = (x / (s0 * s0) for x in a)
+            d_y = shifted.d_label[rows]
+            p_y = np.exp(beta * d_y) / s0
+            g = d_y - m
+            h = big_b - big_a * m
+            h_slope = 2 * (big_c - big_b * m) - 2 * h * m - big_a * var
+            outer = 2 * (2 * (big_d - big_c * m) - 2 * (big_c - big_b * m) * m - big_b * var)
+            outer -= 2 * (h_slope * m + h * var) + 2 * h * var + big_a * third
+            outer += p_y * (-g ** 3 + 3 * g * var + third)
+            totals += [np.sum(big_a - 2 * p_y + 1), 2 * np.sum(h - p_y * g),
+                       2 * np.sum(h_slope - p_y * g * g + p_y * var), 2 * np.sum(outer)]
+            if quadratic:
+                ob = one[: len(d)]
+                np.exp(d, out=ob)
+                t0 = ob @ ones
+                np.multiply(ob, ob, out=qb)
+                g11 = (qb @ ones) / (t0 * t0)
+                np.multiply(ob, eb, out=qb)
+                x = (qb @ ones) / (s0 * t0)
+                np.multiply(qb, d, out=qb)
+                x_slope = (qb @ ones) / (s0 * t0) - m * x
+                sums += [np.sum(big_a), 2 * np.sum(h), np.sum(x), np.sum(x_slope),
+                         np.sum(g11), np.sum(p_y), np.sum(p_y * g), np.sum(np.exp(d_y) / t0)]
+        self.loss, self.slope, self.curvature, self.third = (float(v) for v in totals / n)
+        self.sums = sums / n
+
+    def quadratic(self, delta: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """ETS's ``(G, h)`` at ``beta + delta`` (first order in ``delta``)."""
+        a, a_slope, x, x_slope, g11, p_y, p_y_slope, q_y = self.sums
+        k = self.k
+        gram = np.full((3, 3), 1.0 / k)
+        gram[0, 0] = a + delta * a_slope
+        gram[0, 1] = gram[1, 0] = x + delta * x_slope
+        gram[1, 1] = g11
+        return gram, np.array([p_y + delta * p_y_slope, q_y, 1.0 / k])
+
+
+def _halley_step(sums: BrierSums) -> float | None:
+    if not sums.curvature > 0:
+        return None
+    step = sums.slope / sums.curvature
+    denominator = 1.0 - step * sums.third / (2.0 * sums.curvature)
+    return step / denominator if denominator > 0.5 else step
+
+
+def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bool = False):
+    """Halley's method on the Brier slope from ``beta`` (module docstring): ``(beta, sums at
+    the last iterate, the final step, iterations)``, or ``None`` where a safeguard fails. With
+    ``quadratic``, the last iterate's sums include ETS's quadratic."""
+    step_before, near = np.inf, False
+    lo, hi = beta / 4, 4 * beta
+    for iteration in range(1, MAX_STEPS + 1):
+        sums = BrierSums(shifted, beta, quadratic=quadratic and near)
+        step = _halley_step(sums)
+        if step is None or not (lo < beta - step < hi and abs(step) <= 0.5 * step_before):
+            return None
+        if abs(step) <= rtol * beta:
+            if quadratic and not near:  # the quadratic's sums were not taken at this iterate
+                sums = BrierSums(shifted, beta, quadratic=True)
+                step, iteration = _halley_step(sums), iteration + 1
+            return beta - step, sums, -step, iteration
+        near = abs(step) <= NEAR * beta
+        step_before = abs(step)
+        beta -= step
+    return None
+
+
+def warm_brier_beta(shifted: ShiftedLogits) -> float | None:
+    """The Brier-optimal inverse temperature of ``WARM_START_ROWS`` rows, by Halley's method from
+    the minimum of ``GRID_FACTORS`` around the NLL-optimal temperature of ``COARSE_ROWS`` rows."""
+    coarse = shifted.subsample(COARSE_ROWS)
+    try:
+        centre, _ = solve_nll_temperature(coarse)
+        grid, _, best = grid_minimum(lambda t: BrierSums(coarse, 1.0 / t, loss_only=True).loss, centre)
+    except ValueError:
+        return None
+    solved = halley_brier(shifted.subsample(WARM_START_ROWS), 1.0 / grid[best], rtol=1e-4)
+    return None if solved is None else solved[0]
+
+
+def fit_brier_temperature(shifted: ShiftedLogits):
+    """``(T, diagnostics, (sums, delta) or None)``: Halley's method from a subsample's basin on
+    large host inputs, else ``solve_brier_temperature`` (then no sums)."""
+    if not isinstance(shifted, DeviceShiftedLogits) and shifted.n > 4 * WARM_START_ROWS:
+        warm = warm_brier_beta(shifted)
+        solved = None if warm is None else halley_brier(shifted, warm, STEP_TOLERANCE, quadratic=True)
+        if solved is not None:
+            beta, sums, delta, iterations = solved
+            return 1.0 / beta, FitDiagnostics(
+                converged=True,
+                iterations=iterations,
+                message="Halley's method on the Brier slope from a subsample's basin (gradient and "
+                        "objective at the iterate before the last step)",
+                gradient_norm=abs(sums.slope),
+                objective=sums.loss,
+            ), (sums, delta)
+    t, diagnostics = solve_brier_temperature(shifted)
+    return t, diagnostics, None

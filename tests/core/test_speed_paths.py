@@ -1,0 +1,94 @@
+"""Issue #23 item 6: the fast paths of the temperature fits give the slow paths' answers.
+
+ETS solves for T by Halley's method from a subsample's basin on
+more than 16384 rows (``calibration.methods.brier_temperature``) and ETS takes its quadratic from
+blocked sums; these must agree with the full-data grid and with the quadratic formed from the
+materialised components, and ETS must not allocate n x k arrays beyond the float64 logits."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration.methods.brier_temperature import BrierSums, fit_brier_temperature
+from calibration.methods.ensemble_temperature import label_probabilities, simplex_quadratic_minimum
+from calibration.methods.temperature import ShiftedLogits, solve_brier_temperature
+from tests.helpers import make_reference_input
+
+
+def large_set(n=20000, k=50, seed=3, temperature=2.0):
+    rng = np.random.default_rng(seed)
+    logits = 3.0 * rng.standard_normal((n, k))
+    p = cal.softmax(logits / temperature)
+    labels = np.minimum((p.cumsum(axis=1) < rng.random(n)[:, None]).sum(axis=1), k - 1)
+    return logits, labels
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0, 6.0])
+def test_halley_from_a_subsample_finds_the_grids_brier_temperature(temperature):
+    logits, labels = large_set(temperature=temperature)
+    shifted = ShiftedLogits(logits, labels)
+    t_fast, diagnostics, newton = fit_brier_temperature(shifted)
+    t_grid, _ = solve_brier_temperature(shifted)
+    assert newton is not None and diagnostics.converged and "Halley" in diagnostics.message
+    assert t_fast == pytest.approx(t_grid, rel=1e-12)
+    assert abs(BrierSums(shifted, 1 / t_fast).slope) < 1e-12
+    assert cal.EnsembleTemperatureScaling().fit(logits, labels).temperature_ == t_fast
+
+
+def test_brier_derivatives_match_finite_differences():
+    logits, labels = make_reference_input(n=3000, k=20)
+    shifted = ShiftedLogits(logits, labels)
+    beta, h = 0.6, 1e-5
+    at, up, down = (BrierSums(shifted, b) for b in (beta, beta + h, beta - h))
+    assert at.slope == pytest.approx((up.loss - down.loss) / (2 * h), rel=1e-7)
+    assert at.curvature == pytest.approx((up.slope - down.slope) / (2 * h), rel=1e-7)
+    assert at.third == pytest.approx((up.curvature - down.curvature) / (2 * h), rel=1e-6)
+    assert BrierSums(shifted, beta, loss_only=True).loss == at.loss
+
+
+def materialised_quadratic(logits, labels, temperature):
+    rows = np.arange(len(labels))
+    comps = [cal.softmax(logits / temperature), cal.softmax(logits)]
+    gram = np.full((3, 3), 1.0 / logits.shape[1])
+    for i in range(2):
+        for j in range(2):
+            gram[i, j] = np.mean(np.einsum("ij,ij->i", comps[i], comps[j]))
+    linear = np.array([comps[0][rows, labels].mean(), comps[1][rows, labels].mean(), 1.0 / logits.shape[1]])
+    return gram, linear
+
+
+def test_ets_weights_from_blocked_sums_equal_those_of_the_components():
+    logits, labels = large_set(temperature=3.0)
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    assert "Halley" in ets.diagnostics_.message
+    gram, linear = materialised_quadratic(logits, labels, ets.temperature_)
+    np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
+    # the Taylor step of the quadratic from the last iterate is exact to O(delta^2)
+    shifted = ShiftedLogits(logits, labels)
+    sums = BrierSums(shifted, 1 / ets.temperature_ - 1e-7, quadratic=True)
+    taylor_gram, taylor_linear = sums.quadratic(1e-7)
+    np.testing.assert_allclose(taylor_gram, gram, rtol=1e-12)
+    np.testing.assert_allclose(taylor_linear, linear, rtol=1e-12)
+
+
+def test_ets_nll_label_components_without_the_matrices():
+    logits, labels = make_reference_input(n=4000, k=10)
+    rows = np.arange(len(labels))
+    blocked = label_probabilities(ShiftedLogits(logits, labels), 0.4)
+    np.testing.assert_allclose(blocked[0], cal.softmax(logits * 0.4)[rows, labels], rtol=1e-14)
+    np.testing.assert_allclose(blocked[1], cal.softmax(logits)[rows, labels], rtol=1e-14)
+
+
+def test_ets_peak_memory_is_the_float64_copy_and_blocks():
+    rng = np.random.default_rng(0)
+    logits = (3.0 * rng.standard_normal((20000, 300))).astype(np.float32)
+    labels = rng.integers(0, 300, 20000)
+    labels[: 10000] = logits[: 10000].argmax(axis=1)
+    cal.EnsembleTemperatureScaling().fit(logits, labels)
+    tracemalloc.start()
+    cal.EnsembleTemperatureScaling().fit(logits, labels)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak <= 2.5 * logits.nbytes  # the float64 copy is 2x
