@@ -270,3 +270,47 @@ def test_try_it_out_fits_then_calibrates_from_the_docs(page, server, shots):
     np.testing.assert_allclose(np.sum(calibrated["probabilities"], axis=1), 1.0, atol=1e-12)
     not_blank(page.page.screenshot(path=shots / "docs-try-it-out.png", full_page=False))
     assert page.elsewhere == [] and page.errors == []
+
+
+def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, tmp_path, shots):
+    """A server with API keys on: the dashboard answers the sign-in form, a read key typed into
+    it is kept in the cookie, the pages then show, and signing out ends it."""
+    from app import keys
+    from app.db import Database
+
+    url = f"sqlite:///{tmp_path / 'calibration.db'}"
+    upgrade(url)
+    database = Database(url)
+    try:
+        read_key = keys.create_key(database, "dashboard reader", ["read"])[1]
+        write_key = keys.create_key(database, "fitter", ["write"])[1]
+    finally:
+        database.dispose()
+    with live_server(url, env={"CALIBRATION_API_KEYS_ENABLED": "true"}, log_file=tmp_path / "server.log") as base:
+        fitted = httpx.post(f"{base}/v1/calibrators/keyed/versions", headers={"X-API-Key": write_key}, timeout=30,
+                            json={"method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS})
+        assert fitted.status_code == 201
+        isolated = Isolated(browser, base)
+        try:
+            page = isolated.page
+            refused = page.goto(f"{base}/ui/calibrators/keyed", wait_until="load")
+            assert refused.status == 401 and page.locator("h1").inner_text() == "Sign in"
+            page.get_by_label("API key").fill("cal_0123456789ab_" + "A" * 43)
+            page.get_by_role("button", name="Sign in").click()
+            assert page.get_by_role("alert").inner_text() == "the API key is unknown or revoked"
+            page.get_by_label("API key").fill(read_key)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(f"{base}/ui")
+            assert page.locator('#calibrators tr[data-name="keyed"]').count() == 1
+            cookie = next(c for c in isolated.context.cookies() if c["name"] == "calibration_ui_key")
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+            assert page.evaluate("document.cookie") == ""                     # no script can read it
+            for path in ("/ui/calibrators/keyed", "/ui/calibrators/keyed/versions/1", "/ui/jobs"):
+                assert page.goto(base + path, wait_until="load").status == 200, path
+            not_blank(page.screenshot(path=shots / "signed-in-version.png", full_page=True))
+            page.get_by_role("button", name="Sign out").click()
+            page.wait_for_url(f"{base}/ui/login")
+            assert page.goto(f"{base}/ui", wait_until="load").status == 401
+            assert isolated.elsewhere == []
+        finally:
+            isolated.context.close()
