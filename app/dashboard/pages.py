@@ -71,7 +71,8 @@ def _metrics_table(report: dict) -> str:
 
 
 def _comparison_table(comparison: dict) -> str:
-    chosen = comparison.get("selection", {}).get("chosen", {}).get("name")
+    selection = comparison.get("selection") or {}
+    chosen = (selection.get("chosen") or {}).get("name")
     rows = []
     for m in comparison.get("methods", []):
         mean = m.get("mean", {})
@@ -79,7 +80,7 @@ def _comparison_table(comparison: dict) -> str:
                     f'{" (chosen)" if m["name"] == chosen else ""}</th><td>{text(m["method"])}</td>'
                     f'{num_cell(mean.get("nll"))}{num_cell(mean.get("brier"))}{num_cell(mean.get("ece"))}'
                     f'<td>{text(m.get("error") or "")}</td></tr>')
-    reason = comparison.get("selection", {}).get("reason")
+    reason = selection.get("reason")
     return ("<h2>Method comparison</h2>"
             + table(f"Candidates, {comparison.get('folds')}-fold cross-validated means",
                     ["Candidate", "Method", "NLL", "Brier", "ECE", "Error"], rows, {2, 3, 4}, "comparison")
@@ -137,18 +138,50 @@ def jobs_page(jobs: list[dict], calibrator: str | None, status: str | None, sign
     for j in jobs:
         percent = j.get("percent") or 0.0
         rows.append(
-            f'<tr data-job="{text(j["id"])}"><th scope="row"><code>{text(j["id"])}</code></th>'
+            f'<tr data-job="{text(j["id"])}"><th scope="row"><code>{link(url("jobs", j["id"]), j["id"])}</code></th>'
             f'<td>{text(j["kind"])}</td>'
-            f'<td>{link(url("calibrators", j["calibrator"]), j["calibrator"]) if j["calibrator"] else ""}</td>'
+            f'<td>{_calibrator_link(j["calibrator"])}</td>'
             f'<td class="status-{text(j["status"])}">{text(j["status"])}</td>'
-            f'<td class="num" data-value="{percent!r}"><progress max="100" value="{percent:.1f}" '
-            f'aria-label="{percent:.0f}% done"></progress> {percent:.0f}%</td>'
+            f'<td class="num" data-value="{percent!r}">{_progress(percent)}</td>'
             f'<td>{text(j.get("step"))}</td><td>{when(j["created_at"])}</td><td>{when(j.get("finished_at"))}</td>'
             f"<td>{_result(j)}</td></tr>")
     shown = " of " + ", ".join(f"{k} {text(v)}" for k, v in (("calibrator", calibrator), ("status", status)) if v)
     body = (table(f"Jobs{shown if calibrator or status else ''}, newest first", JOB_COLUMNS, rows, {4}, "jobs")
             + f'<p class="muted">Finished jobs are kept for a limited time.{REFRESH_NOTE if active else ""}</p>')
     return page("Jobs", body, signed_in=signed_in, refresh=JOBS_REFRESH_SECONDS if active else None)
+
+
+def _calibrator_link(name: str | None) -> str:
+    return link(url("calibrators", name), name) if name else ""
+
+
+def _progress(percent: float) -> str:
+    return (f'<progress max="100" value="{percent:.1f}" aria-label="{percent:.0f}% done"></progress> '
+            f"{percent:.0f}%")
+
+
+def job_page(job: dict, signed_in: bool = False) -> str:
+    """One job: its state and progress, its error, and its result (the fitted version's link, or
+    a comparison's table)."""
+    percent = job.get("percent") or 0.0
+    facts = [("Kind", text(job["kind"])),
+             ("Calibrator", _calibrator_link(job["calibrator"])),
+             ("Status", f'<span class="status-{text(job["status"])}">{text(job["status"])}</span>'),
+             ("Progress", _progress(percent)), ("Step", text(job.get("step"))),
+             ("Created", when(job.get("created_at"))), ("Started", when(job.get("started_at"))),
+             ("Finished", when(job.get("finished_at"))), ("Worker", text(job.get("worker")))]
+    if job.get("error"):
+        facts.append(("Error", text(f'{job["error"].get("title", "")}: {job["error"].get("detail", "")}')))
+    if _result(job) and job["kind"] == "fit":
+        facts.append(("Result", _result(job)))
+    rows = [f'<tr data-field="{label.lower()}"><th scope="row">{label}</th><td>{value}</td></tr>'
+            for label, value in facts]
+    body = (crumbs(("/ui/jobs", "Jobs"), (None, job["id"])) + table("Job", ["Field", "Value"], rows, table_id="job"))
+    result = job.get("result") or {}
+    if job["kind"] == "compare" and result.get("methods"):
+        body += _comparison_table(result)
+    active = job["status"] in ("queued", "running")
+    return page(f"Job {job['id']}", body, signed_in=signed_in, refresh=JOBS_REFRESH_SECONDS if active else None)
 
 
 def login_page(message: str | None = None, status_note: str | None = None) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -95,7 +95,7 @@ async def calibrator(request: Request, name: str, page_token: str | None = Query
 
 
 @router.get("/calibrators/{name}/versions/{version}", response_class=HTMLResponse)
-async def version(request: Request, name: str, version: int):
+async def version(request: Request, name: str, version: int = Path(ge=1, le=2**31 - 1)):
     service = service_of(request)
     return await render(request, lambda: pages.version_page(service.get_version(name, version), signed_in(request)))
 
@@ -109,6 +109,12 @@ async def jobs(request: Request, calibrator: str | None = Query(None, max_length
     runner = service_of(request).jobs
     return await render(request, lambda: pages.jobs_page(runner.list(calibrator or None, status or None, JOBS_SHOWN),
                                                          calibrator, status, signed_in(request)))
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+async def job(request: Request, job_id: str = Path(max_length=64)):
+    runner = service_of(request).jobs
+    return await render(request, lambda: pages.job_page(runner.get(job_id), signed_in(request)))
 
 
 @router.get("/login", response_class=HTMLResponse)

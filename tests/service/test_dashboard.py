@@ -30,7 +30,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 NAME = "dash-demo"
 DESCRIPTION = 'first fit <b>"bold" & co</b>'  # shown as text, never as markup
 SHOWN = {"calibrators": "/ui", "versions": f"/ui/calibrators/{NAME}", "version-1": f"/ui/calibrators/{NAME}/versions/1",
-         "version-2": f"/ui/calibrators/{NAME}/versions/2", "jobs": "/ui/jobs"}
+         "version-2": f"/ui/calibrators/{NAME}/versions/2", "jobs": "/ui/jobs"}  # and each job's page
 
 
 def _need_a_browser():
@@ -45,7 +45,7 @@ def _need_a_browser():
 def server(tmp_path_factory):
     """A live server with two versions of one calibrator: v1 temperature scaling fitted in the
     request, v2 ``auto`` fitted as a job (so the jobs page has one and v2 a comparison), alias
-    ``production`` on v1."""
+    ``production`` on v1; and a comparison run as a job."""
     folder = tmp_path_factory.mktemp("dashboard")
     url = f"sqlite:///{folder / 'calibration.db'}"
     upgrade(url)
@@ -59,6 +59,13 @@ def server(tmp_path_factory):
         assert job.status_code == 202, job.text
         deadline = time.monotonic() + 120
         while (state := api.get(f"/v1/jobs/{job.json()['id']}").json())["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, state
+            time.sleep(0.2)
+        assert state["status"] == "succeeded", state
+        compared = api.post("/v1/compare", json={**fit, "methods": ["temperature", "vector"], "folds": 3},
+                            headers={"Prefer": "respond-async"})
+        assert compared.status_code == 202, compared.text
+        while (state := api.get(f"/v1/jobs/{compared.json()['id']}").json())["status"] in ("queued", "running"):
             assert time.monotonic() < deadline, state
             time.sleep(0.2)
         assert state["status"] == "succeeded", state
@@ -218,24 +225,47 @@ def test_a_version_page_shows_the_stored_metrics_and_its_reliability_diagram(pag
 def test_the_jobs_page_shows_status_percent_and_step(page, server, shots):
     jobs = server[1].get("/v1/jobs").json()["jobs"]
     page.open("/ui/jobs")
-    assert page.page.locator("#jobs tbody tr").count() == len(jobs) == 1
-    job = jobs[0]
-    cells = page.cells(f'#jobs tr[data-job="{job["id"]}"]')
-    assert cells[:4] == [job["id"], job["kind"], NAME, job["status"]] == [job["id"], "fit", NAME, "succeeded"]
-    assert cells[4] == f"{job['percent']:.0f}%" and cells[5] == job["step"]
-    assert cells[8] == f"{NAME} v{job['result']['version']}"
+    assert page.page.locator("#jobs tbody tr").count() == len(jobs) == 2
+    assert [job["kind"] for job in jobs] == ["compare", "fit"]                          # newest first
+    for job in jobs:
+        cells = page.cells(f'#jobs tr[data-job="{job["id"]}"]')
+        assert cells[:4] == [job["id"], job["kind"], NAME if job["calibrator"] else "", job["status"]]
+        assert job["status"] == "succeeded"
+        assert cells[4] == f"{job['percent']:.0f}%" and cells[5] == job["step"]
+    fit_job = next(job for job in jobs if job["kind"] == "fit")
+    assert page.cells(f'#jobs tr[data-job="{fit_job["id"]}"]')[8] == f"{NAME} v{fit_job['result']['version']}"
     not_blank(page.page.screenshot(path=shots / "jobs.png", full_page=True))
     page.page.get_by_role("link", name=f"{NAME} v2").click()
     assert page.page.url == server[0] + SHOWN["version-2"]
 
 
+@pytest.mark.parametrize("kind", ["fit", "compare"])
+def test_a_job_page_shows_its_state_and_result(page, server, shots, kind):
+    job = next(job for job in server[1].get("/v1/jobs").json()["jobs"] if job["kind"] == kind)
+    page.open(f"/ui/jobs/{job['id']}")
+    assert page.page.locator("h1").inner_text() == f"Job {job['id']}"
+    field = {row: page.cells(f'#job tr[data-field="{row}"]')[1] for row in ("kind", "status", "progress", "step")}
+    assert field == {"kind": kind, "status": job["status"], "progress": f"{job['percent']:.0f}%", "step": job["step"]}
+    if kind == "fit":
+        assert page.cells('#job tr[data-field="result"]')[1] == f"{NAME} v{job['result']['version']}"
+    else:
+        chosen = job["result"]["selection"]["chosen"]["name"]
+        for candidate in job["result"]["methods"]:
+            cells = page.cells(f'#comparison tr[data-candidate="{candidate["name"]}"]')
+            assert cells == [candidate["name"] + (" (chosen)" if candidate["name"] == chosen else ""),
+                             candidate["method"], fmt(candidate["mean"]["nll"]), fmt(candidate["mean"]["brier"]),
+                             fmt(candidate["mean"]["ece"]), candidate["error"] or ""]
+    not_blank(page.page.screenshot(path=shots / f"job-{kind}.png", full_page=True))
+
+
 def test_no_dashboard_page_asks_another_host_for_anything(page, server):
-    for path in SHOWN.values():
+    paths = [*SHOWN.values(), *(f"/ui/jobs/{job['id']}" for job in server[1].get("/v1/jobs").json()["jobs"])]
+    for path in paths:
         answer = page.open(path)
         assert "script-src" not in answer.headers["content-security-policy"]
         assert answer.headers["content-security-policy"].startswith("default-src 'none'")
     assert page.elsewhere == [] and page.errors == []
-    assert {urlsplit(url).path for url in page.loaded} == set(SHOWN.values())  # the pages and nothing else
+    assert {urlsplit(url).path for url in page.loaded} == set(paths)  # the pages and nothing else
 
 
 def _try_it_out(page, path: str, parameters: dict, body: dict) -> tuple[str, dict]:

@@ -75,7 +75,7 @@ def test_text_from_the_database_is_escaped(open_client):
 
 def test_what_does_not_exist_is_an_html_page_with_its_status(open_client):
     fit(open_client)
-    for path in ("/ui/calibrators/nothing", "/ui/calibrators/demo/versions/7"):
+    for path in ("/ui/calibrators/nothing", "/ui/calibrators/demo/versions/7", "/ui/jobs/0123456789abcdef"):
         answer = open_client.get(path)
         assert answer.status_code == 404 and answer.headers["content-type"].startswith("text/html"), path
         assert "<h1>404 Not Found</h1>" in answer.text
