@@ -31,9 +31,9 @@ def fit(client, description: str | None = None, name: str = "demo"):
 
 
 @pytest.fixture
-def open_client(sqlite_url):
-    upgrade(sqlite_url)
-    with TestClient(create_app(Settings(database_url=sqlite_url, job_engine="embedded"))) as client:
+def open_client(database_url):
+    """Keys off, on each database (``database_url`` is migrated already)."""
+    with TestClient(create_app(Settings(database_url=database_url, job_engine="embedded"))) as client:
         yield client
 
 
