@@ -26,7 +26,7 @@ logits. With mse, ``t`` comes from ``brier_temperature`` (Newton on all rows fro
 subsample's grid minimum, for more than 16384 rows), whose last pass also gives the 3 x 3
 Gram matrix and the linear term; with nll, the label entries of the components come from
 one blocked row-sum pass each. 50000 x 1000 float32: about 6 log-softmax passes (was 90) and a
-peak of 2.1x the input's bytes (was 6.0x); see ``benchmarks/core_speed.py``.
+peak of 2.25x the input's bytes (was 6.0x; the float64 copy is 2x); see ``benchmarks/core_speed.py``.
 
 Backends: prediction on the input's device; the temperature is fitted as in temperature
 scaling (sums on the device, solver on the host), the label entries and Gram sums of the
