@@ -337,7 +337,7 @@ def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, tmp_
             assert page.evaluate("document.cookie") == ""                     # no script can read it
             for path in ("/ui/calibrators/keyed", "/ui/calibrators/keyed/versions/1", "/ui/jobs"):
                 assert page.goto(base + path, wait_until="load").status == 200, path
-            not_blank(page.screenshot(path=shots / "signed-in-version.png", full_page=True))
+            not_blank(page.screenshot(path=shots / "signed-in-jobs.png", full_page=True))
             page.get_by_role("button", name="Sign out").click()
             page.wait_for_url(f"{base}/ui/login")
             assert page.goto(f"{base}/ui", wait_until="load").status == 401
