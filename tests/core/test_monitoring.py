@@ -1,0 +1,170 @@
+"""The drift e-process (calibration.monitoring) and the label-shift estimators
+(calibration.label_shift): values by hand, properties with hypothesis, and the false-alarm rate
+under the null over many simulated streams (with a Clopper-Pearson interval)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.special import softmax
+from scipy.stats import binomtest
+
+from calibration.label_shift import adjust_priors, bbse_priors, em_priors
+from calibration.monitoring import DriftTest, drift_test, top_label_residuals
+
+
+def calibrated_stream(rng, streams: int, n: int, k: int = 10, temperature: float = 1.0):
+    """Probabilities and labels drawn from them (calibrated by construction); the served
+    probabilities are the true ones sharpened by 1/temperature (temperature < 1: over-confident)."""
+    logits = 2.0 * rng.standard_normal((streams, n, k))
+    true = softmax(logits, axis=-1)
+    u = rng.random((streams, n, 1))
+    labels = np.minimum((true.cumsum(axis=-1) < u).sum(axis=-1), k - 1)
+    served = softmax(logits / temperature, axis=-1)
+    return served, labels
+
+
+def residuals_of(probs, labels):
+    return probs.max(axis=-1) - (probs.argmax(axis=-1) == labels)
+
+
+def test_residuals_are_confidence_minus_correctness():
+    probs = np.array([[0.7, 0.2, 0.1], [0.4, 0.5, 0.1], [0.5, 0.5, 0.0]])
+    np.testing.assert_allclose(top_label_residuals(probs, [0, 0, 0]), [0.7 - 1, 0.5, 0.5 - 1])
+
+
+def test_wealth_by_hand():
+    test = DriftTest(alpha=0.1, tolerance=0.0, half_life=1.0, max_bet=0.5)
+    test.update([0.5, 0.5, -0.5])
+    # bet 0 (mean 0), then mean 0.25, second 0.25 -> clip(1) = 0.5, then mean 0.375, second 0.25 -> 0.5
+    expected = math.log(1 + 0.5 * 0.5) + math.log(1 - 0.5 * 0.5)
+    assert test.log_wealth == pytest.approx(expected)
+    assert test.n == 3 and test.alarm_at == -1
+
+
+def test_state_round_trips():
+    rng = np.random.default_rng(0)
+    test = DriftTest().update(rng.uniform(-1, 1, 50))
+    again = DriftTest.from_dict(test.to_dict())
+    assert again.to_dict() == test.to_dict()
+    test.update([0.3, -0.2])
+    again.update([0.3, -0.2])
+    assert again.to_dict() == test.to_dict()
+
+
+def test_updating_in_pieces_equals_one_update():
+    r = np.random.default_rng(1).uniform(-1, 1, 300)
+    whole = DriftTest(tolerance=0.0).update(r)
+    pieces = DriftTest(tolerance=0.0).update(r[:100]).update(r[100:])
+    assert pieces.to_dict() == whole.to_dict()
+
+
+@pytest.mark.parametrize("bad", [{"alpha": 0}, {"alpha": 1}, {"tolerance": -0.1}, {"half_life": 0},
+                                 {"max_bet": 0.99}])
+def test_bad_options(bad):
+    with pytest.raises(ValueError):
+        DriftTest(**bad)
+
+
+def test_bad_residuals():
+    with pytest.raises(ValueError, match="lie in"):
+        DriftTest().update([1.5])
+    with pytest.raises(ValueError, match="shape"):
+        DriftTest(shape=(3,)).update(np.zeros((2, 4)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-1, 1), min_size=1, max_size=200), st.floats(0, 0.3), st.floats(1, 500))
+def test_wealth_stays_positive_and_finite(residuals, tolerance, half_life):
+    test = DriftTest(tolerance=tolerance, half_life=half_life).update(residuals)
+    assert np.isfinite(test.log_wealth) and test.max_log_wealth >= max(test.log_wealth, 0.0)
+    assert test.alarmed == (test.max_log_wealth >= test.threshold)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31 - 1), st.sampled_from([0.05, 0.1, 0.2]), st.sampled_from([0.0, 0.01]))
+def test_false_alarm_rate_under_the_null_is_at_most_alpha(seed, alpha, tolerance):
+    """Calibrated streams (the exact null at tolerance 0): the share of 400 streams of 1500 rows
+    that ever alarm is not significantly above alpha (one-sided binomial test at 1%)."""
+    rng = np.random.default_rng(seed)
+    probs, labels = calibrated_stream(rng, 400, 1500)
+    test = DriftTest(alpha=alpha, tolerance=tolerance, half_life=100, shape=(400,))
+    test.update(residuals_of(probs, labels))
+    alarms = int(test.alarmed.sum())
+    assert binomtest(alarms, 400, alpha, alternative="greater").pvalue > 0.01, (alarms, alpha)
+
+
+def test_over_confidence_alarms():
+    rng = np.random.default_rng(3)
+    probs, labels = calibrated_stream(rng, 50, 3000, temperature=0.5)
+    test = DriftTest(alpha=0.01, tolerance=0.02, half_life=200, shape=(50,)).update(residuals_of(probs, labels))
+    assert test.alarmed.all()
+    assert np.median(test.alarm_at) < 1000
+
+
+def test_drift_test_of_one_stream():
+    rng = np.random.default_rng(4)
+    probs, labels = calibrated_stream(rng, 1, 3000, temperature=0.5)
+    test = drift_test(probs[0], labels[0], alpha=0.01, half_life=200)
+    assert bool(test.alarmed) and test.max_log_wealth >= test.threshold
+
+
+# -- label shift ---------------------------------------------------------------------------------
+
+def shifted_set(rng, n: int, priors: np.ndarray, k: int = 4):
+    """Gaussian classes with known means: the Bayes posterior under uniform source priors, on rows
+    drawn with ``priors``."""
+    means = 1.5 * np.eye(k)
+    labels = rng.choice(k, size=n, p=priors)
+    x = means[labels] + rng.standard_normal((n, k))
+    posterior = softmax(x @ means.T - 0.5 * (means ** 2).sum(axis=1), axis=1)
+    return posterior, labels
+
+
+def test_em_recovers_the_target_priors():
+    rng = np.random.default_rng(5)
+    q = np.array([0.6, 0.2, 0.15, 0.05])
+    posterior, _ = shifted_set(rng, 20000, q)
+    estimate = em_priors(posterior, np.full(4, 0.25))
+    assert estimate.converged
+    np.testing.assert_allclose(estimate.priors, q, atol=0.02)
+
+
+def test_bbse_recovers_the_target_priors():
+    rng = np.random.default_rng(6)
+    source, source_labels = shifted_set(rng, 20000, np.full(4, 0.25))
+    q = np.array([0.1, 0.1, 0.2, 0.6])
+    target, _ = shifted_set(rng, 20000, q)
+    np.testing.assert_allclose(bbse_priors(source, source_labels, target).priors, q, atol=0.03)
+
+
+def test_no_shift_keeps_the_priors():
+    rng = np.random.default_rng(7)
+    posterior, _ = shifted_set(rng, 20000, np.full(4, 0.25))
+    np.testing.assert_allclose(em_priors(posterior, np.full(4, 0.25)).priors, 0.25, atol=0.02)
+
+
+def test_adjusting_to_the_true_priors_lowers_the_nll():
+    rng = np.random.default_rng(8)
+    q = np.array([0.7, 0.1, 0.1, 0.1])
+    posterior, labels = shifted_set(rng, 5000, q)
+    adjusted = adjust_priors(posterior, np.full(4, 0.25), q)
+    np.testing.assert_allclose(adjusted.sum(axis=1), 1.0)
+
+    def nll(p):
+        return -np.log(p[np.arange(len(labels)), labels]).mean()
+
+    assert nll(adjusted) < nll(posterior) - 0.05
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_adjusting_to_the_same_priors_changes_nothing(seed):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(5), size=20)
+    pi = rng.dirichlet(np.ones(5))
+    np.testing.assert_allclose(adjust_priors(p, pi, pi), p, atol=1e-12)
