@@ -63,3 +63,4 @@ def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
             and cal.looks_like_probabilities(inputs.logits)):
         raise InvalidInput(LOOKS_LIKE_PROBABILITIES)
     return inputs, labels
+

@@ -111,12 +111,12 @@ def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> l
     return index
 
 
-def load(session: Session, index: list) -> tuple[np.ndarray, np.ndarray]:
-    """The inputs and labels of the chunks in ``index``, concatenated: one output array is
-    allocated and each chunk is read and copied into it in turn (peak: the output plus one chunk)."""
+def load(session: Session, index: list, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs and labels of the chunks in ``index``, concatenated as ``dtype`` (float64: what
+    the core validates them to, so no second copy is made): one output array is allocated and
+    each chunk is read and copied into it in turn (peak: the output plus one chunk)."""
     n = sum(entry[1] - entry[5] for entry in index)
     kind, k = index[0][3], index[0][4]
-    dtype = np.result_type(*{np.dtype(entry[2]) for entry in index})
     inputs = np.empty((n,) if kind == "scores" else (n, k), dtype=dtype)
     labels = np.empty(n, dtype=np.int64)
     at = 0

@@ -76,3 +76,26 @@ def comparison(raw: np.ndarray, calibrated: np.ndarray, labels: np.ndarray, n_bi
                                       n_resamples=bootstrap, confidence=confidence, seed=seed)
         report["calibration_gain_interval"] = gain.to_dict()
     return report
+
+
+def fresh_probabilities(inputs: cal.InputBatch) -> np.ndarray:
+    """The inputs' probabilities, not kept on ``inputs`` when they are computed from logits (the
+    same values as ``inputs.probabilities``: ``calibration.softmax`` of the logits)."""
+    if inputs.source == "logits" and "probabilities" not in vars(inputs):
+        return cal.softmax(inputs.logits)
+    return inputs.probabilities
+
+
+def fit_report(inputs: cal.InputBatch, predict, labels: np.ndarray, n_bins: int = 15) -> dict:
+    """A fit's validation report: ``comparison`` of the inputs' probabilities and ``predict(inputs)``,
+    holding one probability matrix at a time (each is dropped once measured: on 50000 x 1000 the
+    report holds 381 MiB less). The gain is the difference of the two Brier scores, as
+    ``calibration.calibration_gain`` computes it."""
+    probabilities = fresh_probabilities(inputs)
+    n_classes = int(probabilities.shape[1])
+    before = evaluation(probabilities, labels, n_bins)
+    del probabilities
+    after = evaluation(predict(inputs), labels, n_bins)
+    gain = before["metrics"]["brier"] - after["metrics"]["brier"]
+    return {"n_samples": int(labels.shape[0]), "n_classes": n_classes, "n_bins": n_bins,
+            "before": before, "after": after, "calibration_gain": finite_or_none(gain)}

@@ -25,6 +25,7 @@ from .costs import (
     MAX_JSON_BYTES,
     MAX_PARAMETERS,
     RequestLimits,
+    affordable_auto_options,
     check_fit_parameters,
     estimated_fit_seconds,
 )
@@ -74,13 +75,18 @@ class CalibrationService:
             raise InvalidInput(f"options.input is {options['input']!r} but the body sends {batch.kind}")
         if fields.class_names is not None and len(fields.class_names) != inputs.k:
             raise InvalidInput(f"class_names has {len(fields.class_names)} names for {inputs.k} classes")
+        return fields, inputs, labels, self._calibrator(fields.method, options, inputs.n, inputs.k)
+
+    def _calibrator(self, method: str, options: dict, n: int, k: int) -> cal.Calibrator:
+        """The unfitted calibrator, its options checked and its cost within the budgets."""
+        if method == "auto":
+            options = affordable_auto_options(options, n, k, self.max_parameters)
         try:
-            calibrator = cal.create(fields.method, options)
+            calibrator = cal.create(method, options)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
-        check_fit_parameters(calibrator.method, calibrator.options, inputs.n, inputs.k, self.max_parameters,
-                             self.limits.entries)
-        return fields, inputs, labels, calibrator
+        check_fit_parameters(calibrator.method, calibrator.options, n, k, self.max_parameters, self.limits.entries)
+        return calibrator
 
     def fit_or_submit(self, name: str, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
         """Check the fit once (bad input is a 4xx, not a failed job), then ``(True, job)`` when the
@@ -103,11 +109,7 @@ class CalibrationService:
         n, k, kind = shape_of_index(index)
         seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
         if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
-            try:
-                calibrator = cal.create(fields.method, {**fields.options, "input": kind})
-            except ValueError as exc:
-                raise InvalidInput(str(exc)) from exc
-            check_fit_parameters(calibrator.method, calibrator.options, n, k, self.max_parameters, self.limits.entries)
+            self._calibrator(fields.method, {**fields.options, "input": kind}, n, k)
             request = {"kind": kind, "fields": fields.model_dump(mode="json"), "chunks": index}
             return True, self.jobs.submit("fit", name, request, None)
         return False, self.fit(name, self.observations.load(fields, index))
@@ -127,7 +129,7 @@ class CalibrationService:
                 job.step("validation report", 80.0)
             params = calibrator.to_dict()
             summary = cal.json_safe(calibrator.summary())
-            report = reports.comparison(inputs.probabilities, calibrator.predict_batch(inputs), labels)
+            report = reports.fit_report(inputs, calibrator.predict_batch, labels)
             if calibrator.method == "auto":
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}

@@ -1,0 +1,162 @@
+"""Observations and the prediction log in the application (SQLite and Postgres): what is refused
+and why, caps, deletes, retention, sampling, and the per-id statuses of label joins."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+import calibration as cal
+from app.routes.application import create_app
+from app.settings import Settings
+from tests.helpers import make_reference_input
+
+LOGITS, LABELS = make_reference_input(n=600, k=4, seed=3)
+
+
+def _app(database_url: str, **settings):
+    return create_app(Settings(database_url=database_url, job_engine="embedded", log_flush_seconds=0.05,
+                               log_level="warning", **settings))
+
+
+@pytest.fixture
+def api(database_url):
+    with TestClient(_app(database_url)) as client:
+        yield client
+
+
+def _append(client, name, start, stop, **extra):
+    return client.post(f"/v1/calibrators/{name}/observations",
+                       json={"logits": LOGITS[start:stop].tolist(), "labels": LABELS[start:stop].tolist(), **extra})
+
+
+def test_appends_must_match_the_name_s_kind_and_classes(api):
+    assert _append(api, "m", 0, 100).status_code == 201
+    probabilities = cal.softmax(LOGITS[:10]).tolist()
+    wrong_kind = api.post("/v1/calibrators/m/observations", json={"probabilities": probabilities,
+                                                                  "labels": LABELS[:10].tolist()})
+    assert wrong_kind.status_code == 422 and "holds logits of 4 classes" in wrong_kind.json()["detail"]
+    wrong_k = api.post("/v1/calibrators/m/observations", json={"logits": LOGITS[:10, :3].tolist(),
+                                                               "labels": [0] * 10})
+    assert wrong_k.status_code == 422 and "3 classes" in wrong_k.json()["detail"]
+    bad_label = api.post("/v1/calibrators/m/observations", json={"logits": LOGITS[:2].tolist(), "labels": [0, 4]})
+    assert bad_label.status_code == 422
+    assert api.get("/v1/calibrators/m/observations").json()["total_rows"] == 100  # nothing half-written
+
+
+def test_a_fit_names_arrays_or_data_not_both(api):
+    _append(api, "m", 0, 100)
+    both = api.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS[:5].tolist(),
+                                                        "labels": LABELS[:5].tolist(),
+                                                        "data": {"observations": {}}})
+    assert both.status_code == 422 and "not both" in both.json()["detail"]
+    missing = api.post("/v1/calibrators/nobody/versions", json={"method": "temperature",
+                                                                "data": {"observations": {}}})
+    assert missing.status_code == 404
+    naive = api.post("/v1/calibrators/m/versions", json={"method": "temperature",
+                                                         "data": {"observations": {"since": "2026-01-01T00:00:00"}}})
+    assert naive.status_code == 422 and "UTC offset" in naive.json()["detail"]
+    none = api.post("/v1/calibrators/m/versions", json={"method": "temperature",
+                                                        "data": {"observations": {"source": "feedback"}}})
+    assert none.status_code == 404 and "no observations matching" in none.json()["detail"]
+
+
+def test_time_ranges_select_back_filled_rows(api):
+    _append(api, "m", 0, 200, observed_at="2026-01-01T00:00:00Z")
+    _append(api, "m", 200, 600, observed_at="2026-02-01T00:00:00Z")
+    summary = api.get("/v1/calibrators/m/observations").json()
+    assert summary["by_day"] == {"2026-01-01": 200, "2026-02-01": 400}
+    january = api.post("/v1/calibrators/m/versions", json={
+        "method": "temperature", "data": {"observations": {"until": "2026-01-15T00:00:00Z"}}}).json()
+    direct = cal.create("temperature").fit(LOGITS[:200], LABELS[:200])
+    assert january["n_samples"] == 200 and january["parameters"]["temperature"] == direct.temperature_
+    deleted = api.delete("/v1/calibrators/m/observations", params={"before": "2026-01-15T00:00:00Z"}).json()
+    assert deleted == {"name": "m", "deleted_rows": 200}
+    assert api.get("/v1/calibrators/m/observations").json()["total_rows"] == 400
+    assert api.delete("/v1/calibrators/m/observations", params={"before": "2026-01-15T00:00:00"}).status_code == 422
+
+
+def test_per_name_caps_refuse_an_append_whole(database_url):
+    with TestClient(_app(database_url, max_observation_rows=250)) as client:
+        assert _append(client, "m", 0, 200).status_code == 201
+        over = _append(client, "m", 200, 300)
+        assert over.status_code == 413 and "CALIBRATION_MAX_OBSERVATION_ROWS" in over.json()["detail"]
+        assert client.get("/v1/calibrators/m/observations").json()["total_rows"] == 200
+    with TestClient(_app(database_url, max_fit_entries=700)) as client:  # 200 rows x 4 classes are 800
+        too_big = client.post("/v1/calibrators/m/versions", json={"method": "temperature",
+                                                                  "data": {"observations": {}}})
+        assert too_big.status_code == 413 and "CALIBRATION_MAX_FIT_ENTRIES" in too_big.json()["detail"]
+        fits = client.post("/v1/calibrators/m/versions", json={"method": "temperature",
+                                                               "data": {"observations": {"last": 150}}})
+        assert fits.status_code == 201 and fits.json()["n_samples"] == 150
+
+
+def test_sampling_keeps_about_the_rate_and_labels_report_the_rest_unknown(api):
+    api.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                 "labels": LABELS.tolist()})
+    assert api.put("/v1/calibrators/m/logging", json={"sample_rate": 1.5}).status_code == 422
+    assert api.put("/v1/calibrators/m/logging", json={"sample_rate": 0.25}).json()["sample_rate"] == 0.25
+    served = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS.tolist()}).json()
+    logged = served["logged"]
+    assert len(served["ids"]) == 600 and 600 * 0.25 - 4 * 10.6 < logged < 600 * 0.25 + 4 * 10.6  # 4 sd
+    result = api.post("/v1/calibrators/m/labels", json={"ids": served["ids"], "labels": LABELS.tolist()}).json()
+    assert result["labelled"] == logged and result["counts"] == {"labelled": logged, "unknown": 600 - logged}
+    assert api.put("/v1/calibrators/m/logging", json={"sample_rate": 0}).status_code == 200
+    quiet = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:3].tolist()}).json()
+    assert "ids" not in quiet and "logged" not in quiet  # logging off: nothing added to the answer
+
+
+def test_client_ids_are_checked(api):
+    api.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                 "labels": LABELS.tolist()})
+    api.put("/v1/calibrators/m/logging", json={"sample_rate": 1})
+    for ids, expected in ((["a", "b"], "2 entries for 3 rows"), (["a", "a", "b"], "distinct"),
+                          (["a", "b c ", "d"], "printable ASCII")):
+        response = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:3].tolist(), "ids": ids})
+        assert response.status_code == 422 and expected in response.json()["detail"], response.text
+    buffer = io.BytesIO()
+    np.save(buffer, LOGITS[:3])
+    binary = api.post("/v1/calibrators/m/calibrate", content=buffer.getvalue(), params={"ids": "q1,q2,q3"},
+                      headers={"content-type": "application/x-npy", "accept": "application/x-npy"})
+    assert binary.status_code == 200 and binary.headers["prediction-logged"] == "3"
+    assert "prediction-id-prefix" not in binary.headers  # the client's own ids
+    generated = api.post("/v1/calibrators/m/calibrate", content=buffer.getvalue(),
+                         headers={"content-type": "application/x-npy", "accept": "application/x-npy"})
+    prefix = generated.headers["prediction-id-prefix"]
+    labelled = api.post("/v1/calibrators/m/labels", json={"ids": ["q2", f"{prefix}0", "q2", f"{prefix}9"],
+                                                          "labels": [1, 2, 1, 0]}).json()
+    assert labelled["statuses"] == ["labelled", "labelled", "duplicate", "unknown"]
+    out_of_range = api.post("/v1/calibrators/m/labels", json={"ids": ["q1", "q3"], "labels": [0, 4]})
+    assert out_of_range.status_code == 422
+    # all or nothing: q1 was not labelled by the refused call
+    assert api.post("/v1/calibrators/m/labels", json={"ids": ["q1"], "labels": [0]}).json()["labelled"] == 1
+    feedback = api.get("/v1/calibrators/m/observations").json()
+    assert feedback["by_source"] == {"feedback": 3} and feedback["by_version"] == {"1": 3}
+
+
+def test_retention_deletes_old_rows_on_its_own(database_url):
+    settings = {"observation_retention_days": 1.0, "retention_interval_seconds": 0.1}
+    with TestClient(_app(database_url, **settings)) as client:
+        _append(client, "m", 0, 100, observed_at="2020-01-01T00:00:00Z")
+        _append(client, "m", 100, 150)
+        deadline = time.monotonic() + 10
+        while client.get("/v1/calibrators/m/observations").json()["total_rows"] != 50:
+            assert time.monotonic() < deadline, "retention did not run"
+            time.sleep(0.1)
+
+
+def test_deleting_a_calibrator_deletes_its_observations_and_log(api):
+    api.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                 "labels": LABELS.tolist()})
+    _append(api, "m", 0, 100)
+    api.put("/v1/calibrators/m/logging", json={"sample_rate": 1})
+    ids = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:5].tolist()}).json()["ids"]
+    api.post("/v1/calibrators/m/labels", json={"ids": ids[:2], "labels": [0, 1]})
+    assert api.delete("/v1/calibrators/m").status_code == 204
+    _append(api, "m", 0, 10)  # the name again, fresh
+    summary = api.get("/v1/calibrators/m/observations").json()
+    assert summary["total_rows"] == 10 and summary["prediction_log"]["logged"] == 0
