@@ -4,7 +4,9 @@
 candidate is fitted on K-1 folds and scored on the held-out fold, and per candidate the mean
 and spread across folds of NLL, Brier, ECE, KDE-ECE, calibration gain ΔECE² (Zhang et al.
 2020, eq. 8: the drop in Brier from the raw to the calibrated probabilities of the held-out
-fold), accuracy change and fit time are reported. Folds are dealt class by class after a
+fold), accuracy change and fit time are reported, and per fold each candidate's ``tail_risk``
+against temperature scaling fitted on the same folds (with that reference's held-out NLL).
+Folds are dealt class by class after a
 seeded shuffle, so every fold holds each class's share within one sample. The rule that picks
 one candidate from the result is ``calibration.selection``.
 
@@ -33,6 +35,8 @@ from .metrics.scores import accuracy, brier, nll
 from .registry import METHODS, create
 
 SAMPLES_PER_PARAMETER = 10
+UNSUPPORTED_RATIO = 1e-6
+TINY = 1e-300
 MAX_CANDIDATES = 20  # each is fitted once per fold
 
 #: Named candidates beyond plain registry methods.
@@ -116,6 +120,8 @@ class MethodResult:
     per_fold: dict[str, list[float]]
     converged: bool = True
     error: str | None = None
+    #: per fold, the held-out rows' ``tail_risk`` against temperature scaling fitted on that fold
+    tail_risk: list[float] = field(default_factory=list)
 
     def mean(self, metric: str) -> float:
         return float(np.mean(self.per_fold[metric]))
@@ -150,6 +156,9 @@ class Comparison:
     seed: int
     uncalibrated: dict[str, list[float]]
     results: list[MethodResult]
+    #: per fold, the held-out NLL of temperature scaling fitted on the other folds (the
+    #: reference of ``tail_risk``; empty where no reference was fitted)
+    reference_nll: list[float] = field(default_factory=list)
 
     def result(self, name: str) -> MethodResult:
         for result in self.results:
@@ -177,6 +186,29 @@ def _fold_metrics(raw: np.ndarray, calibrated: np.ndarray, labels: np.ndarray) -
         "calibration_gain": brier(raw, labels) - brier(calibrated, labels),
         "accuracy_change": accuracy(calibrated, labels) - accuracy(raw, labels),
     }
+
+
+def reference_probabilities(train: InputBatch, y_train: np.ndarray, test: InputBatch) -> np.ndarray:
+    """The held-out probabilities of temperature scaling fitted on the training folds (the
+    uncalibrated ones where it has no optimum): what ``tail_risk`` measures against."""
+    try:
+        return create("temperature", {"input": "logits"}).fit_batch(train, y_train, warn=False).predict_batch(test)
+    except (ValueError, ArithmeticError):
+        return test.probabilities
+
+
+def tail_risk(calibrated: np.ndarray, reference: np.ndarray) -> float:
+    """The expected extra NLL per row, were the labels drawn from ``reference``, from the
+    entries where ``calibrated`` is more than ``1 / UNSUPPORTED_RATIO`` times more certain that
+    the class is wrong: ``mean_i sum_{j: c_ij < r r_ij} r_ij log(r_ij / c_ij)`` (``c`` floored at
+    ``TINY``). Such claims are orders of magnitude beyond anything the validation rows can
+    check; held-out NLL cannot see them when no held-out label falls there, this can
+    (``calibration.selection``, the support guard)."""
+    small = calibrated < UNSUPPORTED_RATIO * reference
+    if not small.any():
+        return 0.0
+    c, r = np.maximum(calibrated[small], TINY), reference[small]
+    return float(np.sum(r * np.log(r / c)) / len(calibrated))
 
 
 def prepare_comparison(n: int, k: int, methods: Sequence | None, folds: int, input: str) -> list[Candidate]:
@@ -222,6 +254,7 @@ def compare(
     assignment = stratified_folds(y, folds, seed)
     source = getattr(scores, scores.source)
     uncalibrated: dict[str, list[float]] = {m: [] for m in METRICS}
+    reference_nll = []
     results = [MethodResult(c, c.create(input).accuracy_preserving, {m: [] for m in METRICS}) for c in candidates]
     done, total = 0, folds * len(candidates)
     for fold in range(folds):
@@ -229,6 +262,8 @@ def compare(
         train_scores = InputBatch(**{scores.source: source[train]})
         test_scores = InputBatch(**{scores.source: source[test]})
         raw = test_scores.probabilities
+        reference = reference_probabilities(train_scores, y[train], test_scores)
+        reference_nll.append(nll(reference, y[test]))
         for metric, value in _fold_metrics(raw, raw, y[test]).items():
             uncalibrated[metric].append(value)
         uncalibrated["fit_seconds"].append(0.0)
@@ -237,7 +272,9 @@ def compare(
             start = time.perf_counter()
             try:
                 calibrator.fit_batch(train_scores, y[train], warn=False)
-                values = _fold_metrics(raw, calibrator.predict_batch(test_scores), y[test])
+                calibrated = calibrator.predict_batch(test_scores)
+                values = _fold_metrics(raw, calibrated, y[test])
+                result.tail_risk.append(tail_risk(calibrated, reference))
                 result.converged &= calibrator.diagnostics_.converged
                 result.accuracy_preserving = calibrator.accuracy_preserving
             except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
@@ -249,4 +286,4 @@ def compare(
             done += 1
             if progress is not None:
                 progress(done, total)
-    return Comparison(scores.n, scores.k, folds, seed, uncalibrated, results)
+    return Comparison(scores.n, scores.k, folds, seed, uncalibrated, results, reference_nll)
