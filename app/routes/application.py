@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import logs
 from ..db import Database, normalise_url
+from ..drift_alarms import QualityCollector
 from ..idempotency import IdempotencyKeys
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine
@@ -21,6 +22,7 @@ from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
 from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, ui, v2
+from . import quality as quality_routes
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors
@@ -99,12 +101,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     app.state.registry.register(JobCollector(database))
+    app.state.registry.register(QualityCollector(database))
     problems.install(app)
     hot_path_pool = hot_path.install(app, serve_threads(settings))
     work_pool = admission.install(app, settings.work_threads, settings.work_queue)
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
     app.include_router(observations.router)
+    app.include_router(quality_routes.router)
     app.include_router(health.router)
     app.include_router(keys.router)
     app.include_router(v2.router)

@@ -15,7 +15,7 @@ from app.models import Base
 from app.settings import Settings
 
 TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs", "api_keys", "idempotency_keys",
-          "observation_chunks", "prediction_chunks", "logged_predictions"}
+          "observation_chunks", "prediction_chunks", "logged_predictions", "drift_monitors"}
 PROCRASTINATE_TABLES = {"procrastinate_jobs", "procrastinate_events", "procrastinate_periodic_defers",
                         "procrastinate_workers"}  # the job engine's, on Postgres only
 

@@ -1,0 +1,169 @@
+"""Anytime-valid drift alarms (issue #20), on domain values: each version that served labelled
+predictions has a drift monitor, the e-process of ``calibration.monitoring.DriftTest`` on the
+top-label residuals of those rows (its calibrated probabilities, in the order the labels came).
+``evaluate`` feeds it the rows that arrived since its last evaluation and records the alarm when
+the e-value first reaches ``1/alpha`` (Ville: under the null the probability that this ever
+happens is at most ``alpha``, however often it is evaluated). It is a plain function of the
+service, for a request or a scheduled job.
+
+``QualityCollector`` exports the monitors as Prometheus gauges when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy.exc import IntegrityError
+
+import calibration as cal
+from calibration import monitoring
+
+from . import alarm_store, observation_store, store
+from .alarm_models import DriftMonitorRow
+from .db import Database
+from .errors import InvalidInput, NotFound
+from .models import utcnow
+from .names import check_name
+from .observation_store import Selection
+from .quality import calibrated_groups
+
+FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
+ECE_ROWS = 10_000  # the gauge's ECE: of the newest rows a version served
+
+
+def monitor_view(row: DriftMonitorRow) -> dict:
+    return {"version": row.version, "alpha": row.alpha, "tolerance": row.tolerance, "n_rows": row.n_rows,
+            "e_value": math.exp(min(row.log_e_value, 700.0)), "log_e_value": row.log_e_value,
+            "max_log_e_value": row.max_log_e_value, "threshold_log_e_value": math.log(1 / row.alpha),
+            "alarm": row.alarm_rows is not None, "alarm_rows": row.alarm_rows, "alarmed_at": row.alarmed_at,
+            "ece": row.ece, "ece_rows": row.ece_rows, "evaluated_at": row.evaluated_at}
+
+
+def alarms(db: Database, name: str) -> dict:
+    """The alarms raised for ``name`` and the state of every version's monitor."""
+    check_name(name)
+    with db.read() as session:
+        calibrator = store.calibrator_row(session, name)
+        views = [monitor_view(row) for row in alarm_store.monitors(session, calibrator.id)]
+    return {"name": name, "alarms": [v for v in views if v["alarm"]], "monitors": views}
+
+
+def _residuals(service, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
+    inputs, labels = observation_store.load(session, entries)
+    _, calibrated, usable = calibrated_groups(service, name, entries[0][3], inputs,
+                                              np.full(len(labels), version, dtype=np.int64))
+    return calibrated, labels[usable]
+
+
+def _feed(service, name: str, calibrator_id: int, version: int, test: monitoring.DriftTest, after: int) -> int:
+    """Feed ``test`` the feedback rows ``version`` served in chunks after ``after``, a batch of
+    chunks at a time; returns the last chunk fed."""
+    with service.db.read() as session:
+        chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
+    batch, entries = [], 0
+    for position, chunk in enumerate(chunks):
+        batch.append(chunk.index_entry())
+        entries += chunk.n_rows * chunk.n_classes
+        if entries >= FEED_ENTRIES or position == len(chunks) - 1:
+            with service.db.read() as session:
+                probs, labels = _residuals(service, name, version, session, batch)
+            if len(labels):
+                test.update(monitoring.top_label_residuals(probs, labels))
+            batch, entries = [], 0
+    return chunks[-1].id if chunks else after
+
+
+def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
+    with service.db.read() as session:
+        index = observation_store.chunk_index(session, calibrator_id,
+                                              Selection(last=ECE_ROWS, source="feedback", version=version))
+        if not index:
+            return None, 0
+        probs, labels = _residuals(service, name, version, session, index)
+    return (cal.ece(probs, labels), len(labels)) if len(labels) else (None, 0)
+
+
+def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0) -> dict:
+    """Bring every served version's monitor up to date; a monitor whose options differ from these
+    starts again from the first row. Returns what ``alarms`` returns, with ``new_alarms``."""
+    check_name(name)
+    try:
+        fresh = monitoring.DriftTest(alpha, tolerance, half_life)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    with service.db.read() as session:
+        calibrator = store.calibrator_row(session, name)
+        versions = alarm_store.served_versions(session, calibrator.id)
+        known = {row.version: (row.state, row.last_chunk_id) for row in alarm_store.monitors(session, calibrator.id)}
+    new_alarms = []
+    for version in versions:
+        state, after = known.get(version, (None, 0))
+        same = state is not None and {k: state[k] for k in ("alpha", "tolerance", "half_life", "max_bet")} == \
+            {k: v for k, v in fresh.to_dict().items() if k in ("alpha", "tolerance", "half_life", "max_bet")}
+        test = monitoring.DriftTest.from_dict(state) if same else monitoring.DriftTest(alpha, tolerance, half_life)
+        before = int(test.alarm_at) if same else -1
+        try:
+            last = _feed(service, name, calibrator.id, version, test, after if same else 0)
+            ece, ece_rows = _recent_ece(service, name, calibrator.id, version)
+        except NotFound:  # the version was deleted: its monitor stays as it was
+            continue
+        if _save(service.db, calibrator.id, version, test, last, after if same else None, ece, ece_rows) \
+                and before < 0 <= int(test.alarm_at):
+            new_alarms.append(version)
+    return {**alarms(service.db, name), "new_alarms": new_alarms}
+
+
+def _save(db: Database, calibrator_id: int, version: int, test, last: int, expected_last: int | None,
+          ece: float | None, ece_rows: int) -> bool:
+    """Store the monitor unless another evaluation moved it meanwhile (then theirs stands)."""
+    state = test.to_dict()
+    values = {"alpha": test.alpha, "tolerance": test.tolerance, "n_rows": state["n"], "last_chunk_id": last,
+              "log_e_value": state["log_wealth"], "max_log_e_value": state["max_log_wealth"], "state": state,
+              "ece": ece, "ece_rows": ece_rows, "evaluated_at": utcnow()}
+    try:
+        with db.write() as session:
+            row = alarm_store.monitor(session, calibrator_id, version)
+            if row is not None and expected_last is not None and row.last_chunk_id != expected_last:
+                return False
+            if row is None:
+                row = DriftMonitorRow(calibrator_id=calibrator_id, version=version, **values)
+                session.add(row)
+            else:
+                for key, value in values.items():
+                    setattr(row, key, value)
+            if state["alarm_at"] >= 0 and row.alarm_rows is None:
+                row.alarm_rows, row.alarmed_at = state["alarm_at"], utcnow()
+            elif state["alarm_at"] < 0:
+                row.alarm_rows, row.alarmed_at = None, None
+    except IntegrityError:  # a concurrent first evaluation created it
+        return False
+    return True
+
+
+class QualityCollector:
+    """``calibration_quality_ece``, ``calibration_drift_log_e_value`` and ``calibration_drift_alarm``
+    per calibrator and version, read from the monitors (so every replica reports the same)."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def collect(self):
+        try:
+            with self.db.read() as session:
+                rows = alarm_store.every_monitor(session)
+        except Exception:  # the database is away or unmigrated: /readyz says so
+            return
+        ece = GaugeMetricFamily("calibration_quality_ece", "ECE of the newest labelled rows a version served",
+                                labels=["calibrator", "version"])
+        log_e = GaugeMetricFamily("calibration_drift_log_e_value", "Log e-value of the drift e-process",
+                                  labels=["calibrator", "version"])
+        alarm = GaugeMetricFamily("calibration_drift_alarm", "1 once the drift e-process reached 1/alpha",
+                                  labels=["calibrator", "version"])
+        for name, version, value, log_e_value, alarmed in rows:
+            if value is not None:
+                ece.add_metric([name, str(version)], value)
+            log_e.add_metric([name, str(version)], log_e_value)
+            alarm.add_metric([name, str(version)], 1.0 if alarmed else 0.0)
+        yield from (ece, log_e, alarm)

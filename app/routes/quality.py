@@ -1,0 +1,71 @@
+"""Calibration quality over time (/v1, issue #20): metrics per window of stored observations,
+the anytime-valid drift alarms and their evaluation, and the label-shift estimate from the
+prediction log."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
+from .. import drift_alarms, quality
+from ..service import CalibrationService
+from . import admission
+from .auth import READ, WRITE
+from .calibrators import NAME, _json
+from .openapi import problems
+
+router = APIRouter(prefix="/v1", tags=["quality"])
+WINDOW = Query("day", max_length=20, description="`hour`, `day` (UTC) or a number of rows per window")
+VERSION = Query(None, ge=1, le=2**31 - 1, description="Score every row through this version (default: "
+                "each labelled prediction through the version that served it, uploads through the latest)")
+
+
+def _service(request: Request) -> CalibrationService:
+    return request.app.state.service
+
+
+@router.get("/calibrators/{name}/quality", summary="Calibration quality per time window",
+            responses=problems(404, 413, 422), dependencies=[READ])
+async def get_quality(request: Request, name: str = NAME, window: str = WINDOW, version: int | None = VERSION,
+                      windows: int = Query(12, ge=1, le=500, description="How many of the newest windows"),
+                      bootstrap: int = Query(100, ge=0, le=2000, description="Bootstrap resamples (0: none)"),
+                      n_bins: int = Query(15, ge=1, le=1000), confidence: float = Query(0.95, gt=0, lt=1),
+                      seed: int = Query(0, ge=0, le=2**31 - 1)):
+    """ECE, classwise ECE, KDE-ECE, NLL, Brier, accuracy and mean confidence of the calibrated
+    probabilities and of the uncalibrated inputs, per window of the stored observations, each with
+    a percentile-bootstrap interval; and the label-free signals of each window (expected accuracy
+    = mean calibrated confidence, mean entropy, predicted class distribution)."""
+    query = quality.QualityQuery(window, version, windows, n_bins, bootstrap, confidence, seed)
+    return _json(await admission.run(request, quality.quality, _service(request), name, query))
+
+
+@router.get("/calibrators/{name}/alarms", summary="Drift alarms and monitors", responses=problems(404, 422),
+            dependencies=[READ])
+async def get_alarms(request: Request, name: str = NAME):
+    """Each served version's anytime-valid drift monitor (its e-value on the labelled predictions
+    it served) and the alarms raised: a monitor alarms once its e-value reaches 1/alpha, which
+    under a calibrated stream happens with probability at most alpha over its whole life."""
+    return _json(await run_in_threadpool(drift_alarms.alarms, _service(request).db, name))
+
+
+@router.post("/calibrators/{name}/alarms/evaluate", summary="Evaluate the drift monitors",
+             responses=problems(404, 422), dependencies=[WRITE])
+async def evaluate_alarms(request: Request, name: str = NAME,
+                          alpha: float = Query(0.01, gt=0, lt=1, description="False-alarm probability, ever"),
+                          tolerance: float = Query(0.02, ge=0, lt=0.5, description="Drift of mean confidence "
+                                                   "minus accuracy that is no alarm"),
+                          half_life: float = Query(1000.0, gt=0, le=1e9, description="Rows of the bet's memory")):
+    """Feed every served version's monitor the labelled rows that arrived since it last ran
+    (changed options restart it from the first row) and record new alarms."""
+    return _json(await admission.run(request, drift_alarms.evaluate, _service(request), name, alpha, tolerance,
+                                     half_life))
+
+
+@router.get("/calibrators/{name}/label-shift", summary="Label-shift estimate from the prediction log",
+            responses=problems(404, 422), dependencies=[READ])
+async def get_label_shift(request: Request, name: str = NAME, version: int | None = VERSION,
+                          last: int = Query(50_000, ge=1, le=5_000_000, description="Newest logged rows used")):
+    """Production class priors estimated without labels from the logged predictions: EM (Saerens
+    et al. 2002) on the calibrated probabilities and BBSE (Lipton et al. 2018), with the priors of
+    the labelled observations they shift from, and the label-free signals of the logged rows."""
+    return _json(await admission.run(request, quality.label_shift, _service(request), name, version, last))
