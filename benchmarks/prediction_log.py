@@ -1,0 +1,101 @@
+"""What the prediction log costs the hot path: binary calibrate throughput with logging off, on at
+10% and on at 100% of rows (ratios against off), and the append throughput of observations.
+
+One server (``calibration-service serve``, 1 worker, SQLite in a temporary directory), a
+temperature-scaling calibrator, ``.npy`` batches of 64 x ``--classes`` float32 logits, ``wrk``
+with 32 connections for ``--seconds`` per run. The three settings alternate (``PUT .../logging``
+between runs) for ``--rounds`` rounds; medians and the ratio of medians are reported, with the
+rows the log wrote and dropped (its buffer is bounded) read from the observation summary. The
+append figure is rows per second of ``POST .../observations`` with 10000 x ``--classes`` float32
+``.npz`` chunks, sent one after another.
+
+Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._common import environment, write  # noqa: E402
+from benchmarks.service_latency import ALLOCATOR, run_wrk  # noqa: E402
+from tests.service.live import LiveServer  # noqa: E402
+
+RATES = (0.0, 0.1, 1.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--classes", type=int, default=100)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    k = args.classes
+    fit_logits = rng.standard_normal((2000, k)) * 3
+    fit_labels = rng.integers(0, k, 2000)
+    batch = rng.standard_normal((64, k)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as directory:
+        body = Path(directory) / "batch.npy"
+        np.save(body, batch)
+        server = LiveServer(f"sqlite:///{directory}/log.db", env=ALLOCATOR, log_file=f"{directory}/server.log")
+        base = server.start()
+        try:
+            client = httpx.Client(base_url=base, timeout=120)
+            fitted = client.post("/v1/calibrators/bench/versions", json={
+                "method": "temperature", "logits": fit_logits.tolist(), "labels": fit_labels.tolist()})
+            assert fitted.status_code == 201, fitted.text
+            url = f"{base}/v1/calibrators/bench/calibrate"
+            results: dict[float, list[dict]] = {rate: [] for rate in RATES}
+            run_wrk(url, body, "application/x-npy", "application/x-npy", 2)  # warm-up
+            for _ in range(args.rounds):
+                for rate in RATES:
+                    client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
+                    results[rate].append(run_wrk(url, body, "application/x-npy", "application/x-npy", args.seconds))
+            time.sleep(2)  # the log's last flush
+            summary = client.get("/v1/calibrators/bench/observations").json()
+
+            chunk = 10000
+            appends = [io.BytesIO() for _ in range(5)]
+            for buffer in appends:
+                np.savez(buffer, logits=rng.standard_normal((chunk, k)).astype(np.float32),
+                         labels=rng.integers(0, k, chunk))
+            start = time.perf_counter()
+            for buffer in appends:
+                response = client.post("/v1/calibrators/appends/observations", content=buffer.getvalue(),
+                                       headers={"content-type": "application/x-npz"})
+                assert response.status_code == 201, response.text
+            append_rate = 5 * chunk / (time.perf_counter() - start)
+        finally:
+            server.stop()
+    off = statistics.median(r["rps"] for r in results[0.0])
+    rows = []
+    for rate in RATES:
+        rps = [r["rps"] for r in results[rate]]
+        rows.append([f"{rate:.0%}", f"{statistics.median(rps):.0f} ({min(rps):.0f}-{max(rps):.0f})",
+                     f"{statistics.median(rps) / off:.3f}",
+                     f"{statistics.median(r['p50'] for r in results[rate]):.2f}",
+                     f"{statistics.median(r['p99'] for r in results[rate]):.2f}",
+                     sum(r["errors"] for r in results[rate])])
+    rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", 0])
+    write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
+          f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite)",
+          ["logging", "req/s median (range)", "ratio to off", "p50 ms", "p99 ms", "non-2xx"], rows,
+          environment(["numpy", "fastapi", "uvicorn", "sqlalchemy"]),
+          f"Rows the log wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "
+          f"{chunk} x {k} float32 .npz.")
+
+
+if __name__ == "__main__":
+    main()
