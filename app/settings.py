@@ -100,8 +100,8 @@ class Settings(BaseSettings):
                                   "beyond it are dropped (and counted) rather than slowing calibrate.")
     observation_retention_days: float = Field(0.0, ge=0, description="Observations older than this are deleted "
                                               "(0: kept until deleted).")
-    prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions still unlabelled "
-                                                 "after this are deleted (0: kept).")
+    prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions older than this "
+                                                 "are deleted, labelled or not (0: kept).")
     retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the retention settings "
                                               "are applied.")
 
