@@ -109,8 +109,8 @@ def test_a_tie_goes_to_the_guideline_order():
                              "ensemble_temperature": [0.490, 0.530, 0.510]}))
     assert TIE_TOLERANCE < 0.01 / 0.5 and far.chosen.name == "expectation_consistency"
     assert far.tied == ["expectation_consistency"]
-    # vector scaling is more complex: lower by 0.01 on average, but not by 2 standard errors
-    # (0.023) of the paired differences, so ETS stays (issue #23 item 2)
+    # vector scaling is more complex: lower by 0.01 on average, but not by more than the standard
+    # error (0.0115) of the paired differences, so ETS stays (issue #23 item 2)
     kept = select(comparison({"vector": [0.500] * 3, "ensemble_temperature": [0.490, 0.530, 0.510]}))
     assert kept.chosen.name == "ensemble_temperature" and "preferred to the more complex vector" in kept.reason
 
@@ -154,7 +154,9 @@ def auto_on(name: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", DATASETS)
-def test_auto_is_within_one_percent_of_the_best_candidate_on_test(name):
+def test_auto_is_within_two_percent_of_the_best_candidate_on_test(name):
+    """Within 1% before issue #23 item 2; the simplicity guard keeps TS on cifar100_wrn16-4,
+    where vector scaling loses 3 folds of 5 and ends 1.05% better on test in hindsight."""
     auto = auto_on(name)
     kind, x, y = load_split(name, "val")
     _, x_test, y_test = load_split(name, "test")
@@ -166,7 +168,7 @@ def test_auto_is_within_one_percent_of_the_best_candidate_on_test(name):
         test_nll[c.name] = cal.nll(fitted.predict_proba(x_test), y_test)
     chosen = auto.summary()["chosen"]
     assert cal.nll(auto.predict_proba(x_test), y_test) == test_nll[chosen]
-    assert test_nll[chosen] <= 1.01 * min(test_nll.values())
+    assert test_nll[chosen] <= 1.02 * min(test_nll.values())
     assert test_nll[chosen] < cal.nll(cal.validate_inputs(x_test, kind).probabilities, y_test)
 
 
