@@ -55,6 +55,7 @@ from .reliability import (
     wilson_interval,
 )
 from .selection import Selection, select
+from .sequential import compare_losses, difference_cs, empirical_bernstein_cs, first_crossing
 from .softmax import log_softmax, predicted_class, softmax
 
 __all__ = [
@@ -94,13 +95,17 @@ __all__ = [
     "check_labels",
     "classwise_ece",
     "compare",
+    "compare_losses",
     "create",
     "default_candidates",
     "describe_methods",
+    "difference_cs",
     "ece",
     "ece_interval",
     "ece_interval_from_bins",
+    "empirical_bernstein_cs",
     "expectation_consistency_gap",
+    "first_crossing",
     "from_dict",
     "json_safe",
     "kde_ece",

@@ -1,0 +1,106 @@
+"""The empirical-Bernstein confidence sequence and the paired comparison of two calibrators."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import beta
+
+import calibration as cal
+from calibration.sequential import row_brier, row_nll, verdict
+
+
+def _by_hand(x: np.ndarray, alpha: float, c: float = 0.5) -> tuple[float, float]:
+    """Waudby-Smith & Ramdas (2023) Theorem 2 written as a loop, term by term."""
+    log_term = math.log(2 / alpha)
+    mean_before, var_before = 0.5, 0.25
+    total, sum_x, sum_sq = 0.0, 0.0, 0.0
+    bet_sum = weighted = penalty = 0.0
+    lower, upper = 0.0, 1.0
+    for t, value in enumerate(x, start=1):
+        bet = min(math.sqrt(2 * log_term / (var_before * t * math.log(1 + t))), c)
+        bet_sum += bet
+        weighted += bet * value
+        penalty += 4 * (value - mean_before) ** 2 * (-math.log(1 - bet) - bet) / 4
+        centre, radius = weighted / bet_sum, (log_term + penalty) / bet_sum
+        lower, upper = max(lower, min(max(centre - radius, 0), 1)), min(upper, min(max(centre + radius, 0), 1))
+        sum_x += value
+        mean = (0.5 + sum_x) / (t + 1)
+        sum_sq += (value - mean) ** 2
+        total = t
+        mean_before, var_before = mean, (0.25 + sum_sq) / (total + 1)
+    return lower, upper
+
+
+def test_the_vectorised_sequence_equals_the_formula_by_hand():
+    rng = np.random.default_rng(0)
+    x = rng.beta(2, 5, size=300)
+    lower, upper = cal.empirical_bernstein_cs(x, alpha=0.1)
+    assert (lower[-1], upper[-1]) == pytest.approx(_by_hand(x, 0.1), abs=1e-12)
+    assert (lower[40], upper[40]) == pytest.approx(_by_hand(x[:41], 0.1), abs=1e-12)
+    stacked_lower, _ = cal.empirical_bernstein_cs(np.stack([x, x[::-1]]), alpha=0.1)
+    assert stacked_lower[0] == pytest.approx(lower) and stacked_lower[1, -1] == pytest.approx(
+        _by_hand(x[::-1], 0.1)[0])
+
+
+def test_bounds_shrink_around_the_mean_and_never_cross():
+    x = np.random.default_rng(1).uniform(0.2, 0.6, size=20000)
+    lower, upper = cal.empirical_bernstein_cs(x, alpha=0.05)
+    assert np.all(np.diff(lower) >= 0) and np.all(np.diff(upper) <= 0) and np.all(lower <= upper)
+    assert lower[-1] < 0.4 < upper[-1] and upper[-1] - lower[-1] < 0.02
+
+
+@pytest.mark.parametrize("p", [0.5, 0.1])
+def test_time_uniform_coverage(p):
+    """Over 2000 Bernoulli(p) streams of 2000 rows, the sequence ever misses p in at most alpha of
+    them (a 99% Clopper-Pearson interval of the miss rate does not lie above alpha)."""
+    rng = np.random.default_rng(2)
+    alpha, streams = 0.1, 2000
+    misses = 0
+    for _ in range(4):
+        x = (rng.random((streams // 4, 2000)) < p).astype(float)
+        lower, upper = cal.empirical_bernstein_cs(x, alpha)
+        misses += int(((lower[:, -1] > p) | (upper[:, -1] < p)).sum())  # running intersection: ever
+    lowest = beta.ppf(0.005, misses, streams - misses + 1) if misses else 0.0
+    assert lowest <= alpha, misses
+
+
+def test_per_row_losses_average_to_the_core_metrics():
+    rng = np.random.default_rng(3)
+    probs = rng.dirichlet(np.ones(5), size=400)
+    labels = rng.integers(0, 5, 400)
+    assert row_nll(probs, labels).mean() == pytest.approx(cal.nll(probs, labels))
+    assert row_brier(probs, labels).mean() == pytest.approx(cal.brier(probs, labels))
+
+
+def test_a_better_challenger_wins_and_an_identical_one_never_does():
+    rng = np.random.default_rng(4)
+    n, k = 20000, 4
+    logits = rng.normal(size=(n, k)) * 2
+    labels = np.array([rng.choice(k, p=row) for row in cal.softmax(logits)])
+    true = cal.softmax(logits)
+    overconfident = cal.softmax(3 * logits)
+    result = cal.compare_losses(true, overconfident, labels, alpha=0.05)
+    assert result["verdict"] == "challenger_better" and result["nll"]["confidence_sequence"][1] < 0
+    assert cal.compare_losses(overconfident, true, labels)["verdict"] == "champion_better"
+    same = cal.compare_losses(true, true, labels)
+    assert same["verdict"] == "inconclusive" and same["nll"]["difference"] == 0
+    assert verdict(-0.2, 0.1) == "inconclusive"
+
+
+def test_first_crossing_counts_rows():
+    upper = np.array([[0.3, 0.1, -0.1, -0.2], [0.3, 0.2, 0.1, 0.05]])
+    assert cal.first_crossing(upper).tolist() == [3, 0]
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError):
+        cal.empirical_bernstein_cs([0.5, 1.5])
+    with pytest.raises(ValueError):
+        cal.empirical_bernstein_cs([0.5], alpha=1.0)
+    with pytest.raises(ValueError):
+        cal.difference_cs([0.1], bound=0)
+    with pytest.raises(ValueError):
+        row_nll(np.ones((2, 2)) / 2, [0, 2])
