@@ -1,0 +1,221 @@
+"""Drift alarms on real model outputs (issue #20): the anytime-valid e-process of
+``calibration.monitoring.DriftTest`` against a fixed threshold on the windowed ECE checked at
+every window, on streams resampled from the test splits of ../shared/data.
+
+For each data set a temperature scaling is fitted on the validation split and serves the test
+split; a stream draws test rows with replacement (its labels are the rows' labels).
+
+* **No shift**: ``streams`` streams of ``horizon`` labelled rows each. The e-process (tolerance
+  0.02, half-life 1000 rows) alarms when its e-value reaches 1/alpha; its null hypothesis is
+  ``|mean_confidence - accuracy| <= 0.02`` at every step, which the resampled stream satisfies when
+  the test split's own ``mean_confidence - accuracy`` (listed) is within 0.02. The windowed check
+  computes the 15-bin ECE of every block of ``WINDOW`` rows and alarms when one exceeds a
+  threshold set as the 95% (99%) quantile of the window ECE under no shift: a test of level 5%
+  (1%) *per check*, peeked at every window.
+* **Shifts** injected after ``SHIFT_AT`` calibrated rows, the stream then running ``AFTER`` rows:
+  a temperature change of the logits (``logits * s``, served through the same calibrator), a
+  Dirichlet label-prior shift (priors ~ Dir(a * 1) per stream, as Alexandari et al. 2020), a
+  "tweak-one" shift (one random class gets prior rho, the others share the rest), and a class
+  swap (the labels of random disjoint class pairs exchanged). The delay is the number of labelled
+  rows from the shift to the alarm, its median over the streams that alarmed.
+
+Run: ``python benchmarks/drift_alarms.py [streams] [horizon] [shift_streams]`` (default 1000,
+100000, 200); results in benchmarks/results/drift_alarms.md.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import beta
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import calibration as cal
+from benchmarks._common import environment, write
+from calibration.monitoring import DriftTest
+from tests.helpers import load_split
+
+DATASETS = ["cifar10_resnet50_cross_entropy", "cifar10_lenet5", "cifar100_densenet-bc-100"]
+TOLERANCE, HALF_LIFE, ALPHAS = 0.02, 1000.0, (0.01, 0.05)
+WINDOW, N_BINS, BLOCK = 1000, 15, 1000
+SHIFT_AT, AFTER = 10_000, 20_000
+SHIFTS = [("temperature", 1.25), ("temperature", 1.5), ("temperature", 2.0), ("temperature", 0.75),
+          ("dirichlet", 1.0), ("dirichlet", 0.1), ("tweak-one", 0.5), ("tweak-one", 0.9),
+          ("class swap", 1), ("class swap", 3)]
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    a = (1 - level) / 2
+    low = beta.ppf(a, k, n - k + 1) if k else 0.0
+    high = beta.ppf(1 - a, k + 1, n - k) if k < n else 1.0
+    return float(low), float(high)
+
+
+class Served:
+    """The test split through the fitted calibrator: top-label confidence, predicted class and
+    label per row, and the confidence after a temperature change of the inputs."""
+
+    def __init__(self, name: str):
+        kind, val, val_labels = load_split(name, "val")
+        _, test, self.labels = load_split(name, "test")
+        self.logits = test.astype(np.float64) if kind == "logits" else np.log(np.clip(test, 1e-12, 1.0))
+        self.calibrator = cal.create("temperature", {"input": "logits"}).fit(
+            val.astype(np.float64) if kind == "logits" else np.log(np.clip(val, 1e-12, 1.0)), val_labels)
+        probs = self.calibrator.predict_proba(self.logits)
+        self.k = probs.shape[1]
+        self.confidence, self.predicted = probs.max(axis=1), probs.argmax(axis=1)
+        self.order = np.argsort(self.labels, kind="stable")
+        self.class_start = np.searchsorted(self.labels[self.order], np.arange(self.k))
+        self.class_count = np.bincount(self.labels, minlength=self.k)
+
+    def scaled_confidence(self, s: float) -> np.ndarray:
+        return self.calibrator.predict_proba(self.logits * s).max(axis=1)
+
+    def rows_with_priors(self, rng, priors: np.ndarray, size: int) -> np.ndarray:
+        """Rows drawn with class priors ``priors`` (streams x k), ``size`` per stream."""
+        cumulative = np.cumsum(priors, axis=1)
+        u = rng.random((len(priors), size))
+        classes = np.minimum((u[:, :, None] > cumulative[:, None, :]).sum(axis=2), self.k - 1)
+        within = (rng.random(classes.shape) * self.class_count[classes]).astype(np.int64)
+        return self.order[self.class_start[classes] + within]
+
+
+def shift_sampler(served: Served, rng, streams: int, kind: str, size):
+    """A function of the block size giving (confidence, correct) for the shifted part."""
+    n, k = len(served.labels), served.k
+    if kind == "temperature":
+        confidence = served.scaled_confidence(size)
+        return lambda b: _take(rng.integers(0, n, (streams, b)), confidence, served)
+    if kind in ("dirichlet", "tweak-one"):
+        if kind == "dirichlet":
+            priors = rng.dirichlet(np.full(k, size), size=streams)
+        else:
+            priors = np.full((streams, k), (1 - size) / (k - 1))
+            priors[np.arange(streams), rng.integers(0, k, streams)] = size
+        return lambda b: _take(served.rows_with_priors(rng, priors, b), served.confidence, served)
+    permutation = np.tile(np.arange(k), (streams, 1))  # class swap: `size` disjoint pairs per stream
+    for s in range(streams):
+        pairs = rng.choice(k, size=2 * size, replace=False).reshape(size, 2)
+        permutation[s, pairs[:, 0]], permutation[s, pairs[:, 1]] = pairs[:, 1], pairs[:, 0]
+
+    def swapped(b):
+        rows = rng.integers(0, n, (streams, b))
+        labels = np.take_along_axis(permutation, served.labels[rows], axis=1)
+        return served.confidence[rows], (served.predicted[rows] == labels).astype(np.float64)
+    return swapped
+
+
+def _take(rows, confidence, served):
+    return confidence[rows], (served.predicted[rows] == served.labels[rows]).astype(np.float64)
+
+
+def window_ece(confidence: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """15-bin top-label ECE of each row of (streams x WINDOW) arrays, bins (lo, hi]."""
+    streams, width = confidence.shape
+    bins = np.clip(np.ceil(confidence * N_BINS).astype(np.int64) - 1, 0, N_BINS - 1)
+    flat = (bins + N_BINS * np.arange(streams)[:, None]).ravel()
+    gap = (np.bincount(flat, weights=confidence.ravel(), minlength=streams * N_BINS)
+           - np.bincount(flat, weights=correct.ravel(), minlength=streams * N_BINS))
+    return np.abs(gap).reshape(streams, N_BINS).sum(axis=1) / width
+
+
+def run(served: Served, rng, streams: int, horizon: int, shifted=None, shift_at: int | None = None,
+        exact: bool = False, tolerance: float = TOLERANCE):
+    """Stream ``horizon`` rows per stream; returns, per alpha, the rows when the e-value first reached
+    1/alpha (-1: never), and the window ECEs (streams x windows). ``exact``: labels drawn from the
+    served probabilities (correct with probability the confidence): the boundary of the null."""
+    test = DriftTest(alpha=min(ALPHAS), tolerance=tolerance, half_life=HALF_LIFE, shape=(streams,))
+    first = {alpha: np.full(streams, -1) for alpha in ALPHAS}
+    eces = []
+    n = len(served.labels)
+    for start in range(0, horizon, BLOCK):
+        if shifted is not None and start >= shift_at:
+            confidence, correct = shifted(BLOCK)
+        else:
+            confidence, correct = _take(rng.integers(0, n, (streams, BLOCK)), served.confidence, served)
+            if exact:
+                correct = (rng.random(confidence.shape) < confidence).astype(np.float64)
+        for t in range(BLOCK):  # the test's own loop, with the crossing of every alpha recorded
+            test.update((confidence[:, t] - correct[:, t])[:, None])
+            for alpha in ALPHAS:
+                hit = (first[alpha] < 0) & (test.log_wealth >= np.log(1 / alpha))
+                first[alpha][hit] = start + t + 1
+        eces.append(window_ece(confidence, correct))
+    return first, np.column_stack(eces)
+
+
+def main():
+    streams = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    horizon = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
+    shift_streams = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+    rng = np.random.default_rng(20)
+    null_rows, shift_rows, seconds = [], [], {}
+    for name in DATASETS:
+        served = Served(name)
+        check = rng.integers(0, len(served.labels), (2, WINDOW))
+        probs = served.calibrator.predict_proba(served.logits[check[0]])
+        assert abs(window_ece(served.confidence[check], _take(check, served.confidence, served)[1])[0]
+                   - cal.ece(probs, served.labels[check[0]])) < 1e-12
+        gap = served.confidence.mean() - (served.predicted == served.labels).mean()
+        for exact in (False, True):
+            started = time.perf_counter()
+            alarms, eces = run(served, rng, streams, horizon, exact=exact, tolerance=0.0 if exact else TOLERANCE)
+            seconds[name, exact] = time.perf_counter() - started
+            levels = {level: float(np.quantile(eces, level)) for level in (0.95, 0.99)}
+            if not exact:
+                thresholds = levels  # the shifts are compared with the real labels' threshold
+            row = [f"{name}, labels drawn from the served probabilities, tolerance 0" if exact else name,
+                   "0 (exact)" if exact else f"{gap:+.4f}"]
+            for alpha in ALPHAS:
+                k = int((alarms[alpha] >= 0).sum())
+                low, high = clopper_pearson(k, streams)
+                row.append(f"{k / streams:.4f} [{low:.4f}, {high:.4f}]")
+            for threshold in levels.values():
+                k = int((eces > threshold).any(axis=1).sum())
+                low, high = clopper_pearson(k, streams)
+                row.append(f"{threshold:.4f}: {k / streams:.3f} [{low:.3f}, {high:.3f}]")
+            null_rows.append(row)
+            print(row, f"{seconds[name, exact]:.0f} s", flush=True)
+        for kind, size in SHIFTS:
+            shifted = shift_sampler(served, rng, shift_streams, kind, size)
+            alarms, eces = run(served, rng, shift_streams, SHIFT_AT + AFTER, shifted, SHIFT_AT)
+            at = alarms[0.01]
+            before = int(((at >= 0) & (at <= SHIFT_AT)).sum())
+            delays = at[at > SHIFT_AT] - SHIFT_AT
+            crossed = eces > thresholds[0.99]
+            windows = np.where(crossed[:, SHIFT_AT // WINDOW:].any(axis=1),
+                               crossed[:, SHIFT_AT // WINDOW:].argmax(axis=1), -1)
+            window_delays = (windows[windows >= 0] + 1) * WINDOW
+            shift_rows.append([name, kind, size, before,
+                               f"{len(delays) / shift_streams:.3f}", _median(delays),
+                               f"{len(window_delays) / shift_streams:.3f}", _median(window_delays)])
+            print(shift_rows[-1], flush=True)
+    env = environment(["numpy", "scipy"])
+    notes = (f"Streams: {streams} x {horizon} rows per data set without shift ({max(seconds.values()):.0f} s at "
+             f"most per run of {streams} streams), {shift_streams} x {SHIFT_AT + AFTER} with a shift after row "
+             f"{SHIFT_AT}. E-process: tolerance {TOLERANCE}, half-life {HALF_LIFE:.0f}; windowed ECE: {N_BINS} bins, "
+             f"windows of {WINDOW} rows, threshold = quantile of the no-shift window ECE. Intervals: Clopper-Pearson "
+             "95%.")
+    write("drift_alarms", "Drift alarms: anytime-valid e-process vs a windowed ECE threshold",
+          ["data set", "test mean conf - acc", "e-process alarm rate, alpha 0.01", "alpha 0.05",
+           "window ECE > q95 (per-check 5%): threshold: alarm rate", "> q99 (per-check 1%)"], null_rows, env, notes)
+    text = (Path(__file__).parent / "results" / "drift_alarms.md").read_text()
+    header = ["data set", "shift", "size", "e-process false alarms before the shift",
+              f"e-process (alpha 0.01) detected within {AFTER}", "median delay (rows)",
+              "window ECE > q99 detected", "median delay (rows)"]
+    lines = ["", "## Injected shifts", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in shift_rows]
+    (Path(__file__).parent / "results" / "drift_alarms.md").write_text(text + "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _median(values) -> str:
+    return f"{int(np.median(values))}" if len(values) else "-"
+
+
+if __name__ == "__main__":
+    main()
