@@ -63,60 +63,64 @@ class BrierSums:
                  loss_only: bool = False):
         n, k = shifted.n, shifted.k
         self.beta, self.k = beta, k
-        totals = np.zeros(4)  # the loss and its three derivatives
-        sums = np.zeros(8)  # A, A', X, X', G11, p_y, p_y', q_y (means over rows)
+        # row sums, filled block by block: s0..s3, a0..a3, then exp(d), exp(2d), e exp(d), e exp(d) d
+        row_sums = np.empty((12 if quadratic else 8, n))
         block_rows = max(1, BLOCK_ELEMENTS // k)
-        e, q, one = (np.empty((block_rows, k)) for _ in range(3))
+        e, q = np.empty((block_rows, k)), np.empty((block_rows, k))
         ones = shifted.ones
         for rows, d in shifted.blocks(block_rows):
             eb, qb = e[: len(d)], q[: len(d)]
             np.multiply(d, beta, out=eb)
             np.exp(eb, out=eb)
-            s = [eb @ ones]
-            if loss_only:
-                np.multiply(eb, eb, out=qb)
-                p_y = np.exp(beta * shifted.d_label[rows]) / s[0]
-                totals[0] += np.sum((qb @ ones) / (s[0] * s[0]) - 2 * p_y + 1)
-                continue
-            np.multiply(eb, d, out=qb)
-            s.append(qb @ ones)
-            for _ in range(2):  # s2, s3
-                np.multiply(qb, d, out=qb)
-                s.append(qb @ ones)
+            np.matmul(eb, ones, out=row_sums[0, rows])
             np.multiply(eb, eb, out=qb)
-            a = [qb @ ones]
-            for _ in range(3):  # a1, a2, a3
+            np.matmul(qb, ones, out=row_sums[4, rows])
+            if loss_only:
+                continue
+            for j in (5, 6, 7):  # a1, a2, a3
                 np.multiply(qb, d, out=qb)
-                a.append(qb @ ones)
-            s0 = s[0]
-            m = s[1] / s0
-            var = s[2] / s0 - m * m
-            third = s[3] / s0 - 3 * m * s[2] / s0 + 2 * m ** 3
-            big_a, big_b, big_c, big_d = (x / (s0 * s0) for x in a)
-            d_y = shifted.d_label[rows]
-            p_y = np.exp(beta * d_y) / s0
-            g = d_y - m
-            h = big_b - big_a * m
-            h_slope = 2 * (big_c - big_b * m) - 2 * h * m - big_a * var
-            outer = 2 * (2 * (big_d - big_c * m) - 2 * (big_c - big_b * m) * m - big_b * var)
-            outer -= 2 * (h_slope * m + h * var) + 2 * h * var + big_a * third
-            outer += p_y * (-g ** 3 + 3 * g * var + third)
-            totals += [np.sum(big_a - 2 * p_y + 1), 2 * np.sum(h - p_y * g),
-                       2 * np.sum(h_slope - p_y * g * g + p_y * var), 2 * np.sum(outer)]
-            if quadratic:
-                ob = one[: len(d)]
-                np.exp(d, out=ob)
-                t0 = ob @ ones
-                np.multiply(ob, ob, out=qb)
-                g11 = (qb @ ones) / (t0 * t0)
-                np.multiply(ob, eb, out=qb)
-                x = (qb @ ones) / (s0 * t0)
+                np.matmul(qb, ones, out=row_sums[j, rows])
+            np.multiply(eb, d, out=qb)
+            np.matmul(qb, ones, out=row_sums[1, rows])
+            for j in (2, 3):  # s2, s3
                 np.multiply(qb, d, out=qb)
-                x_slope = (qb @ ones) / (s0 * t0) - m * x
-                sums += [np.sum(big_a), 2 * np.sum(h), np.sum(x), np.sum(x_slope),
-                         np.sum(g11), np.sum(p_y), np.sum(p_y * g), np.sum(np.exp(d_y) / t0)]
-        self.loss, self.slope, self.curvature, self.third = (float(v) for v in totals / n)
-        self.sums = sums / n
+                np.matmul(qb, ones, out=row_sums[j, rows])
+            if quadratic:  # e is not needed any more: it becomes exp(d), q its products
+                np.exp(d, out=qb)
+                np.matmul(qb, ones, out=row_sums[8, rows])
+                np.multiply(eb, qb, out=eb)
+                np.matmul(eb, ones, out=row_sums[10, rows])
+                np.multiply(qb, qb, out=qb)
+                np.matmul(qb, ones, out=row_sums[9, rows])
+                np.multiply(eb, d, out=eb)
+                np.matmul(eb, ones, out=row_sums[11, rows])
+        s0 = row_sums[0]
+        d_y = shifted.d_label
+        p_y = np.exp(beta * d_y) / s0
+        big_a = row_sums[4] / (s0 * s0)
+        self.loss = float(np.mean(big_a - 2 * p_y + 1))
+        if loss_only:
+            return
+        m = row_sums[1] / s0
+        var = row_sums[2] / s0 - m * m
+        third = row_sums[3] / s0 - 3 * m * row_sums[2] / s0 + 2 * m ** 3
+        big_b, big_c, big_d = (row_sums[j] / (s0 * s0) for j in (5, 6, 7))
+        g = d_y - m
+        h = big_b - big_a * m
+        h_slope = 2 * (big_c - big_b * m) - 2 * h * m - big_a * var
+        outer = 2 * (2 * (big_d - big_c * m) - 2 * (big_c - big_b * m) * m - big_b * var)
+        outer -= 2 * (h_slope * m + h * var) + 2 * h * var + big_a * third
+        outer += p_y * (-g ** 3 + 3 * g * var + third)
+        self.slope = float(2 * np.mean(h - p_y * g))
+        self.curvature = float(2 * np.mean(h_slope - p_y * g * g + p_y * var))
+        self.third = float(2 * np.mean(outer))
+        if quadratic:
+            t0 = row_sums[8]
+            x = row_sums[10] / (s0 * t0)
+            x_slope = row_sums[11] / (s0 * t0) - m * x
+            self.sums = np.array([np.mean(big_a), 2 * np.mean(h), np.mean(x), np.mean(x_slope),
+                                  np.mean(row_sums[9] / (t0 * t0)), np.mean(p_y), np.mean(p_y * g),
+                                  np.mean(np.exp(d_y) / t0)])
 
     def quadratic(self, delta: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """ETS's ``(G, h)`` at ``beta + delta`` (first order in ``delta``)."""
