@@ -57,11 +57,9 @@ def _residuals(service, name: str, version: int, session, entries: list) -> tupl
     return calibrated, labels[usable]
 
 
-def _feed(service, name: str, calibrator_id: int, version: int, test: monitoring.DriftTest, after: int) -> int:
-    """Feed ``test`` the feedback rows ``version`` served in chunks after ``after``, a batch of
-    chunks at a time; returns the last chunk fed."""
-    with service.db.read() as session:
-        chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
+def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
+    """Feed ``test`` the rows of ``chunks`` (``version``'s feedback, in arrival order), a batch of
+    chunks at a time."""
     batch, entries = [], 0
     for position, chunk in enumerate(chunks):
         batch.append(chunk.index_entry())
@@ -70,9 +68,8 @@ def _feed(service, name: str, calibrator_id: int, version: int, test: monitoring
             with service.db.read() as session:
                 probs, labels = _residuals(service, name, version, session, batch)
             if len(labels):
-                test.update(monitoring.top_label_residuals(probs, labels))
+                test.update(monitoring.top_label_residuals(probs, labels), monitoring.class_residuals(probs, labels))
             batch, entries = [], 0
-    return chunks[-1].id if chunks else after
 
 
 def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
@@ -85,12 +82,15 @@ def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[f
     return (cal.ece(probs, labels), len(labels)) if len(labels) else (None, 0)
 
 
-def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0) -> dict:
+def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
+             class_tolerance: float = 0.02) -> dict:
     """Bring every served version's monitor up to date; a monitor whose options differ from these
     starts again from the first row. Returns what ``alarms`` returns, with ``new_alarms``."""
     check_name(name)
+    options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
+               "class_tolerance": class_tolerance}
     try:
-        fresh = monitoring.DriftTest(alpha, tolerance, half_life)
+        monitoring.DriftTest(**options)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
     with service.db.read() as session:
@@ -100,12 +100,19 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
     new_alarms = []
     for version in versions:
         state, after = known.get(version, (None, 0))
-        same = state is not None and {k: state[k] for k in ("alpha", "tolerance", "half_life", "max_bet")} == \
-            {k: v for k, v in fresh.to_dict().items() if k in ("alpha", "tolerance", "half_life", "max_bet")}
-        test = monitoring.DriftTest.from_dict(state) if same else monitoring.DriftTest(alpha, tolerance, half_life)
+        same = state is not None and all(state.get(k) == v for k, v in options.items())
+        with service.db.read() as session:
+            chunks = alarm_store.observation_chunks(session, calibrator.id, "feedback", version, after if same else 0)
+        if not same and not chunks:  # its rows were deleted meanwhile
+            continue
+        if same:
+            test = monitoring.DriftTest.from_dict(state)
+        else:
+            test = monitoring.DriftTest(**options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
         before = int(test.alarm_at) if same else -1
         try:
-            last = _feed(service, name, calibrator.id, version, test, after if same else 0)
+            _feed(service, name, version, test, chunks)
+            last = chunks[-1].id if chunks else after
             ece, ece_rows = _recent_ece(service, name, calibrator.id, version)
         except NotFound:  # the version was deleted: its monitor stays as it was
             continue

@@ -31,6 +31,14 @@ soft-thresholded by ``eps`` so that it stakes nothing while the stream looks cal
 where ``mu`` and ``s2`` are exponentially weighted means of ``r`` and ``r^2`` with half-life
 ``half_life`` rows (started at 0 and ``1/4``), so that a shift late in a long stream is bet on
 quickly. Any predictable bet keeps the guarantee; this one only decides the power.
+
+**Class frequencies** (optional, ``n_classes``): the same game on the one-vs-rest residuals
+``r_tj = p_tj - [y_t = j]`` (each in ``[-1, 1]``) with the null ``|E[r_tj | past]| <= eps_c`` for every
+class ``j`` — the calibrated probabilities of each class average to its frequency, which a label
+(prior) shift breaks. The bet is a vector, ``K'_t = K'_{t-1} (1 + sum_j lambda_tj r_tj - eps_c
+sum_j |lambda_tj|)`` with the per-class plug-in bets above rescaled so that ``sum_j |lambda_tj| <= c``,
+again a supermartingale under its null. The alarm then watches the average ``(K_t + K'_t) / 2``:
+an average of e-processes is an e-process, so ``alpha`` holds for the two nulls together.
 """
 
 from __future__ import annotations
@@ -40,9 +48,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .metrics._inputs import top_label_of
+from .metrics._inputs import probabilities_and_labels, top_label_of
 
-STATE_FIELDS = ("n", "mean", "second", "log_wealth", "max_log_wealth", "alarm_at")
+STATE_FIELDS = ("n", "mean", "second", "top_log_wealth", "class_mean", "class_second", "class_log_wealth",
+                "log_wealth", "max_log_wealth", "alarm_at")
+OPTIONS = ("alpha", "tolerance", "half_life", "max_bet", "n_classes", "class_tolerance")
 
 
 def top_label_residuals(probs, labels) -> np.ndarray:
@@ -51,14 +61,29 @@ def top_label_residuals(probs, labels) -> np.ndarray:
     return np.asarray(confidence, dtype=np.float64) - np.asarray(correct, dtype=np.float64)
 
 
+def class_residuals(probs, labels) -> np.ndarray:
+    """``p_ij - [y_i = j]`` per row and class (float64, on the host)."""
+    p, y = probabilities_and_labels(probs, labels)
+    out = p.copy()
+    out[np.arange(len(y)), y] -= 1.0
+    return out
+
+
+def _plug_in(mean: np.ndarray, second: np.ndarray, tolerance: float) -> np.ndarray:
+    excess = np.sign(mean) * np.maximum(np.abs(mean) - tolerance, 0.0)
+    return excess / np.maximum(second, 1e-12)
+
+
 @dataclass
 class DriftTest:
     """The betting e-process above, for one stream or for ``shape`` independent streams at once
-    (every state array has that shape; ``update`` takes residuals of shape ``shape + (t,)``).
+    (every state array has that shape; ``update`` takes residuals of shape ``shape + (t,)`` and,
+    with ``n_classes``, class residuals of shape ``shape + (t, n_classes)``).
 
     ``alpha``: the false-alarm probability over the whole (unbounded) stream; ``tolerance``:
     ``eps``, the drift of ``mean_confidence - accuracy`` that is not an alarm; ``half_life``: rows
-    after which an old residual weighs half in the bet; ``max_bet``: ``c``.
+    after which an old residual weighs half in the bet; ``max_bet``: ``c``; ``n_classes`` and
+    ``class_tolerance`` (``eps_c``): the class-frequency game, off without ``n_classes``.
     """
 
     alpha: float = 0.01
@@ -66,27 +91,33 @@ class DriftTest:
     half_life: float = 1000.0
     max_bet: float = 0.5
     shape: tuple = ()
+    n_classes: int | None = None
+    class_tolerance: float = 0.02
 
     def __post_init__(self):
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must lie in (0, 1), got {self.alpha!r}")
-        if not 0 <= self.tolerance < 1:
-            raise ValueError(f"tolerance must lie in [0, 1), got {self.tolerance!r}")
+        for name in ("tolerance", "class_tolerance"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
         if not self.half_life > 0:
             raise ValueError(f"half_life must be positive, got {self.half_life!r}")
-        if not 0 < self.max_bet < 1 / (1 + self.tolerance):
+        if not 0 < self.max_bet < 1 / (1 + max(self.tolerance, self.class_tolerance)):
             raise ValueError(f"max_bet must lie in (0, 1/(1 + tolerance)), got {self.max_bet!r}")
+        if self.n_classes is not None and (isinstance(self.n_classes, bool) or int(self.n_classes) < 2):
+            raise ValueError(f"n_classes must be at least 2, got {self.n_classes!r}")
         self.shape = tuple(self.shape)
+        k = (int(self.n_classes),) if self.n_classes else (0,)
         self.n = np.zeros(self.shape, dtype=np.int64)
-        self.mean = np.zeros(self.shape)
-        self.second = np.full(self.shape, 0.25)
-        self.log_wealth = np.zeros(self.shape)
-        self.max_log_wealth = np.zeros(self.shape)
-        self.alarm_at = np.full(self.shape, -1, dtype=np.int64)  # rows seen when K first reached 1/alpha
+        self.mean, self.second = np.zeros(self.shape), np.full(self.shape, 0.25)
+        self.class_mean, self.class_second = np.zeros(self.shape + k), np.full(self.shape + k, 0.25)
+        self.top_log_wealth, self.class_log_wealth = np.zeros(self.shape), np.zeros(self.shape)
+        self.log_wealth, self.max_log_wealth = np.zeros(self.shape), np.zeros(self.shape)
+        self.alarm_at = np.full(self.shape, -1, dtype=np.int64)  # rows seen when the e-value first reached 1/alpha
 
     @property
     def threshold(self) -> float:
-        """``log(1/alpha)``: the log-wealth at which the test alarms."""
+        """``log(1/alpha)``: the log e-value at which the test alarms."""
         return math.log(1 / self.alpha)
 
     @property
@@ -98,50 +129,81 @@ class DriftTest:
         return np.exp(self.log_wealth)
 
     def bet(self) -> np.ndarray:
-        """``lambda_t`` from the past only."""
-        excess = np.sign(self.mean) * np.maximum(np.abs(self.mean) - self.tolerance, 0.0)
-        return np.clip(excess / np.maximum(self.second, 1e-12), -self.max_bet, self.max_bet)
+        """``lambda_t`` of the top-label game, from the past only."""
+        return np.clip(_plug_in(self.mean, self.second, self.tolerance), -self.max_bet, self.max_bet)
 
-    def update(self, residuals) -> DriftTest:
-        """Feed residuals (``shape + (t,)``, each in ``[-1, 1]``), oldest first."""
-        r = np.asarray(residuals, dtype=np.float64)
-        if r.ndim == 0 or r.shape[:-1] != self.shape:
-            raise ValueError(f"residuals must have shape {self.shape} + (t,), got {r.shape}")
-        if r.size and (not np.all(np.isfinite(r)) or np.abs(r).max() > 1):
-            raise ValueError("residuals must be finite and lie in [-1, 1]")
+    def class_bet(self) -> np.ndarray:
+        """The class-frequency game's vector bet, from the past only (``sum_j |lambda_j| <= c``)."""
+        raw = _plug_in(self.class_mean, self.class_second, self.class_tolerance)
+        total = np.abs(raw).sum(axis=-1, keepdims=True)
+        return raw * np.minimum(1.0, self.max_bet / np.maximum(total, 1e-300))
+
+    def update(self, residuals, class_residuals=None) -> DriftTest:
+        """Feed residuals (``shape + (t,)``, each in ``[-1, 1]``) and, with ``n_classes``, the class
+        residuals (``shape + (t, n_classes)``), oldest first."""
+        r = _checked(residuals, self.shape, (), "residuals")
+        c = None
+        if self.n_classes:
+            if class_residuals is None:
+                raise ValueError("this test watches class frequencies: pass class_residuals")
+            c = _checked(class_residuals, self.shape, (int(self.n_classes),), "class_residuals")
+            if c.shape[len(self.shape)] != r.shape[-1]:
+                raise ValueError("residuals and class_residuals must have as many rows")
         keep = 2.0 ** (-1.0 / self.half_life)
         for t in range(r.shape[-1]):
             step = r[..., t]
             stake = self.bet()
-            self.log_wealth += np.log1p(stake * step - np.abs(stake) * self.tolerance)
+            self.top_log_wealth += np.log1p(stake * step - np.abs(stake) * self.tolerance)
+            self.mean = keep * self.mean + (1 - keep) * step
+            self.second = keep * self.second + (1 - keep) * step * step
+            if c is None:
+                self.log_wealth = self.top_log_wealth.copy()
+            else:
+                row = c[..., t, :]
+                stakes = self.class_bet()
+                gain = (stakes * row).sum(axis=-1) - np.abs(stakes).sum(axis=-1) * self.class_tolerance
+                self.class_log_wealth += np.log1p(gain)
+                self.class_mean = keep * self.class_mean + (1 - keep) * row
+                self.class_second = keep * self.class_second + (1 - keep) * row * row
+                self.log_wealth = np.logaddexp(self.top_log_wealth, self.class_log_wealth) - math.log(2)
             np.maximum(self.max_log_wealth, self.log_wealth, out=self.max_log_wealth)
             self.n += 1
             crossed = (self.alarm_at < 0) & (self.log_wealth >= self.threshold)
             self.alarm_at = np.where(crossed, self.n, self.alarm_at)
-            self.mean = keep * self.mean + (1 - keep) * step
-            self.second = keep * self.second + (1 - keep) * step * step
         return self
 
     def to_dict(self) -> dict:
-        """The options and the state of a single stream, as plain numbers (JSON-safe)."""
+        """The options and the state of a single stream, as plain numbers and lists (JSON-safe)."""
         if self.shape:
             raise ValueError("to_dict serialises a single stream (shape ())")
-        return {"alpha": self.alpha, "tolerance": self.tolerance, "half_life": self.half_life,
-                "max_bet": self.max_bet, **{f: self._scalar(f) for f in STATE_FIELDS}}
-
-    def _scalar(self, field: str):
-        value = getattr(self, field)
-        return int(value) if value.dtype.kind == "i" else float(value)
+        return {**{name: getattr(self, name) for name in OPTIONS},
+                **{name: getattr(self, name).tolist() for name in STATE_FIELDS}}
 
     @classmethod
     def from_dict(cls, data: dict) -> DriftTest:
-        test = cls(data["alpha"], data["tolerance"], data["half_life"], data["max_bet"])
-        for field in STATE_FIELDS:
-            setattr(test, field, np.asarray(data[field], dtype=getattr(test, field).dtype))
+        test = cls(**{name: data[name] for name in OPTIONS})
+        for name in STATE_FIELDS:
+            setattr(test, name, np.asarray(data[name], dtype=getattr(test, name).dtype))
         return test
 
 
+def _checked(values, leading: tuple, trailing: tuple, name: str) -> np.ndarray:
+    """``values`` as float64 of shape ``leading + (t,) + trailing``, each in ``[-1, 1]``."""
+    array = np.asarray(values, dtype=np.float64)
+    n = len(leading)
+    if array.ndim != n + 1 + len(trailing) or array.shape[:n] != leading or array.shape[n + 1:] != trailing:
+        raise ValueError(f"{name} must have shape {leading} + (t,) + {trailing}, got {array.shape}")
+    if array.size and (not np.all(np.isfinite(array)) or np.abs(array).max() > 1):
+        raise ValueError(f"{name} must be finite and lie in [-1, 1]")
+    return array
+
+
 def drift_test(probs, labels, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
-               max_bet: float = 0.5) -> DriftTest:
-    """The e-process of one labelled stream (rows in arrival order), run to its end."""
-    return DriftTest(alpha, tolerance, half_life, max_bet).update(top_label_residuals(probs, labels))
+               max_bet: float = 0.5, class_tolerance: float | None = 0.02) -> DriftTest:
+    """The e-process of one labelled stream (rows in arrival order), run to its end; it watches the
+    class frequencies too unless ``class_tolerance`` is None."""
+    if class_tolerance is None:
+        return DriftTest(alpha, tolerance, half_life, max_bet).update(top_label_residuals(probs, labels))
+    cr = class_residuals(probs, labels)
+    test = DriftTest(alpha, tolerance, half_life, max_bet, n_classes=cr.shape[1], class_tolerance=class_tolerance)
+    return test.update(top_label_residuals(probs, labels), cr)

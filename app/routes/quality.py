@@ -54,11 +54,15 @@ async def evaluate_alarms(request: Request, name: str = NAME,
                           alpha: float = Query(0.01, gt=0, lt=1, description="False-alarm probability, ever"),
                           tolerance: float = Query(0.02, ge=0, lt=0.5, description="Drift of mean confidence "
                                                    "minus accuracy that is no alarm"),
-                          half_life: float = Query(1000.0, gt=0, le=1e9, description="Rows of the bet's memory")):
+                          half_life: float = Query(1000.0, gt=0, le=1e9, description="Rows of the bet's memory"),
+                          class_tolerance: float = Query(0.02, ge=0, lt=0.5, description="Drift of a class's "
+                                                         "mean probability minus its frequency that is no alarm")):
     """Feed every served version's monitor the labelled rows that arrived since it last ran
-    (changed options restart it from the first row) and record new alarms."""
+    (changed options restart it from the first row) and record new alarms. A monitor bets on two
+    things: that mean confidence minus accuracy stays within `tolerance`, and that each class's mean
+    probability minus its frequency stays within `class_tolerance` (a label shift breaks this)."""
     return _json(await admission.run(request, drift_alarms.evaluate, _service(request), name, alpha, tolerance,
-                                     half_life))
+                                     half_life, class_tolerance))
 
 
 @router.get("/calibrators/{name}/label-shift", summary="Label-shift estimate from the prediction log",

@@ -14,7 +14,7 @@ from scipy.special import softmax
 from scipy.stats import binomtest
 
 from calibration.label_shift import adjust_priors, bbse_priors, em_priors
-from calibration.monitoring import DriftTest, drift_test, top_label_residuals
+from calibration.monitoring import DriftTest, class_residuals, drift_test, top_label_residuals
 
 
 def calibrated_stream(rng, streams: int, n: int, k: int = 10, temperature: float = 1.0):
@@ -111,6 +111,58 @@ def test_drift_test_of_one_stream():
     probs, labels = calibrated_stream(rng, 1, 3000, temperature=0.5)
     test = drift_test(probs[0], labels[0], alpha=0.01, half_life=200)
     assert bool(test.alarmed) and test.max_log_wealth >= test.threshold
+
+
+def labels_with_priors(rng, probs, weights):
+    """Labels drawn from the posteriors re-weighted by ``weights`` (a label shift the served
+    probabilities do not know of)."""
+    shifted = probs * weights
+    shifted /= shifted.sum(axis=-1, keepdims=True)
+    u = rng.random((*shifted.shape[:-1], 1))
+    return np.minimum((shifted.cumsum(axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1)
+
+
+def run_with_classes(probs, labels, **options):
+    streams, n, k = probs.shape
+    test = DriftTest(shape=(streams,), n_classes=k, **options)
+    return test.update(residuals_of(probs, labels), class_residuals(probs.reshape(-1, k), labels.ravel())
+                       .reshape(streams, n, k))
+
+
+def test_class_residuals():
+    np.testing.assert_allclose(class_residuals([[0.7, 0.3], [0.4, 0.6]], [1, 1]), [[0.7, -0.7], [0.4, -0.4]])
+
+
+def test_class_state_round_trips():
+    rng = np.random.default_rng(9)
+    probs = rng.dirichlet(np.ones(3), size=40)
+    labels = rng.integers(0, 3, 40)
+    test = drift_test(probs[:30], labels[:30], class_tolerance=0.0)
+    again = DriftTest.from_dict(test.to_dict())
+    test.update(top_label_residuals(probs[30:], labels[30:]), class_residuals(probs[30:], labels[30:]))
+    again.update(top_label_residuals(probs[30:], labels[30:]), class_residuals(probs[30:], labels[30:]))
+    assert again.to_dict() == test.to_dict() and test.n == 40 and len(test.to_dict()["class_mean"]) == 3
+    with pytest.raises(ValueError, match="class_residuals"):
+        again.update([0.1])
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31 - 1), st.sampled_from([0.05, 0.1]))
+def test_false_alarm_rate_with_class_frequencies_under_the_null(seed, alpha):
+    rng = np.random.default_rng(seed)
+    probs, labels = calibrated_stream(rng, 300, 1500, k=4)
+    test = run_with_classes(probs, labels, alpha=alpha, tolerance=0.0, class_tolerance=0.0, half_life=100)
+    alarms = int(test.alarmed.sum())
+    assert binomtest(alarms, 300, alpha, alternative="greater").pvalue > 0.01, (alarms, alpha)
+
+
+def test_a_label_shift_alarms_through_the_class_frequencies():
+    rng = np.random.default_rng(10)
+    probs, _ = calibrated_stream(rng, 40, 3000, k=4)
+    labels = labels_with_priors(rng, probs, np.array([4.0, 1.0, 1.0, 1.0]))
+    test = run_with_classes(probs, labels, half_life=200)
+    top_only = DriftTest(shape=(40,), half_life=200).update(residuals_of(probs, labels))
+    assert test.alarmed.mean() >= 0.9 and test.alarmed.sum() > top_only.alarmed.sum()
 
 
 # -- label shift ---------------------------------------------------------------------------------
