@@ -109,3 +109,13 @@ def test_ec_ranks_and_ties_in_one_blocked_pass():
     ec = cal.ExpectationConsistency().fit(logits, labels)
     probs = ec.predict_proba(logits)
     assert cal.mean_confidence(probs) == pytest.approx(np.mean(ranks == 0), abs=1e-12)
+
+
+def test_a_failed_safeguard_falls_back_to_the_full_grid(monkeypatch):
+    logits, labels = large_set(temperature=2.0)
+    fast = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    monkeypatch.setattr("calibration.methods.brier_temperature.halley_brier", lambda *a, **k: None)
+    slow = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    assert "Halley" not in slow.diagnostics_.message and slow.diagnostics_.converged
+    assert slow.temperature_ == pytest.approx(fast.temperature_, rel=1e-12)
+    np.testing.assert_allclose(slow.weights_, fast.weights_, rtol=0, atol=1e-12)
