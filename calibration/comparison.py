@@ -6,8 +6,8 @@ and spread across folds of NLL, Brier, ECE, KDE-ECE, calibration gain ΔECE² (Z
 2020, eq. 8: the drop in Brier from the raw to the calibrated probabilities of the held-out
 fold), accuracy change and fit time are reported, and per fold each candidate's ``tail_risk``
 against temperature scaling fitted on the same folds (with that reference's held-out NLL).
-Folds are dealt class by class after a
-seeded shuffle, so every fold holds each class's share within one sample. The rule that picks
+Folds are dealt class by class after a seeded shuffle, so every fold holds each class's share
+within one sample. The rule that picks
 one candidate from the result is ``calibration.selection``.
 
 Default candidates (``default_candidates``): temperature, ensemble_temperature,
@@ -200,8 +200,8 @@ def reference_probabilities(train: InputBatch, y_train: np.ndarray, test: InputB
 def tail_risk(calibrated: np.ndarray, reference: np.ndarray) -> float:
     """The expected extra NLL per row, were the labels drawn from ``reference``, from the
     entries where ``calibrated`` is more than ``1 / UNSUPPORTED_RATIO`` times more certain that
-    the class is wrong: ``mean_i sum_{j: c_ij < r r_ij} r_ij log(r_ij / c_ij)`` (``c`` floored at
-    ``TINY``). Such claims are orders of magnitude beyond anything the validation rows can
+    the class is wrong: ``mean_i sum_{j: c_ij < 1e-6 r_ij} r_ij log(r_ij / c_ij)`` (``c`` floored
+    at ``TINY``). Such claims are orders of magnitude beyond anything the validation rows can
     check; held-out NLL cannot see them when no held-out label falls there, this can
     (``calibration.selection``, the support guard)."""
     small = calibrated < UNSUPPORTED_RATIO * reference

@@ -3,7 +3,7 @@
 The trap: class 0 is separable in the validation split (its logit is high on its own rows and
 low on every other row) but not in test, where 5% of its rows look like the others. Vector and
 Dirichlet scaling fit a class-0 weight of about 19 (TS: 0.6), vector wins the cross-validation
-by 0.03 nats, and on test both are 3-5% worse than uncalibrated. The support guard
+by 0.03 nats, and on test both are 3-10% worse than uncalibrated. The support guard
 (``calibration.selection``, step 2) refuses them; the simplicity guard (step 3) keeps TS-like
 sets on their one-temperature fits at no cost."""
 
