@@ -7,8 +7,8 @@ and spread across folds of NLL, Brier, ECE, KDE-ECE, calibration gain ΔECE² (Z
 fold), accuracy change and fit time are reported, and per fold each candidate's ``tail_risk``
 against temperature scaling fitted on the same folds (with that reference's held-out NLL).
 Folds are dealt class by class after a seeded shuffle, so every fold holds each class's share
-within one sample. The rule that picks
-one candidate from the result is ``calibration.selection``.
+within one sample. The rule that picks one candidate from the result is
+``calibration.selection``.
 
 Default candidates (``default_candidates``): temperature, ensemble_temperature,
 expectation_consistency, isotonic_multiclass, isotonic_one_vs_all and IROvA-TS always
