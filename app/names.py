@@ -52,11 +52,13 @@ def check_alias(alias: str) -> str:
 
 @dataclass(frozen=True)
 class Reference:
-    """Which version a caller means: the latest of ``name``, its ``alias``, or ``version``."""
+    """Which version a caller means: the latest of ``name``, its ``alias``, or ``version``; with
+    ``v2_default``, an unversioned /v2 call: the alias the calibrator's settings name, else the latest."""
 
     name: str
     version: int | None = None
     alias: str | None = None
+    v2_default: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Reference:

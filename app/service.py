@@ -15,7 +15,7 @@ import numpy as np
 
 import calibration as cal
 
-from . import integrity, reports, store
+from . import integrity, promotion, reports, store
 from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .comparisons import Comparisons
@@ -34,7 +34,7 @@ from .device import Device
 from .errors import InvalidInput, NotAcceptable
 from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
-from .names import Reference, check_alias, check_name
+from .names import Reference, check_name
 from .observations import Observations, shape_of_index
 from .prediction_log import PredictionLog, check_ids, id_prefix
 from .schemas import EvaluationFields, FitFields
@@ -199,8 +199,8 @@ class CalibrationService:
         loaded = self.serving(reference)
         with self.db.read() as session:
             row = store.version_by_id(session, loaded.resolved)
-            versions = store.version_numbers(session, reference.name) if reference.version is None \
-                else [reference.version]
+            versions = [loaded.version] if reference.version or reference.alias \
+                else store.version_numbers(session, reference.name)
             return {"name": reference.name, "versions": versions, "method": row.method,
                     "input_kind": row.input_kind, "n_classes": row.n_classes, "tensor_names": row.tensor_names}
 
@@ -290,11 +290,10 @@ class CalibrationService:
         with self.db.write() as session:
             store.delete_version(session, name, version)
 
-    def set_alias(self, name: str, alias: str, version: int) -> dict:
-        check_alias(alias)
-        with self.db.write() as session:
-            return store.set_alias(session, name, alias, version)
+    def set_alias(self, name: str, alias: str, version: int, evaluation: str | None = None,
+                  actor: str | None = None) -> dict:
+        """Point ``alias`` at ``version``, recorded; a gated alias needs ``evaluation`` (``app.promotion``)."""
+        return promotion.move_alias(self.db, name, alias, version, evaluation, actor)
 
-    def delete_alias(self, name: str, alias: str) -> None:
-        with self.db.write() as session:
-            store.delete_alias(session, name, alias)
+    def delete_alias(self, name: str, alias: str, actor: str | None = None) -> None:
+        promotion.delete_alias(self.db, name, alias, actor)

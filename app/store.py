@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import bindparam, delete, func, select
+from sqlalchemy import bindparam, delete, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -22,6 +22,7 @@ from .db import Database
 from .errors import Conflict, InvalidInput, NotFound
 from .models import AliasRow, CalibratorRow, VersionRow, utcnow
 from .names import Reference
+from .promotion_models import CalibratorSettingRow
 
 MAX_PAGE_SIZE = 1000
 
@@ -172,16 +173,21 @@ def _resolution_queries():
         AliasRow,
         (AliasRow.calibrator_id == VersionRow.calibrator_id) & (AliasRow.version == VersionRow.version),
     ).where(AliasRow.alias == bindparam("alias"))
-    return latest, pinned, aliased
+    # an unversioned /v2 call: the alias named in calibrator_settings, else the latest version
+    v2_default = base.outerjoin(CalibratorSettingRow, CalibratorSettingRow.calibrator_id == CalibratorRow.id).outerjoin(
+        AliasRow, (AliasRow.calibrator_id == CalibratorRow.id) & (AliasRow.alias == CalibratorSettingRow.v2_default)
+    ).where(or_(CalibratorSettingRow.v2_default.is_(None), AliasRow.version == VersionRow.version))
+    return latest, pinned, aliased, v2_default.order_by(VersionRow.version.desc()).limit(1)
 
 
 # built once: constructing a statement costs more than running it on this hot path
-LATEST, PINNED, ALIASED = _resolution_queries()
+LATEST, PINNED, ALIASED, V2_DEFAULT = _resolution_queries()
 NAME_EXISTS = select(CalibratorRow.id).where(CalibratorRow.name == bindparam("name"))
 
 
 def resolve(database: Database, reference: Reference) -> ResolvedVersion:
-    """The version that ``name`` (latest), ``name@alias`` or ``name`` + pinned version means.
+    """The version that ``name`` (latest, or on /v2 the calibrator's default), ``name@alias`` or
+    ``name`` + pinned version means.
 
     One indexed query per call, outside any session (``Database.first_row``: this is the hot
     path), so every replica sees moves of aliases and new versions at once.
@@ -191,6 +197,8 @@ def resolve(database: Database, reference: Reference) -> ResolvedVersion:
         row = database.first_row(ALIASED, {"name": name, "alias": alias})
     elif version is not None:
         row = database.first_row(PINNED, {"name": name, "version": version})
+    elif reference.v2_default:
+        row = database.first_row(V2_DEFAULT, {"name": name})
     else:
         row = database.first_row(LATEST, {"name": name})
     if row is None:
@@ -271,23 +279,3 @@ def delete_version(session: Session, name: str, version: int) -> None:
         )
     session.execute(delete(VersionRow).where(VersionRow.id == row.id))
 
-
-def set_alias(session: Session, name: str, alias: str, version: int) -> dict:
-    row = get_version(session, name, version)
-    now = utcnow()
-    session.execute(
-        dialect_insert(session)(AliasRow)
-        .values(calibrator_id=row.calibrator_id, alias=alias, version=version, updated_at=now)
-        .on_conflict_do_update(index_elements=["calibrator_id", "alias"],
-                               set_={"version": version, "updated_at": now})
-    )
-    return {"name": name, "alias": alias, "version": version}
-
-
-def delete_alias(session: Session, name: str, alias: str) -> None:
-    calibrator = calibrator_row(session, name)
-    result = session.execute(
-        delete(AliasRow).where(AliasRow.calibrator_id == calibrator.id, AliasRow.alias == alias)
-    )
-    if result.rowcount == 0:
-        raise NotFound(f"calibrator {name!r} has no alias {alias!r}")

@@ -22,6 +22,7 @@ from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
 from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, ui, v2
+from . import promotion as promotion_routes
 from . import quality as quality_routes
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(evaluation.router)
     app.include_router(observations.router)
     app.include_router(quality_routes.router)
+    app.include_router(promotion_routes.router)
     app.include_router(health.router)
     app.include_router(keys.router)
     app.include_router(v2.router)

@@ -6,14 +6,14 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import store
+from .. import keys, store
 from ..codecs import dump_json
 from ..decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
 from ..encoding import calibrated_body, calibrated_headers, image_format
 from ..names import Reference, check_alias, check_name
+from ..promotion_schemas import AliasMoveRequest
 from ..schemas import (
     AliasOut,
-    AliasRequest,
     CalibrateFields,
     CalibrateOut,
     CalibrateRequest,
@@ -30,7 +30,7 @@ from ..schemas import (
 )
 from ..service import CalibrationService
 from . import admission, hot_path
-from .auth import ADMIN, READ, WRITE
+from .auth import ADMIN, READ, WRITE, presented_key
 from .idempotent import idempotent
 from .openapi import body, problems
 
@@ -106,10 +106,17 @@ def _report(service: CalibrationService, reference: Reference, body: RequestBody
     return dump_json(service.report(loaded, batch)), JSON_TYPE
 
 
-def _set_alias(service: CalibrationService, name: str, alias: str, body: RequestBody) -> dict:
+def actor_of(request: Request) -> str | None:
+    """Who acts: the id of the request's API key when keys are on (checked by the scope's
+    dependency before this runs), else ``None``."""
+    match = keys.KEY_PATTERN.match(presented_key(request) or "") if request.app.state.keys else None
+    return match.group(1) if match else None
+
+
+def _set_alias(service: CalibrationService, name: str, alias: str, body: RequestBody, actor: str | None) -> dict:
     check_alias(alias)
-    request = decode_fields(body, AliasRequest)
-    return service.set_alias(name, alias, request.version)
+    request = decode_fields(body, AliasMoveRequest)
+    return service.set_alias(name, alias, request.version, request.evaluation, actor)
 
 
 @router.post(
@@ -191,19 +198,23 @@ async def delete_version(request: Request, name: str = NAME, version: int = VERS
 
 
 @router.put("/calibrators/{name}/aliases/{alias}", summary="Point an alias at a version",
-            response_model=AliasOut, responses=problems(400, 404, 415, 422), openapi_extra=body(AliasRequest),
-            dependencies=[WRITE])
+            response_model=AliasOut, responses=problems(400, 404, 409, 415, 422),
+            openapi_extra=body(AliasMoveRequest), dependencies=[WRITE])
 async def set_alias(request: Request, name: str = NAME, alias: str = ALIAS):
+    """Move (or create) the alias; the move is recorded (`GET .../history`). An alias whose gate
+    requires evidence moves only with `evaluation`: an evaluation whose verdict favours `version`
+    over the alias's current version, else 409 with the reason."""
     check_name(name)
-    return _json(await run_in_threadpool(_set_alias, _service(request), name, alias, await request_body(request)))
+    return _json(await run_in_threadpool(_set_alias, _service(request), name, alias, await request_body(request),
+                                         actor_of(request)))
 
 
 @router.delete("/calibrators/{name}/aliases/{alias}", status_code=204, summary="Delete an alias",
-               responses=problems(404, 422), dependencies=[WRITE])
+               responses=problems(404, 409, 422), dependencies=[WRITE])
 async def delete_alias(request: Request, name: str = NAME, alias: str = ALIAS):
     check_name(name)
     check_alias(alias)
-    await run_in_threadpool(_service(request).delete_alias, name, alias)
+    await run_in_threadpool(_service(request).delete_alias, name, alias, actor_of(request))
     return Response(status_code=204)
 
 

@@ -10,29 +10,48 @@ from .. import oip
 from ..codecs import dump_json
 from ..errors import NotFound
 from ..main_info import SERVER_NAME, server_version
-from ..names import Reference, is_name
+from ..names import Reference, is_alias, is_name
 from ..service import CalibrationService
 from . import hot_path
 from .auth import READ
 from .health import readiness
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
-MODEL = Path(description="Calibrator name", examples=["demo"])
-VERSION = Path(description="Version number (as a string)", examples=["1"])
+MODEL = Path(description="Calibrator name, or `name@alias`", examples=["demo", "demo@production"])
+VERSION = Path(description="Version number (as a string) or an alias", examples=["1", "production"])
 EXTENSIONS = ["binary_tensor_data"]
 
 
 def _reference(name: str, version: str | None = None) -> Reference:
     """A model name (and version, a string on this protocol) as a reference; a name or version
     that cannot exist is a 404 here, as the protocol has no 422. A version is ASCII digits only
-    (``str.isdigit`` also takes '١' and '²', which ``int`` reads as 1 or refuses)."""
-    if not is_name(name):
+    (``str.isdigit`` also takes '١' and '²', which ``int`` reads as 1 or refuses), or an alias
+    (``versions/production``); a name may carry an alias (``demo@production``). Unversioned, it is
+    what the calibrator's settings say (``PUT /v1/calibrators/{name}/serving``: latest by default)."""
+    model, at, alias = name.partition("@")
+    if not is_name(model) or (at and not is_alias(alias)):
         raise NotFound(f"no model named {name[:80]!r}")
+    if at and version is not None:
+        raise NotFound(f"model {name[:80]!r} names an alias: ask for /v2/models/{model}/versions/{alias}")
+    if at:
+        return Reference(model, alias=alias)
     if version is None:
-        return Reference(name)
+        return Reference(model, v2_default=True)
+    if is_alias(version):
+        return Reference(model, alias=version)
     if not (version.isascii() and version.isdigit()) or len(version) > 10 or not 0 < int(version) < 2**31:
         raise NotFound(f"no model version {version[:80]!r}")
-    return Reference(name, version=int(version))
+    return Reference(model, version=int(version))
+
+
+def _serving(service: CalibrationService, reference: Reference, version: str | None):
+    """The loaded version; a missing alias given as the version is the protocol's 'no model version'."""
+    try:
+        return service.serving(reference)
+    except NotFound as exc:
+        if version is not None and reference.alias is not None:
+            raise NotFound(f"no model version {version[:80]!r} ({exc})") from exc
+        raise
 
 
 @router.get("", summary="Server metadata")
@@ -52,44 +71,49 @@ async def ready(request: Request):
     return JSONResponse({"ready": status == 200}, status_code=status)
 
 
-def _metadata(service: CalibrationService, reference: Reference) -> bytes:
-    return dump_json(oip.model_metadata(**service.model_metadata(reference)))
+def _metadata(service: CalibrationService, name: str, version: str | None = None) -> bytes:
+    reference = _reference(name, version)
+    _serving(service, reference, version)
+    return dump_json(oip.model_metadata(**{**service.model_metadata(reference), "name": name}))
 
 
-@router.get("/models/{name}", summary="Model metadata (latest version)", dependencies=[READ])
+@router.get("/models/{name}", summary="Model metadata (latest version, or the calibrator's /v2 default)",
+            dependencies=[READ])
 async def model(request: Request, name: str = MODEL):
-    return Response(await run_in_threadpool(_metadata, request.app.state.service, _reference(name)),
+    return Response(await run_in_threadpool(_metadata, request.app.state.service, name),
                     media_type="application/json")
 
 
 @router.get("/models/{name}/versions/{version}", summary="Model version metadata", dependencies=[READ])
 async def model_version(request: Request, name: str = MODEL, version: str = VERSION):
-    metadata = await run_in_threadpool(_metadata, request.app.state.service, _reference(name, version))
+    metadata = await run_in_threadpool(_metadata, request.app.state.service, name, version)
     return Response(metadata, media_type="application/json")
 
 
-def _ready(service: CalibrationService, reference: Reference) -> dict:
-    return {"name": reference.name, "version": str(service.serving(reference).version), "ready": True}
+def _ready(service: CalibrationService, name: str, version: str | None = None) -> dict:
+    return {"name": name, "version": str(_serving(service, _reference(name, version), version).version),
+            "ready": True}
 
 
-@router.get("/models/{name}/ready", summary="Model readiness (latest version)", dependencies=[READ])
+@router.get("/models/{name}/ready", summary="Model readiness (latest version, or the calibrator's /v2 default)",
+            dependencies=[READ])
 async def model_ready(request: Request, name: str = MODEL):
-    return await run_in_threadpool(_ready, request.app.state.service, _reference(name))
+    return await run_in_threadpool(_ready, request.app.state.service, name)
 
 
 @router.get("/models/{name}/versions/{version}/ready", summary="Model version readiness", dependencies=[READ])
 async def model_version_ready(request: Request, name: str = MODEL, version: str = VERSION):
-    return await run_in_threadpool(_ready, request.app.state.service, _reference(name, version))
+    return await run_in_threadpool(_ready, request.app.state.service, name, version)
 
 
-def _infer(service: CalibrationService, reference: Reference, body: bytes, header_length: str | None):
-    loaded = service.serving(reference)
+def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None):
+    loaded = _serving(service, _reference(name, version), version)
     request = oip.parse_request(body, header_length)
 
     def log(array, ids):
         return service.log_predictions(loaded, loaded.calibrator.input, array, ids)
 
-    return oip.infer(loaded.calibrator, request, loaded.tensor_names, reference.name, loaded.version,
+    return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, loaded.version,
                      service.device.predict, log)
 
 
@@ -105,18 +129,19 @@ INFER_DOC = {
 }
 
 
-@router.post("/models/{name}/infer", summary="Inference (latest version)", openapi_extra=INFER_DOC, dependencies=[READ])
+@router.post("/models/{name}/infer", summary="Inference (latest version, or the calibrator's /v2 default)",
+             openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer(request: Request, name: str = MODEL):
     body = await request.body()
-    content, headers = await hot_path.run(request, _infer, request.app.state.service, _reference(name), body,
+    content, headers = await hot_path.run(request, _infer, request.app.state.service, name, None, body,
                                           request.headers.get(oip.HEADER_LENGTH))
     return Response(content, headers=headers, media_type=headers["content-type"])
 
 
-@router.post("/models/{name}/versions/{version}/infer", summary="Inference (pinned version)",
+@router.post("/models/{name}/versions/{version}/infer", summary="Inference (pinned version or alias)",
              openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
     body = await request.body()
-    content, headers = await hot_path.run(request, _infer, request.app.state.service, _reference(name, version),
+    content, headers = await hot_path.run(request, _infer, request.app.state.service, name, version,
                                           body, request.headers.get(oip.HEADER_LENGTH))
     return Response(content, headers=headers, media_type=headers["content-type"])

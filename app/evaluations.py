@@ -1,0 +1,104 @@
+"""Challenger evaluations (issue #21): two versions of one calibrator compared on the same stored
+observations that neither was fitted on, with anytime-valid confidence sequences on their NLL and
+Brier differences (``calibration.compare_losses``: the empirical-Bernstein CS of Waudby-Smith &
+Ramdas 2023 on the clipped per-row paired difference), each one's ECE with a percentile-bootstrap
+interval, and a verdict at level alpha. Stored, so that a gated alias move can cite it.
+
+**Held out by default**: the observations created at or after the later of the two versions'
+creation times. A version is fitted on data that existed when it was created (uploads carry
+their ``observed_at``), so these rows were seen by neither. A caller may name another selection
+(``data.observations``); the answer says which was used and whether it was the held-out default.
+The confidence sequence holds at every sample size, so an evaluation may be repeated as labels
+arrive and the first ``challenger_better`` acted on, with the error still at most alpha.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import calibration as cal
+
+from . import promotion_store, store
+from .errors import InvalidInput, NotFound
+from .models import utcnow
+from .names import Reference, check_alias, check_name
+from .observation_schemas import ObservationQuery
+from .promotion_models import EvaluationRow
+from .promotion_schemas import EvaluationRequest
+
+
+def _reference(name: str, value: int | str) -> Reference:
+    if isinstance(value, int):
+        if not 1 <= value < 2**31:
+            raise InvalidInput(f"version {value} is out of range")
+        return Reference.pinned(name, value)
+    if value.isascii() and value.isdigit():
+        return _reference(name, int(value))
+    return Reference(name, alias=check_alias(value))
+
+
+def _ece(probs, labels, fields: EvaluationRequest) -> dict:
+    if fields.bootstrap == 0:
+        return {"estimate": cal.ece(probs, labels, n_bins=fields.n_bins)}
+    interval = cal.bootstrap_interval(cal.ece, probs, labels, n_resamples=fields.bootstrap,
+                                      confidence=fields.confidence, seed=fields.seed, n_bins=fields.n_bins)
+    return interval.to_dict()
+
+
+def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
+    """Compare ``fields.challenger`` with ``fields.champion`` on held-out observations; store and
+    return the evaluation."""
+    check_name(name)
+    challenger = service.serving(_reference(name, fields.challenger))
+    champion = service.serving(_reference(name, fields.champion))
+    if challenger.version == champion.version:
+        raise InvalidInput(f"challenger and champion are both version {challenger.version}")
+    with service.db.read() as session:
+        created = [store.version_by_id(session, v.resolved).created_at for v in (challenger, champion)]
+    held_out = fields.data is None
+    query = ObservationQuery(since=max(created)) if held_out else fields.data.observations
+    try:
+        index = service.observations.fit_index(name, query)
+    except NotFound as exc:
+        hint = " (post labels created after both versions, or name a selection in data.observations)"
+        raise NotFound(str(exc) + (hint if held_out else "")) from exc
+    batch = service.observations.load(None, index)
+    for loaded in (challenger, champion):
+        if loaded.calibrator.input != batch.kind:
+            raise InvalidInput(f"version {loaded.version} takes {loaded.calibrator.input}; the observations "
+                               f"are {batch.kind}")
+    try:
+        inputs = cal.validate_inputs(batch.values, batch.kind)
+        labels = cal.check_labels(batch.labels, inputs.n, inputs.k)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    challenger_probs = service.predict(challenger, inputs)
+    champion_probs = service.predict(champion, inputs)
+    comparison = cal.compare_losses(challenger_probs, champion_probs, labels, fields.alpha, fields.nll_clip,
+                                    fields.decide_on)
+    result = {
+        "name": name, "challenger": challenger.version, "champion": champion.version,
+        "challenger_ref": str(fields.challenger), "champion_ref": str(fields.champion),
+        "selection": query.model_dump(mode="json", exclude_none=True), "held_out": held_out,
+        **comparison,
+        "ece": {"n_bins": fields.n_bins, "challenger": _ece(challenger_probs, labels, fields),
+                "champion": _ece(champion_probs, labels, fields)},
+    }
+    result = cal.json_safe(result)
+    row = EvaluationRow(id=uuid.uuid4().hex, challenger=challenger.version, champion=champion.version,
+                        alpha=fields.alpha, n_rows=comparison["n_rows"], verdict=comparison["verdict"],
+                        result=result, created_at=utcnow())
+    with service.db.write() as session:
+        row.calibrator_id = store.calibrator_row(session, name).id
+        promotion_store.add_evaluation(session, row)
+        return _view(row)
+
+
+def _view(row: EvaluationRow) -> dict:
+    return {"id": row.id, **row.result, "created_at": row.created_at}
+
+
+def get_evaluation(db, name: str, evaluation_id: str) -> dict:
+    check_name(name)
+    with db.read() as session:
+        return _view(promotion_store.evaluation(session, name, evaluation_id))

@@ -1,0 +1,51 @@
+"""Request models of safe promotion (issue #21): gated alias moves, gates, serving settings and
+challenger evaluations."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
+
+from .observation_schemas import DataSource
+
+VersionOrAlias = StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=64)]
+EVALUATION_ID = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AliasMoveRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 2},
+                                                                              {"version": 2, "evaluation": "0" * 32}]})
+    version: StrictInt = Field(ge=1, le=2**31 - 1)
+    evaluation: EVALUATION_ID | None = Field(None, description="An evaluation whose verdict favours `version` over "
+                                                              "the alias's current version (needed when gated)")
+
+
+class GateRequest(_Strict):
+    require_evaluation: bool = Field(description="Moving the alias needs an evaluation that favours the new "
+                                                 "version over the current one")
+
+
+class ServingRequest(_Strict):
+    v2_default: str = Field("latest", min_length=1, max_length=64,
+                            description="What an unversioned /v2 call serves: `latest`, or an alias")
+
+
+class EvaluationRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"challenger": 3, "champion": "production", "alpha": 0.05}]})
+    challenger: VersionOrAlias = Field(description="The new version (number or alias)")
+    champion: VersionOrAlias = Field(description="The version it must beat (number or alias, e.g. production)")
+    data: DataSource | None = Field(None, description="Which stored observations (default: those created after "
+                                                      "both versions, which neither was fitted on)")
+    alpha: float = Field(0.05, gt=0, le=0.5, description="Error level of the confidence sequences and verdict")
+    decide_on: Literal["nll", "brier"] = Field("nll", description="The loss whose difference decides the verdict")
+    nll_clip: float = Field(5.0, gt=0, le=100, description="Per-row NLL differences are clipped to +-this (nats)")
+    n_bins: int = Field(15, ge=1, le=1000)
+    bootstrap: int = Field(200, ge=0, le=2000, description="Bootstrap resamples of the ECE intervals (0: none)")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    seed: int = Field(0, ge=0, le=2**31 - 1)

@@ -1,0 +1,92 @@
+"""Safe promotion (/v1, issue #21): alias history and rollback, alias gates, what an unversioned
+/v2 call serves, and challenger evaluations."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
+from .. import evaluations, promotion
+from ..decoding import decode_fields
+from ..promotion_schemas import EvaluationRequest, GateRequest, ServingRequest
+from ..service import CalibrationService
+from . import admission
+from .auth import READ, WRITE
+from .calibrators import ALIAS, NAME, _json, actor_of, request_body
+from .openapi import body, problems
+
+router = APIRouter(prefix="/v1", tags=["promotion"])
+EVALUATION_ID = Path(pattern=r"^[0-9a-f]{32}$", description="Evaluation id")
+
+
+def _service(request: Request) -> CalibrationService:
+    return request.app.state.service
+
+
+@router.get("/calibrators/{name}/aliases/{alias}/history", summary="Alias moves, newest first",
+            responses=problems(404, 422), dependencies=[READ])
+async def alias_history(request: Request, name: str = NAME, alias: str = ALIAS,
+                        limit: int = Query(100, ge=1, le=promotion.HISTORY_LIMIT)):
+    """Every move of the alias (set, rollback, delete): from and to versions, who (API key id when
+    keys are on), when, and the evaluation given as evidence; with its current version and gate."""
+    return _json(await run_in_threadpool(promotion.history, _service(request).db, name, alias, limit))
+
+
+@router.post("/calibrators/{name}/aliases/{alias}/rollback", summary="Point an alias back at its previous version",
+             responses=problems(404, 409, 422), dependencies=[WRITE])
+async def alias_rollback(request: Request, name: str = NAME, alias: str = ALIAS):
+    """Undo the alias's last move (recorded as a rollback; allowed on a gated alias). Rolling back
+    twice returns to where it was."""
+    return _json(await run_in_threadpool(promotion.rollback, _service(request).db, name, alias, actor_of(request)))
+
+
+def _set_gate(service: CalibrationService, name: str, alias: str, data) -> dict:
+    return promotion.set_gate(service.db, name, alias, decode_fields(data, GateRequest).require_evaluation)
+
+
+@router.put("/calibrators/{name}/aliases/{alias}/gate", summary="Require evidence to move an alias",
+            responses=problems(404, 415, 422), openapi_extra=body(GateRequest), dependencies=[WRITE])
+async def alias_gate(request: Request, name: str = NAME, alias: str = ALIAS):
+    """With `require_evaluation`, the alias moves only with an evaluation whose verdict favours the
+    new version over its current one (PUT .../aliases/{alias} with `evaluation`)."""
+    return _json(await run_in_threadpool(_set_gate, _service(request), name, alias, await request_body(request)))
+
+
+@router.get("/calibrators/{name}/serving", summary="What an unversioned /v2 call serves",
+            responses=problems(404, 422), dependencies=[READ])
+async def get_serving(request: Request, name: str = NAME):
+    return _json(await run_in_threadpool(promotion.serving, _service(request).db, name))
+
+
+def _set_serving(service: CalibrationService, name: str, data) -> dict:
+    return promotion.set_serving(service.db, name, decode_fields(data, ServingRequest).v2_default)
+
+
+@router.put("/calibrators/{name}/serving", summary="Set what an unversioned /v2 call serves",
+            responses=problems(404, 415, 422), openapi_extra=body(ServingRequest), dependencies=[WRITE])
+async def put_serving(request: Request, name: str = NAME):
+    """`latest` (the default) or an alias such as `production`: `/v2/models/{name}/infer` then
+    serves that alias, so a new fit changes nothing for /v2 callers until the alias moves."""
+    return _json(await run_in_threadpool(_set_serving, _service(request), name, await request_body(request)))
+
+
+def _evaluate(service: CalibrationService, name: str, data) -> dict:
+    return evaluations.evaluate(service, name, decode_fields(data, EvaluationRequest))
+
+
+@router.post("/calibrators/{name}/evaluations", status_code=201, summary="Evaluate a challenger against a champion",
+             responses=problems(404, 413, 415, 422), openapi_extra=body(EvaluationRequest), dependencies=[WRITE])
+async def create_evaluation(request: Request, name: str = NAME):
+    """Both versions on the same stored observations that neither was fitted on (by default those
+    created after both versions): NLL and Brier of each, their difference (challenger - champion)
+    with an anytime-valid confidence sequence, ECE with bootstrap intervals, and the verdict at
+    level `alpha` (`challenger_better`, `champion_better` or `inconclusive`). Stored: a gated alias
+    move cites its id."""
+    result = await admission.run(request, _evaluate, _service(request), name, await request_body(request))
+    return _json(result, 201, {"Location": f"/v1/calibrators/{name}/evaluations/{result['id']}"})
+
+
+@router.get("/calibrators/{name}/evaluations/{evaluation_id}", summary="Get an evaluation",
+            responses=problems(404, 422), dependencies=[READ])
+async def get_evaluation(request: Request, name: str = NAME, evaluation_id: str = EVALUATION_ID):
+    return _json(await run_in_threadpool(evaluations.get_evaluation, _service(request).db, name, evaluation_id))
