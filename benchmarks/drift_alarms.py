@@ -5,10 +5,12 @@ every window, on streams resampled from the test splits of ../shared/data.
 For each data set a temperature scaling is fitted on the validation split and serves the test
 split; a stream draws test rows with replacement (its labels are the rows' labels).
 
-* **No shift**: ``streams`` streams of ``horizon`` labelled rows each. The e-process (tolerance
-  0.02, half-life 1000 rows) alarms when its e-value reaches 1/alpha; its null hypothesis is
-  ``|mean_confidence - accuracy| <= 0.02`` at every step, which the resampled stream satisfies when
-  the test split's own ``mean_confidence - accuracy`` (listed) is within 0.02. The windowed check
+* **No shift**: ``streams`` streams of ``horizon`` labelled rows each. The e-process (tolerances
+  0.02, half-life 1000 rows; both games: top-label and class frequencies) alarms when its e-value
+  reaches 1/alpha; its null hypothesis is ``|mean_confidence - accuracy| <= 0.02`` and, for every
+  class, ``|mean p_j - frequency_j| <= 0.02`` at every step, which the resampled stream satisfies
+  when the test split's own gaps (listed) are within 0.02. A second row per data set draws the
+  labels from the served probabilities (the boundary of the null, tolerances 0). The windowed check
   computes the 15-bin ECE of every block of ``WINDOW`` rows and alarms when one exceeds a
   threshold set as the 95% (99%) quantile of the window ECE under no shift: a test of level 5%
   (1%) *per check*, peeked at every window.
@@ -19,8 +21,9 @@ split; a stream draws test rows with replacement (its labels are the rows' label
   swap (the labels of random disjoint class pairs exchanged). The delay is the number of labelled
   rows from the shift to the alarm, its median over the streams that alarmed.
 
-Run: ``python benchmarks/drift_alarms.py [streams] [horizon] [shift_streams]`` (default 1000,
-100000, 200); results in benchmarks/results/drift_alarms.md.
+Run: ``python benchmarks/drift_alarms.py [streams] [horizon] [shift_streams] [exact_horizon]``
+(default 1000, 100000, 300, 20000; about 7 minutes on one core); results in
+benchmarks/results/drift_alarms.md.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from calibration.monitoring import DriftTest
 from tests.helpers import load_split
 
 DATASETS = ["cifar10_resnet50_cross_entropy", "cifar10_lenet5", "cifar100_densenet-bc-100"]
-TOLERANCE, HALF_LIFE, ALPHAS = 0.02, 1000.0, (0.01, 0.05)
+TOLERANCE, CLASS_TOLERANCE, HALF_LIFE, ALPHAS = 0.02, 0.02, 1000.0, (0.01, 0.05)
 WINDOW, N_BINS, BLOCK = 1000, 15, 1000
 SHIFT_AT, AFTER = 10_000, 20_000
 SHIFTS = [("temperature", 1.25), ("temperature", 1.5), ("temperature", 2.0), ("temperature", 0.75),
@@ -56,8 +59,8 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 
 class Served:
-    """The test split through the fitted calibrator: top-label confidence, predicted class and
-    label per row, and the confidence after a temperature change of the inputs."""
+    """The test split through the fitted calibrator: calibrated probabilities (and after a
+    temperature change of the inputs), top-label confidence, predicted class, label per row."""
 
     def __init__(self, name: str):
         kind, val, val_labels = load_split(name, "val")
@@ -65,15 +68,13 @@ class Served:
         self.logits = test.astype(np.float64) if kind == "logits" else np.log(np.clip(test, 1e-12, 1.0))
         self.calibrator = cal.create("temperature", {"input": "logits"}).fit(
             val.astype(np.float64) if kind == "logits" else np.log(np.clip(val, 1e-12, 1.0)), val_labels)
-        probs = self.calibrator.predict_proba(self.logits)
-        self.k = probs.shape[1]
-        self.confidence, self.predicted = probs.max(axis=1), probs.argmax(axis=1)
+        self.probs = self.calibrator.predict_proba(self.logits)
+        self.k = self.probs.shape[1]
+        self.confidence, self.predicted = self.probs.max(axis=1), self.probs.argmax(axis=1)
+        self.table = (self.probs, self.confidence, self.predicted)  # what the samplers hand out
         self.order = np.argsort(self.labels, kind="stable")
         self.class_start = np.searchsorted(self.labels[self.order], np.arange(self.k))
         self.class_count = np.bincount(self.labels, minlength=self.k)
-
-    def scaled_confidence(self, s: float) -> np.ndarray:
-        return self.calibrator.predict_proba(self.logits * s).max(axis=1)
 
     def rows_with_priors(self, rng, priors: np.ndarray, size: int) -> np.ndarray:
         """Rows drawn with class priors ``priors`` (streams x k), ``size`` per stream."""
@@ -85,32 +86,38 @@ class Served:
 
 
 def shift_sampler(served: Served, rng, streams: int, kind: str, size):
-    """A function of the block size giving (confidence, correct) for the shifted part."""
-    n, k = len(served.labels), served.k
+    """A function of the block size giving ((probabilities, confidence, prediction) of the rows
+    as served, rows, labels) for the shifted part."""
+    k = served.k
     if kind == "temperature":
-        confidence = served.scaled_confidence(size)
-        return lambda b: _take(rng.integers(0, n, (streams, b)), confidence, served)
+        probs = served.calibrator.predict_proba(served.logits * size)
+        table = (probs, probs.max(axis=1), probs.argmax(axis=1))
+        return lambda b: _uniform(rng, streams, b, served, table)
     if kind in ("dirichlet", "tweak-one"):
         if kind == "dirichlet":
             priors = rng.dirichlet(np.full(k, size), size=streams)
         else:
             priors = np.full((streams, k), (1 - size) / (k - 1))
             priors[np.arange(streams), rng.integers(0, k, streams)] = size
-        return lambda b: _take(served.rows_with_priors(rng, priors, b), served.confidence, served)
+
+        def prior_shifted(b):
+            rows = served.rows_with_priors(rng, priors, b)
+            return served.table, rows, served.labels[rows]
+        return prior_shifted
     permutation = np.tile(np.arange(k), (streams, 1))  # class swap: `size` disjoint pairs per stream
     for s in range(streams):
         pairs = rng.choice(k, size=2 * size, replace=False).reshape(size, 2)
         permutation[s, pairs[:, 0]], permutation[s, pairs[:, 1]] = pairs[:, 1], pairs[:, 0]
 
     def swapped(b):
-        rows = rng.integers(0, n, (streams, b))
-        labels = np.take_along_axis(permutation, served.labels[rows], axis=1)
-        return served.confidence[rows], (served.predicted[rows] == labels).astype(np.float64)
+        table, rows, labels = _uniform(rng, streams, b, served, served.table)
+        return table, rows, np.take_along_axis(permutation, labels, axis=1)
     return swapped
 
 
-def _take(rows, confidence, served):
-    return confidence[rows], (served.predicted[rows] == served.labels[rows]).astype(np.float64)
+def _uniform(rng, streams: int, b: int, served: Served, table: np.ndarray):
+    rows = rng.integers(0, len(served.labels), (streams, b))
+    return table, rows, served.labels[rows]
 
 
 def window_ece(confidence: np.ndarray, correct: np.ndarray) -> np.ndarray:
@@ -127,49 +134,60 @@ def run(served: Served, rng, streams: int, horizon: int, shifted=None, shift_at:
         exact: bool = False, tolerance: float = TOLERANCE):
     """Stream ``horizon`` rows per stream; returns, per alpha, the rows when the e-value first reached
     1/alpha (-1: never), and the window ECEs (streams x windows). ``exact``: labels drawn from the
-    served probabilities (correct with probability the confidence): the boundary of the null."""
-    test = DriftTest(alpha=min(ALPHAS), tolerance=tolerance, half_life=HALF_LIFE, shape=(streams,))
+    served probabilities: the boundary of both nulls (then both tolerances are ``tolerance``)."""
+    test = DriftTest(alpha=min(ALPHAS), tolerance=tolerance, half_life=HALF_LIFE, shape=(streams,),
+                     n_classes=served.k, class_tolerance=tolerance if exact else CLASS_TOLERANCE)
     first = {alpha: np.full(streams, -1) for alpha in ALPHAS}
-    eces = []
-    n = len(served.labels)
+    eces, every = [], np.arange(streams)
     for start in range(0, horizon, BLOCK):
         if shifted is not None and start >= shift_at:
-            confidence, correct = shifted(BLOCK)
+            table, rows, labels = shifted(BLOCK)
         else:
-            confidence, correct = _take(rng.integers(0, n, (streams, BLOCK)), served.confidence, served)
-            if exact:
-                correct = (rng.random(confidence.shape) < confidence).astype(np.float64)
-        for t in range(BLOCK):  # the test's own loop, with the crossing of every alpha recorded
-            test.update((confidence[:, t] - correct[:, t])[:, None])
+            table, rows, labels = _uniform(rng, streams, BLOCK, served, served.table)
+        (probs, confidence_of, predicted_of) = table
+        if exact:  # labels drawn from the served probabilities, row by row
+            u = rng.random((streams, BLOCK))
+            labels = np.stack([np.minimum((np.cumsum(probs[rows[:, t]], axis=1) < u[:, t, None]).sum(axis=1),
+                                          served.k - 1) for t in range(BLOCK)], axis=1)
+        confidence, correct = confidence_of[rows], predicted_of[rows] == labels
+        residuals = confidence - correct
+        for t in range(BLOCK):  # one row of every stream at a time, the crossing of every alpha recorded
+            class_residuals = probs[rows[:, t]]
+            class_residuals[every, labels[:, t]] -= 1.0
+            test.update(residuals[:, t:t + 1], class_residuals[:, None, :])
             for alpha in ALPHAS:
                 hit = (first[alpha] < 0) & (test.log_wealth >= np.log(1 / alpha))
                 first[alpha][hit] = start + t + 1
-        eces.append(window_ece(confidence, correct))
+        eces.append(window_ece(confidence, correct.astype(np.float64)))
     return first, np.column_stack(eces)
 
 
 def main():
     streams = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     horizon = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
-    shift_streams = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+    shift_streams = int(sys.argv[3]) if len(sys.argv) > 3 else 300
+    exact_horizon = int(sys.argv[4]) if len(sys.argv) > 4 else 20_000
     rng = np.random.default_rng(20)
     null_rows, shift_rows, seconds = [], [], {}
     for name in DATASETS:
         served = Served(name)
         check = rng.integers(0, len(served.labels), (2, WINDOW))
-        probs = served.calibrator.predict_proba(served.logits[check[0]])
-        assert abs(window_ece(served.confidence[check], _take(check, served.confidence, served)[1])[0]
-                   - cal.ece(probs, served.labels[check[0]])) < 1e-12
+        correct = (served.predicted[check] == served.labels[check]).astype(np.float64)
+        assert abs(window_ece(served.confidence[check], correct)[0]
+                   - cal.ece(served.probs[check[0]], served.labels[check[0]])) < 1e-12
         gap = served.confidence.mean() - (served.predicted == served.labels).mean()
+        class_gap = np.abs(served.probs.mean(axis=0) - served.class_count / len(served.labels)).max()
         for exact in (False, True):
             started = time.perf_counter()
-            alarms, eces = run(served, rng, streams, horizon, exact=exact, tolerance=0.0 if exact else TOLERANCE)
+            alarms, eces = run(served, rng, streams, exact_horizon if exact else horizon, exact=exact,
+                               tolerance=0.0 if exact else TOLERANCE)
             seconds[name, exact] = time.perf_counter() - started
             levels = {level: float(np.quantile(eces, level)) for level in (0.95, 0.99)}
             if not exact:
                 thresholds = levels  # the shifts are compared with the real labels' threshold
-            row = [f"{name}, labels drawn from the served probabilities, tolerance 0" if exact else name,
-                   "0 (exact)" if exact else f"{gap:+.4f}"]
+            row = [f"{name}, labels drawn from the served probabilities, tolerances 0, {exact_horizon} rows"
+                   if exact else name,
+                   "0, 0 (exact)" if exact else f"{gap:+.4f}, {class_gap:.4f}"]
             for alpha in ALPHAS:
                 k = int((alarms[alpha] >= 0).sum())
                 low, high = clopper_pearson(k, streams)
@@ -197,11 +215,12 @@ def main():
     env = environment(["numpy", "scipy"])
     notes = (f"Streams: {streams} x {horizon} rows per data set without shift ({max(seconds.values()):.0f} s at "
              f"most per run of {streams} streams), {shift_streams} x {SHIFT_AT + AFTER} with a shift after row "
-             f"{SHIFT_AT}. E-process: tolerance {TOLERANCE}, half-life {HALF_LIFE:.0f}; windowed ECE: {N_BINS} bins, "
+             f"{SHIFT_AT}. E-process: tolerances {TOLERANCE} and {CLASS_TOLERANCE}, half-life {HALF_LIFE:.0f}; "
+             f"windowed ECE: {N_BINS} bins, "
              f"windows of {WINDOW} rows, threshold = quantile of the no-shift window ECE. Intervals: Clopper-Pearson "
              "95%.")
     write("drift_alarms", "Drift alarms: anytime-valid e-process vs a windowed ECE threshold",
-          ["data set", "test mean conf - acc", "e-process alarm rate, alpha 0.01", "alpha 0.05",
+          ["data set", "test mean conf - acc, max class gap", "e-process alarm rate, alpha 0.01", "alpha 0.05",
            "window ECE > q95 (per-check 5%): threshold: alarm rate", "> q99 (per-check 1%)"], null_rows, env, notes)
     text = (Path(__file__).parent / "results" / "drift_alarms.md").read_text()
     header = ["data set", "shift", "size", "e-process false alarms before the shift",
