@@ -127,6 +127,24 @@ def test_a_shifted_stream_raises_an_alarm_seen_in_the_api_and_in_metrics(client,
     assert client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"alpha": 0}).status_code == 422
 
 
+def test_a_label_prior_shift_alarms_through_the_class_frequencies(client, data):
+    val, val_labels, test, test_labels = data
+    _fit(client, val, val_labels)
+    _ok(client.put(f"/v1/calibrators/{NAME}/logging", json={"sample_rate": 1.0}))
+    rng = np.random.default_rng(1)
+    rows = np.concatenate([rng.choice(np.flatnonzero(test_labels != 3), 1000),  # as fitted, then class 3
+                           rng.choice(np.flatnonzero(test_labels == 3), 2500), rng.choice(len(test_labels), 2500)])
+    rows[1000:] = rng.permutation(rows[1000:])  # 3000 labels of 5000 from class 3 (10% before)
+    for start in range(0, len(rows), 1000):
+        chosen = rows[start:start + 1000]
+        _serve_and_label(client, test[chosen], test_labels[chosen], start)
+    evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"half_life": 200}))
+    (monitor,) = evaluated["monitors"]
+    assert evaluated["new_alarms"] == [1] and monitor["alarm"] and 1000 < monitor["alarm_rows"] <= 6000
+    again = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"half_life": 200}))
+    assert again["new_alarms"] == [] and again["monitors"][0]["alarm_rows"] == monitor["alarm_rows"]
+
+
 def test_the_label_shift_estimate_from_the_prediction_log(client, data):
     val, val_labels, test, test_labels = data
     fitted = _fit(client, val, val_labels)
