@@ -43,6 +43,7 @@ from .metrics.scores import (
     nll,
     top_n_accuracy,
 )
+from .online import OnlinePlattScaling, TrackingCalibeater
 from .registry import METHODS, create, describe_methods, from_dict, method_class
 from .reliability import (
     SERIES_COLOURS,
@@ -81,11 +82,13 @@ __all__ = [
     "IsotonicMulticlass",
     "IsotonicOneVsAll",
     "MatrixScaling",
+    "OnlinePlattScaling",
     "PlattScaling",
     "ReliabilityBins",
     "ReliabilityDiagram",
     "Selection",
     "TemperatureScaling",
+    "TrackingCalibeater",
     "VectorScaling",
     "accuracy",
     "adaptive_ece",
