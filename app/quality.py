@@ -4,12 +4,14 @@ latest version for uploads, or through one ``version`` for every row) and uncali
 a bootstrap interval (``calibration.bootstrap_interval``), and label-free signals per window.
 
 Windows are calendar hours or days (UTC, of the rows' ``created_at``) or blocks of ``N`` rows in
-arrival order; only the newest ``windows`` of them are computed.
+arrival order; only the newest ``windows`` of them are computed. A request reads at most
+``MAX_ENTRIES`` rows x classes, and its bootstrap resamples are cut to ``BOOTSTRAP_ENTRIES``
+(the answer then says ``bootstrap`` used and ``bootstrap_asked``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,6 +28,8 @@ METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kd
            "brier": cal.brier, "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}
 BINNED = {"ece", "classwise_ece"}
 MAX_ENTRIES = 1 << 24  # rows x classes read for one quality request (128 MiB as float64 inputs)
+# resamples x rows x classes x 2 (calibrated and not) of one request's intervals: about 20 s of work
+BOOTSTRAP_ENTRIES = 200_000_000
 TIME_FORMATS = {"hour": "%Y-%m-%dT%H:00:00Z", "day": "%Y-%m-%d"}
 
 
@@ -155,6 +159,10 @@ def quality(service, name: str, query: QualityQuery) -> dict:
     raw, calibrated, usable = calibrated_groups(service, name, entries[0][3], inputs, versions)
     labels, window_of, versions = labels[usable], window_of[usable], versions[usable]
     answer["skipped_rows"] = int((~usable).sum())
+    affordable = BOOTSTRAP_ENTRIES // max(2 * raw.size, 1)
+    if affordable < query.bootstrap:  # the budget, checked before the work: fewer resamples, said so
+        answer["bootstrap"], answer["bootstrap_asked"] = affordable, query.bootstrap
+        query = replace(query, bootstrap=affordable)
     for key in sorted(set(window_of), key=_window_order):
         rows = np.flatnonzero(window_of == key)
         served = np.unique(versions[rows], return_counts=True)

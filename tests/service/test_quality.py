@@ -183,3 +183,17 @@ def test_scopes(sqlite_url):
         assert client.get(f"/v1/calibrators/{NAME}/alarms", headers=headers).status_code == 404
         assert client.get(f"/v1/calibrators/{NAME}/label-shift", headers=headers).status_code == 404
         assert client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", headers=headers).status_code == 403
+
+
+def test_the_bootstrap_budget_cuts_resamples_and_says_so(client, data, monkeypatch):
+    val, val_labels, test, test_labels = data
+    _fit(client, val, val_labels)
+    _ok(client.post(f"/v1/calibrators/{NAME}/observations",
+                    json={"logits": test[:500].tolist(), "labels": test_labels[:500].tolist()}), 201)
+    monkeypatch.setattr("app.quality.BOOTSTRAP_ENTRIES", 500 * 10 * 2 * 7)
+    body = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"bootstrap": 50}))
+    assert body["bootstrap"] == 7 and body["bootstrap_asked"] == 50
+    assert body["windows"][0]["calibrated"]["nll"]["low"] is not None
+    monkeypatch.setattr("app.quality.BOOTSTRAP_ENTRIES", 10)
+    body = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"bootstrap": 50}))
+    assert body["bootstrap"] == 0 and body["windows"][0]["calibrated"]["nll"]["low"] is None
