@@ -17,10 +17,11 @@ import numpy as np
 
 import calibration as cal
 from calibration import label_shift as shift
+from calibration import quality_plot
 
 from . import alarm_store, observation_store, store
 from .db import Database
-from .errors import InvalidInput, NotFound, TooLarge
+from .errors import InvalidInput, NotAcceptable, NotFound, TooLarge
 from .names import Reference, check_name
 from .observation_store import Selection
 
@@ -218,3 +219,22 @@ def label_shift(service, name: str, version: int | None = None, last: int = 50_0
             "n_source_rows": len(source_labels), "source_priors": pi.tolist(), "em": em.to_dict(),
             "bbse": bbse.to_dict(), "label_free": label_free(target),
             "source_label_free": {**label_free(source), "accuracy": cal.accuracy(source, source_labels)}}
+
+
+def quality_figure(service, name: str, query: QualityQuery, fmt: str) -> bytes:
+    """The quality history as a picture (``png`` or ``svg``): ECE calibrated and not, and accuracy
+    against mean confidence, per window with their intervals."""
+    answer = quality(service, name, query)
+    if not answer["windows"]:
+        raise NotFound(f"{name!r} has no observations to draw")
+    windows = answer["windows"]
+    panels = {"ECE": {"calibrated": [w["calibrated"]["ece"] for w in windows],
+                      "uncalibrated": [w["uncalibrated"]["ece"] for w in windows]},
+              "calibrated": {"accuracy": [w["calibrated"]["accuracy"] for w in windows],
+                             "mean confidence": [w["calibrated"]["mean_confidence"] for w in windows]}}
+    version = f" (all through v{query.version})" if query.version else ""
+    try:
+        return quality_plot.quality_figure([w["window"] for w in windows], panels, fmt,
+                                           f"{name}: calibration quality per {query.window}{version}")
+    except ImportError as exc:  # pragma: no cover - matplotlib is an optional extra
+        raise NotAcceptable("images need the 'plot' extra (matplotlib) on the server") from exc

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from starlette.responses import Response
 
 from .. import drift_alarms, quality
+from ..encoding import image_format
 from ..service import CalibrationService
 from . import admission
 from .auth import READ, WRITE
@@ -25,7 +27,10 @@ def _service(request: Request) -> CalibrationService:
 
 
 @router.get("/calibrators/{name}/quality", summary="Calibration quality per time window",
-            responses=problems(404, 413, 422), dependencies=[READ])
+            responses={200: {"content": {"application/json": {}, "image/png": {}, "image/svg+xml": {}},
+                             "description": "Metrics per window as JSON, or drawn (`Accept: image/png` or "
+                                            "`image/svg+xml`)"}, **problems(404, 406, 413, 422)},
+            dependencies=[READ])
 async def get_quality(request: Request, name: str = NAME, window: str = WINDOW, version: int | None = VERSION,
                       windows: int = Query(12, ge=1, le=500, description="How many of the newest windows"),
                       bootstrap: int = Query(100, ge=0, le=2000, description="Bootstrap resamples (0: none)"),
@@ -34,8 +39,14 @@ async def get_quality(request: Request, name: str = NAME, window: str = WINDOW, 
     """ECE, classwise ECE, KDE-ECE, NLL, Brier, accuracy and mean confidence of the calibrated
     probabilities and of the uncalibrated inputs, per window of the stored observations, each with
     a percentile-bootstrap interval; and the label-free signals of each window (expected accuracy
-    = mean calibrated confidence, mean entropy, predicted class distribution)."""
+    = mean calibrated confidence, mean entropy, predicted class distribution). With `Accept:
+    image/png` or `image/svg+xml`, the ECEs and accuracy against mean confidence drawn per window."""
     query = quality.QualityQuery(window, version, windows, n_bins, bootstrap, confidence, seed)
+    image = image_format(request.headers.get("accept"))
+    if image is not None:
+        media, fmt = image
+        content = await admission.run(request, quality.quality_figure, _service(request), name, query, fmt)
+        return Response(content, media_type=media)
     return _json(await admission.run(request, quality.quality, _service(request), name, query))
 
 

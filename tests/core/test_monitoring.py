@@ -220,3 +220,13 @@ def test_adjusting_to_the_same_priors_changes_nothing(seed):
     p = rng.dirichlet(np.ones(5), size=20)
     pi = rng.dirichlet(np.ones(5))
     np.testing.assert_allclose(adjust_priors(p, pi, pi), p, atol=1e-12)
+
+
+def test_quality_figure():
+    from calibration.quality_plot import quality_figure
+
+    values = [{"estimate": 0.03, "low": 0.02, "high": 0.05}, {"estimate": 0.04, "low": None, "high": None}]
+    svg = quality_figure(["day 1", "day 2"], {"ECE": {"calibrated": values}}, "svg", "a title")
+    assert b"day 2" in svg and b"a title" in svg
+    with pytest.raises(ValueError, match="format"):
+        quality_figure(["day 1"], {"ECE": {"calibrated": values[:1]}}, "gif")

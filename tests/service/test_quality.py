@@ -197,3 +197,18 @@ def test_the_bootstrap_budget_cuts_resamples_and_says_so(client, data, monkeypat
     monkeypatch.setattr("app.quality.BOOTSTRAP_ENTRIES", 10)
     body = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"bootstrap": 50}))
     assert body["bootstrap"] == 0 and body["windows"][0]["calibrated"]["nll"]["low"] is None
+
+
+def test_the_quality_chart(client, data):
+    val, val_labels, test, test_labels = data
+    _fit(client, val, val_labels)
+    _ok(client.post(f"/v1/calibrators/{NAME}/observations",
+                    json={"logits": test[:1500].tolist(), "labels": test_labels[:1500].tolist()}), 201)
+    params = {"window": "500", "bootstrap": 20}
+    png = client.get(f"/v1/calibrators/{NAME}/quality", params=params, headers={"accept": "image/png"})
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG")
+    svg = client.get(f"/v1/calibrators/{NAME}/quality", params=params, headers={"accept": "image/svg+xml"})
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert b"rows 1000-1499" in svg.content and b"uncalibrated" in svg.content
+    assert client.get("/v1/calibrators/nobody/quality", headers={"accept": "image/png"}).status_code == 404
