@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.signal import lfilter
 
 from .metrics._inputs import probabilities_and_labels, top_label_of
 
@@ -67,6 +68,15 @@ def class_residuals(probs, labels) -> np.ndarray:
     out = p.copy()
     out[np.arange(len(y)), y] -= 1.0
     return out
+
+
+def _ewma(values: np.ndarray, start: np.ndarray, keep: float, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exponentially weighted mean ``m_t = keep m_{t-1} + (1 - keep) x_t`` from ``m_0 = start``
+    along ``axis`` (a first-order linear filter): its values *before* each step (what a bet may
+    use), and after the last step."""
+    after = lfilter([1.0 - keep], [1.0, -keep], values, axis=axis, zi=np.expand_dims(keep * start, axis))[0]
+    before = np.concatenate([np.expand_dims(start, axis), np.delete(after, -1, axis=axis)], axis=axis)
+    return before, np.take(after, -1, axis=axis)
 
 
 def _plug_in(mean: np.ndarray, second: np.ndarray, tolerance: float) -> np.ndarray:
@@ -149,27 +159,32 @@ class DriftTest:
             c = _checked(class_residuals, self.shape, (int(self.n_classes),), "class_residuals")
             if c.shape[len(self.shape)] != r.shape[-1]:
                 raise ValueError("residuals and class_residuals must have as many rows")
+        if r.shape[-1] == 0:
+            return self
         keep = 2.0 ** (-1.0 / self.half_life)
-        for t in range(r.shape[-1]):
-            step = r[..., t]
-            stake = self.bet()
-            self.top_log_wealth += np.log1p(stake * step - np.abs(stake) * self.tolerance)
-            self.mean = keep * self.mean + (1 - keep) * step
-            self.second = keep * self.second + (1 - keep) * step * step
-            if c is None:
-                self.log_wealth = self.top_log_wealth.copy()
-            else:
-                row = c[..., t, :]
-                stakes = self.class_bet()
-                gain = (stakes * row).sum(axis=-1) - np.abs(stakes).sum(axis=-1) * self.class_tolerance
-                self.class_log_wealth += np.log1p(gain)
-                self.class_mean = keep * self.class_mean + (1 - keep) * row
-                self.class_second = keep * self.class_second + (1 - keep) * row * row
-                self.log_wealth = np.logaddexp(self.top_log_wealth, self.class_log_wealth) - math.log(2)
-            np.maximum(self.max_log_wealth, self.log_wealth, out=self.max_log_wealth)
-            self.n += 1
-            crossed = (self.alarm_at < 0) & (self.log_wealth >= self.threshold)
-            self.alarm_at = np.where(crossed, self.n, self.alarm_at)
+        mean, self.mean = _ewma(r, self.mean, keep, -1)
+        second, self.second = _ewma(r * r, self.second, keep, -1)
+        stake = np.clip(_plug_in(mean, second, self.tolerance), -self.max_bet, self.max_bet)
+        path = self.top_log_wealth[..., None] + np.cumsum(np.log1p(stake * r - np.abs(stake) * self.tolerance),
+                                                         axis=-1)
+        self.top_log_wealth = path[..., -1].copy()
+        if c is not None:
+            class_mean, self.class_mean = _ewma(c, self.class_mean, keep, -2)
+            class_second, self.class_second = _ewma(c * c, self.class_second, keep, -2)
+            raw = _plug_in(class_mean, class_second, self.class_tolerance)
+            total = np.abs(raw).sum(axis=-1, keepdims=True)
+            stakes = raw * np.minimum(1.0, self.max_bet / np.maximum(total, 1e-300))
+            gain = (stakes * c).sum(axis=-1) - np.abs(stakes).sum(axis=-1) * self.class_tolerance
+            class_path = self.class_log_wealth[..., None] + np.cumsum(np.log1p(gain), axis=-1)
+            self.class_log_wealth = class_path[..., -1].copy()
+            path = np.logaddexp(path, class_path) - math.log(2)
+        crossed = path >= self.threshold
+        first = np.argmax(crossed, axis=-1)
+        self.alarm_at = np.where((self.alarm_at < 0) & crossed.any(axis=-1), self.n + first + 1, self.alarm_at)
+        self.max_log_wealth = np.maximum(self.max_log_wealth, path.max(axis=-1))
+        self.log_wealth = path[..., -1].copy()
+        self.trajectory = path  # the log e-value after each row of this update (shape + (t,))
+        self.n = self.n + r.shape[-1]
         return self
 
     def to_dict(self) -> dict:

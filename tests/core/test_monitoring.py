@@ -14,7 +14,7 @@ from scipy.special import softmax
 from scipy.stats import binomtest
 
 from calibration.label_shift import adjust_priors, bbse_priors, em_priors
-from calibration.monitoring import DriftTest, class_residuals, drift_test, top_label_residuals
+from calibration.monitoring import STATE_FIELDS, DriftTest, class_residuals, drift_test, top_label_residuals
 
 
 def calibrated_stream(rng, streams: int, n: int, k: int = 10, temperature: float = 1.0):
@@ -59,8 +59,46 @@ def test_state_round_trips():
 def test_updating_in_pieces_equals_one_update():
     r = np.random.default_rng(1).uniform(-1, 1, 300)
     whole = DriftTest(tolerance=0.0).update(r)
-    pieces = DriftTest(tolerance=0.0).update(r[:100]).update(r[100:])
-    assert pieces.to_dict() == whole.to_dict()
+    pieces = DriftTest(tolerance=0.0).update(r[:100]).update(r[100:]).update(r[:0])
+    for key in STATE_FIELDS:
+        np.testing.assert_allclose(pieces.to_dict()[key], whole.to_dict()[key], rtol=1e-12, atol=1e-14, err_msg=key)
+
+
+def step_by_step(test: DriftTest, r: np.ndarray, c: np.ndarray) -> DriftTest:
+    """The e-process as its definition reads, one row at a time (one stream, with classes)."""
+    keep = 2.0 ** (-1.0 / test.half_life)
+    mean, second, top = 0.0, 0.25, 0.0
+    class_mean, class_second, classes = np.zeros(c.shape[1]), np.full(c.shape[1], 0.25), 0.0
+    highest, alarm = 0.0, -1
+    for t in range(len(r)):
+        excess = np.sign(mean) * max(abs(mean) - test.tolerance, 0.0)
+        stake = float(np.clip(excess / second, -test.max_bet, test.max_bet))
+        top += math.log1p(stake * r[t] - abs(stake) * test.tolerance)
+        raw = np.sign(class_mean) * np.maximum(np.abs(class_mean) - test.class_tolerance, 0.0) / class_second
+        stakes = raw * min(1.0, test.max_bet / max(np.abs(raw).sum(), 1e-300))
+        classes += math.log1p(stakes @ c[t] - np.abs(stakes).sum() * test.class_tolerance)
+        log_e = math.log((math.exp(top) + math.exp(classes)) / 2)
+        highest = max(highest, log_e)
+        if alarm < 0 and log_e >= test.threshold:
+            alarm = t + 1
+        mean, second = keep * mean + (1 - keep) * r[t], keep * second + (1 - keep) * r[t] ** 2
+        class_mean = keep * class_mean + (1 - keep) * c[t]
+        class_second = keep * class_second + (1 - keep) * c[t] ** 2
+    return {"log_wealth": log_e, "max_log_wealth": highest, "alarm_at": alarm, "mean": mean,
+            "class_mean": class_mean}
+
+
+def test_the_vectorised_update_is_the_definition():
+    rng = np.random.default_rng(11)
+    probs, _ = calibrated_stream(rng, 1, 800, k=3, temperature=0.6)
+    labels = labels_with_priors(rng, probs, np.array([3.0, 1.0, 1.0]))
+    r, c = residuals_of(probs, labels)[0], class_residuals(probs[0], labels[0])
+    test = DriftTest(alpha=0.05, tolerance=0.01, class_tolerance=0.01, half_life=50, n_classes=3)
+    expected = step_by_step(test, r, c)
+    test.update(r[:300], c[:300]).update(r[300:], c[300:])
+    assert expected["alarm_at"] > 0 and test.alarm_at == expected["alarm_at"]
+    for key in ("log_wealth", "max_log_wealth", "mean", "class_mean"):
+        np.testing.assert_allclose(getattr(test, key), expected[key], rtol=1e-9, err_msg=key)
 
 
 @pytest.mark.parametrize("bad", [{"alpha": 0}, {"alpha": 1}, {"tolerance": -0.1}, {"half_life": 0},
