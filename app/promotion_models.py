@@ -71,3 +71,16 @@ class EvaluationRow(Base):
     verdict: Mapped[str] = mapped_column(String(32))
     result: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RefitPolicyRow(Base):
+    """When and how to refit a calibrator (``config``: ``app.policies.RefitPolicy`` as JSON), and
+    the last time the policy submitted a refit (``last_run_at``, its job ``last_job_id``)."""
+
+    __tablename__ = "refit_policies"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_run_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)

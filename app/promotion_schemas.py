@@ -3,7 +3,7 @@ challenger evaluations."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
@@ -49,3 +49,24 @@ class EvaluationRequest(_Strict):
     bootstrap: int = Field(200, ge=0, le=2000, description="Bootstrap resamples of the ECE intervals (0: none)")
     confidence: float = Field(0.95, gt=0, lt=1)
     seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class RefitPolicy(_Strict):
+    """When to refit, on which data, with which method, and which alias the challenger must beat."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"every_labels": 5000, "on_alarm": True, "last": 50000, "holdout": 0.2, "method": "auto",
+         "alias": "production", "promote": True, "alpha": 0.05}]})
+    every_labels: int | None = Field(None, ge=1, le=10**9, description="Refit once this many labelled "
+                                                                       "observations arrived since the last refit")
+    on_alarm: bool = Field(False, description="Refit when a drift alarm was raised since the last refit")
+    every_seconds: float | None = Field(None, ge=60, le=10**9, description="Refit on a schedule")
+    last: int = Field(50000, ge=100, le=10**8, description="Refit on the newest `last` observations ...")
+    holdout: float = Field(0.2, ge=0, lt=1, description="... less their newest fraction, kept to evaluate the "
+                                                        "challenger against the alias")
+    method: str = Field("auto", description="The method of the refit (see GET /v1/methods)")
+    options: dict[str, Any] = Field(default_factory=dict, description="Its options")
+    alias: str | None = Field(None, min_length=1, max_length=64, description="The alias the challenger is "
+                                                                              "evaluated against")
+    promote: bool = Field(False, description="Move `alias` to the challenger when the verdict favours it")
+    alpha: float = Field(0.05, gt=0, le=0.5, description="Level of the evaluation's verdict")

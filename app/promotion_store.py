@@ -7,13 +7,15 @@ checks and the move it records are one consistent step even with several replica
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from .errors import NotFound
 from .models import AliasRow, CalibratorRow, utcnow
-from .promotion_models import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow
-from .store import calibrator_row, dialect_insert, get_version
+from .promotion_models import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
+from .store import calibrator_row, dialect_insert, get_version, version_by_id
 
 
 def locked_calibrator(session: Session, name: str) -> CalibratorRow:
@@ -109,3 +111,17 @@ def evaluation(session: Session, name: str, evaluation_id: str) -> EvaluationRow
     if row is None:
         raise NotFound(f"calibrator {name!r} has no evaluation {evaluation_id!r}")
     return row
+
+
+def set_last_job(session: Session, calibrator_id: int, job_id: str) -> None:
+    row = session.get(RefitPolicyRow, calibrator_id)
+    if row is not None:
+        row.last_job_id = job_id
+
+
+def version_created_at(session: Session, resolved) -> datetime:
+    return version_by_id(session, resolved).created_at
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text)

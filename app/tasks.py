@@ -10,7 +10,7 @@ import os
 import socket
 import threading
 
-from . import job_store
+from . import job_store, policies
 from .db import Database
 from .errors import ServiceError
 from .job_inputs import batch_of_job
@@ -74,6 +74,8 @@ def _run_claimed(db: Database, job_id: str) -> None:
         elif kind == "compare":
             result = service.comparisons.compare_as_job(batch_of_job(request, payload, CompareFields), progress)
             _finish(db, job_id, "succeeded", result=result)
+        elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
+            _finish(db, job_id, "succeeded", result=policies.run_refit(service, calibrator, request, progress))
         else:
             raise ValueError(f"unknown job kind {kind!r}")
     except JobCancelled:

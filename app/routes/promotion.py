@@ -6,13 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from .. import evaluations, promotion
+from .. import evaluations, policies, promotion
 from ..decoding import decode_fields
-from ..promotion_schemas import EvaluationRequest, GateRequest, ServingRequest
+from ..promotion_schemas import EvaluationRequest, GateRequest, RefitPolicy, ServingRequest
 from ..service import CalibrationService
 from . import admission
 from .auth import READ, WRITE
-from .calibrators import ALIAS, NAME, _json, actor_of, request_body
+from .calibrators import ALIAS, NAME, _json, actor_of, job_accepted, request_body
 from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["promotion"])
@@ -90,3 +90,35 @@ async def create_evaluation(request: Request, name: str = NAME):
             responses=problems(404, 422), dependencies=[READ])
 async def get_evaluation(request: Request, name: str = NAME, evaluation_id: str = EVALUATION_ID):
     return _json(await run_in_threadpool(evaluations.get_evaluation, _service(request).db, name, evaluation_id))
+
+
+def _set_policy(service: CalibrationService, name: str, data) -> dict:
+    return policies.set_policy(service.db, name, decode_fields(data, RefitPolicy))
+
+
+@router.put("/calibrators/{name}/policy", summary="Set the refit policy", responses=problems(404, 415, 422),
+            openapi_extra=body(RefitPolicy), dependencies=[WRITE])
+async def put_policy(request: Request, name: str = NAME):
+    """When to refit (every N new labelled observations, on a drift alarm, on a schedule), on which
+    observations (the newest `last`, less the newest `holdout` fraction kept to evaluate), with
+    which method, and which alias the new version must beat (and whether to move it on its own)."""
+    return _json(await run_in_threadpool(_set_policy, _service(request), name, await request_body(request)))
+
+
+@router.get("/calibrators/{name}/policy", summary="Get the refit policy", responses=problems(404, 422),
+            dependencies=[READ])
+async def get_policy(request: Request, name: str = NAME):
+    return _json(await run_in_threadpool(policies.get_policy, _service(request).db, name))
+
+
+@router.post("/calibrators/{name}/policy/run", summary="Check the refit policy; refit as a job if it fires",
+             responses={202: {"description": "The refit job, to poll at Location"}, **problems(404, 409, 413, 422)},
+             dependencies=[WRITE])
+async def run_policy(request: Request, name: str = NAME,
+                     force: bool = Query(False, description="Refit even if no trigger fired")):
+    """Call it from a scheduler (or after posting labels): when a trigger fired since the last
+    refit, a `refit` job fits the challenger, evaluates it against the policy's alias on the
+    held-out rows and, with `promote`, moves the alias if the verdict favours it (202 with the
+    job); else 200 with `triggered: false`."""
+    fired, value = await run_in_threadpool(policies.run, _service(request), name, force)
+    return job_accepted(value) if fired else _json(value)

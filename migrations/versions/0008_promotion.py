@@ -1,5 +1,5 @@
 """Safe promotion (issue #21): calibrator settings (what an unversioned /v2 call serves), alias
-gates, the history of alias moves, and stored challenger evaluations.
+gates, the history of alias moves, stored challenger evaluations, and refit policies.
 
 Revision ID: 0008
 Revises: 0007
@@ -70,9 +70,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_evaluations")),
     )
     op.create_index("ix_evaluations_calibrator_created", "evaluations", ["calibrator_id", "created_at"])
+    op.create_table(
+        "refit_policies",
+        sa.Column("calibrator_id", sa.Integer(), nullable=False),
+        sa.Column("config", sa.JSON(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_run_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("last_job_id", sa.String(length=32), nullable=True),
+        _calibrator_fk("refit_policies"),
+        sa.PrimaryKeyConstraint("calibrator_id", name=op.f("pk_refit_policies")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("refit_policies")
     op.drop_index("ix_evaluations_calibrator_created", table_name="evaluations")
     op.drop_table("evaluations")
     op.drop_index("ix_alias_moves_calibrator_alias", table_name="alias_moves")

@@ -200,6 +200,52 @@ def test_moves_record_the_api_key_and_need_write(database_url):
         assert client.get("/v1/calibrators/demo/aliases/production/history").status_code == 401
 
 
+def _job(client, location: str) -> dict:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job = _ok(client.get(location))
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            assert job["status"] == "succeeded", job
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"the job did not finish in 120 s: {job}")
+
+
+def test_a_refit_policy_refits_evaluates_and_promotes_as_a_job(api):
+    assert api.put("/v1/calibrators/demo/policy", json={"every_labels": 10}).status_code == 404  # no calibrator
+    bad = _fit(api, slice(0, 1000), scale=0.3)
+    _ok(api.put("/v1/calibrators/demo/aliases/production", json={"version": bad}))
+    _ok(api.put("/v1/calibrators/demo/aliases/production/gate", json={"require_evaluation": True}))
+    assert api.get("/v1/calibrators/demo/policy").status_code == 404
+    assert api.put("/v1/calibrators/demo/policy", json={"method": "temperature"}).status_code == 422  # no trigger
+    assert api.put("/v1/calibrators/demo/policy", json={"every_labels": 10, "method": "nonsense"}).status_code == 422
+    policy = {"every_labels": 3000, "last": 3000, "holdout": 0.3, "method": "temperature", "alias": "production",
+              "promote": True, "alpha": 0.05}
+    stored = _ok(api.put("/v1/calibrators/demo/policy", json=policy))
+    assert stored["every_labels"] == 3000 and stored["last_run_at"] is None
+    assert _ok(api.post("/v1/calibrators/demo/policy/run"))["triggered"] is False
+    for start in (0, 1000, 2000):  # three appends: the newest is the held-out part
+        _upload(api, slice(start, start + 1000))
+    response = api.post("/v1/calibrators/demo/policy/run")
+    assert response.status_code == 202, response.text
+    result = _job(api, response.headers["location"])["result"]
+    assert result["version"] == 2 and result["verdict"] == "challenger_better" and result["promoted"] is True
+    assert result["reasons"][0].startswith("3000 labelled observations")
+    refit = _ok(api.get("/v1/calibrators/demo/versions/2"))
+    assert refit["n_samples"] == 2000  # the newest 3000 less the held-out 1000
+    evaluation = _ok(api.get(f"/v1/calibrators/demo/evaluations/{result['evaluation']}"))
+    assert evaluation["n_rows"] == 1000 and evaluation["champion"] == bad
+    move = _ok(api.get("/v1/calibrators/demo/aliases/production/history"))["moves"][0]
+    assert (move["to_version"], move["actor"], move["evaluation"]) == (2, "policy", result["evaluation"])
+    assert _ok(api.get("/v1/calibrators/demo/policy"))["last_job"] == response.json()["id"]
+    assert _ok(api.post("/v1/calibrators/demo/policy/run"))["triggered"] is False  # nothing new since
+    forced = api.post("/v1/calibrators/demo/policy/run?force=true")
+    again = _job(api, forced.headers["location"])["result"]
+    assert again["version"] == 3 and again["promoted"] is False and again["reasons"] == ["forced"]
+    assert again["reason"].startswith("not ")  # no held-out rows after version 2, or no better
+    assert _ok(api.get("/v1/calibrators/demo"))["aliases"] == {"production": 2}
+
+
 # -- the whole loop on a real server ---------------------------------------------------------------
 
 NAME = "resnet"
@@ -227,17 +273,6 @@ def _serve_and_label(client, logits, labels, start: int, stop: int, expected_ver
         assert body["labelled"] == len(part)
 
 
-def _wait_for_job(client, location: str) -> dict:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        job = _ok(client.get(location))
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            assert job["status"] == "succeeded", job
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"the refit job did not finish in 120 s: {job}")
-
-
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_the_loop_drift_refit_evaluate_promote_rollback(kind, request, tmp_path):
     url = request.getfixturevalue(f"{kind}_url")
@@ -254,14 +289,15 @@ def test_the_loop_drift_refit_evaluate_promote_rollback(kind, request, tmp_path)
         _ok(client.put(f"/v1/calibrators/{NAME}/aliases/production/gate", json={"require_evaluation": True}))
         _ok(client.put(f"/v1/calibrators/{NAME}/serving", json={"v2_default": "production"}))
         _ok(client.put(f"/v1/calibrators/{NAME}/logging", json={"sample_rate": 1.0}))
+        _ok(client.put(f"/v1/calibrators/{NAME}/policy", json={"every_labels": 2000, "last": 2000, "holdout": 0,
+                                                               "method": "temperature"}))
 
         # the drifted stream is served by production (v1); its labels come later
         _serve_and_label(client, drifted, test_labels, 0, 2000, "1")
-        # refit on the drifted feedback, as a job
-        accepted = client.post(f"/v1/calibrators/{NAME}/versions", headers={"prefer": "respond-async"},
-                               json={"method": "temperature", "data": {"observations": {"last": 2000}}})
+        # the policy fires on 2000 new labels: a refit on them, as a job
+        accepted = client.post(f"/v1/calibrators/{NAME}/policy/run")
         assert accepted.status_code == 202, accepted.text
-        assert _wait_for_job(client, accepted.headers["location"])["result"]["version"] == 2
+        assert _job(client, accepted.headers["location"])["result"]["version"] == 2
         # a new version changes nothing for /v2 callers until production moves
         _serve_and_label(client, drifted, test_labels, 2000, 5000, "1")
 
