@@ -71,7 +71,7 @@ class CalibratorRow(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     last_version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    log_sample_rate: Mapped[float] = mapped_column(Float, default=0.0)  # share of calibrated rows logged
+    log_sample_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # share of rows logged
     versions: Mapped[list[VersionRow]] = relationship(back_populates="calibrator", passive_deletes=True)
 
 
@@ -222,7 +222,8 @@ class LoggedPredictionRow(Base):
     are (chunk and row), and whether its label has arrived."""
 
     __tablename__ = "logged_predictions"
-    __table_args__ = (Index("ix_logged_predictions_chunk_id", "chunk_id"),)
+    # on SQLite the primary key is the table (no rowid B-tree beside it): one B-tree insert per id
+    __table_args__ = (Index("ix_logged_predictions_chunk_id", "chunk_id"), {"sqlite_with_rowid": False})
 
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
     prediction_id: Mapped[str] = mapped_column(String(128), primary_key=True)

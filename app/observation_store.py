@@ -170,12 +170,12 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # the driver's own executemany: SQLAlchemy's per-row parameter handling cost a whole core at
     # 66000 logged rows a second (benchmarks/prediction_log.py)
     marker = "?" if session.bind.dialect.name == "sqlite" else "%s"
-    session.connection().exec_driver_sql(
+    result = session.connection().exec_driver_sql(
         "INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled) "
         f"VALUES ({marker}, {marker}, {marker}, {marker}, {marker}) "
         "ON CONFLICT (calibrator_id, prediction_id) DO NOTHING",
         [(calibrator_id, pid, chunk.id, i, False) for i, pid in enumerate(ids)])
-    return session.scalar(select(func.count()).where(LoggedPredictionRow.chunk_id == chunk.id))
+    return result.rowcount  # the rows inserted: an id already logged changes none
 
 
 def find_logged(session: Session, calibrator_id: int, ids: list[str]) -> dict[str, tuple[int, int, bool]]:

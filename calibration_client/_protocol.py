@@ -230,8 +230,7 @@ def calibrate(ref, values, version, input, with_version, binary) -> Operation:
                           answer.get("name"), answer.get("version"))
     headers = {"Content-Type": NPY, "Accept": NPY}
     response = yield Call("POST", path, params={"input": kind}, content=encode_npy(array), headers=headers)
-    # the binary answer carries no version header today: known only when the call pinned one
-    served = response.headers.get("x-calibrator-version")
+    served = response.headers.get("x-calibrator-version")  # the version that served the binary answer
     name = ref.partition("@")[0]
     return Calibrated(decode_npy(response.content), name,
                       int(served) if served else (int(version) if version is not None else None))

@@ -54,9 +54,9 @@ class _Methods:
         ``name@alias``, or ``name`` with ``version=`` pinned), as a ``Calibrated`` array.
 
         ``input`` says what ``logits`` holds (``logits``, ``probabilities`` or ``scores``). The
-        batch travels as ``.npy`` both ways; the binary answer does not say which version served
-        it, so ``.version`` is known only when pinned. ``with_version=True`` (or
-        ``binary=False``) asks in JSON instead, whose answer names the version."""
+        batch travels as ``.npy`` both ways; the binary answer names the version that served it in
+        its ``X-Calibrator-Version`` header (``.version``). ``with_version=True`` (or
+        ``binary=False``) asks in JSON instead."""
         return self._run(protocol.calibrate(ref, logits, version, input, with_version, binary))
 
     def report(self, ref: str, logits, labels, *, version: int | None = None, input: str = "logits",

@@ -102,8 +102,8 @@ class Job:
 
 class Calibrated(np.ndarray):
     """Calibrated probabilities, ``(n, k)`` float64, that also say what served them: ``name`` and
-    ``version`` (``None`` when the answer did not say: a binary answer to an unpinned call; ask
-    ``calibrate(..., with_version=True)``). Arrays derived from it (slices, ``argmax``) carry the
+    ``version`` (``None`` only from a server too old to name it in a binary answer's
+    ``X-Calibrator-Version``). Arrays derived from it (slices, ``argmax``) carry the
     same attributes; ``np.asarray(calibrated)`` is a plain array."""
 
     name: str | None

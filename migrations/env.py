@@ -1,5 +1,6 @@
 """Alembic environment: the same database settings as the app (``DATABASE_URL``), unless the
-caller put a URL on the Alembic config (``app.migrate`` does). SQLite runs in batch mode."""
+caller put a URL on the Alembic config (``app.migrate`` does). SQLite runs in batch mode, with
+foreign keys off while it migrates."""
 
 from alembic import context
 
@@ -23,6 +24,11 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = make_engine(url)
     with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # batch mode rebuilds a table (create a copy, DROP the original, rename): with foreign keys
+            # on, the DROP of a parent table would cascade and delete its children's rows
+            # (on the driver's connection, outside any transaction: inside one the pragma does nothing)
+            connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
         context.configure(connection=connection, target_metadata=Base.metadata, include_name=include_name,
                           render_as_batch=connection.dialect.name == "sqlite")
         with context.begin_transaction():

@@ -80,7 +80,7 @@ def _set_logging(service: CalibrationService, name: str, data: RequestBody) -> d
 
 
 @router.put("/calibrators/{name}/logging", summary="Log served predictions (sampling rate)",
-            response_model=LoggingOut, responses=problems(404, 415, 422), openapi_extra=body(LoggingRequest),
+            response_model=LoggingOut, responses=problems(400, 404, 415, 422), openapi_extra=body(LoggingRequest),
             dependencies=[WRITE])
 async def set_logging(request: Request, name: str = NAME):
     """Keep a `sample_rate` share of the rows `name` calibrates (on `/v1` and `/v2`), with their
@@ -96,7 +96,7 @@ def _label(service: CalibrationService, name: str, data: RequestBody) -> dict:
 
 
 @router.post("/calibrators/{name}/labels", summary="Labels of logged predictions", response_model=LabelsOut,
-             responses=problems(404, 415, 422), openapi_extra=body(LabelsRequest), dependencies=[WRITE])
+             responses=problems(400, 404, 415, 422), openapi_extra=body(LabelsRequest), dependencies=[WRITE])
 async def post_labels(request: Request, name: str = NAME):
     """Turn logged predictions into observations, each tied to the version that served it. Every
     id gets a status: labelled now, unknown, already labelled, or repeated in this request."""

@@ -18,10 +18,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("calibrators") as batch:
-        batch.add_column(sa.Column("log_sample_rate", sa.Float(), nullable=False, server_default="0"))
-    with op.batch_alter_table("calibrators") as batch:
-        batch.alter_column("log_sample_rate", server_default=None)
+    # a plain ADD COLUMN (no batch rebuild of the parent table of every version)
+    op.add_column("calibrators", sa.Column("log_sample_rate", sa.Float(), nullable=False, server_default="0"))
     op.create_table(
         "observation_chunks",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -71,6 +69,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["chunk_id"], ["prediction_chunks.id"], ondelete="CASCADE",
                                 name=op.f("fk_logged_predictions_chunk_id_prediction_chunks")),
         sa.PrimaryKeyConstraint("calibrator_id", "prediction_id", name=op.f("pk_logged_predictions")),
+        sqlite_with_rowid=False,
     )
     op.create_index("ix_logged_predictions_chunk_id", "logged_predictions", ["chunk_id"])
 
@@ -82,5 +81,4 @@ def downgrade() -> None:
     op.drop_table("prediction_chunks")
     op.drop_index("ix_observation_chunks_calibrator_created", table_name="observation_chunks")
     op.drop_table("observation_chunks")
-    with op.batch_alter_table("calibrators") as batch:
-        batch.drop_column("log_sample_rate")
+    op.drop_column("calibrators", "log_sample_rate")  # SQLite >= 3.35 drops a column in place

@@ -66,7 +66,7 @@ def test_fit_and_calibrate_equal_the_core_in_process(client, cifar):
     served = client.calibrate("resnet", batch)  # .npy both ways
     assert isinstance(served, Calibrated) and served.dtype == np.float64
     assert np.array_equal(served, expected)
-    assert served.name == "resnet" and served.version is None  # the binary answer does not say
+    assert served.name == "resnet" and served.version == 1  # the binary answer's X-Calibrator-Version
     pinned = client.calibrate("resnet", batch, version=1)
     assert np.array_equal(pinned, expected) and pinned.version == 1
     named = client.calibrate("resnet", batch, with_version=True)  # JSON, which names the version

@@ -25,17 +25,20 @@ class LiveServer:
     """``calibration-service serve`` (migrations applied) in a subprocess on a free port; its
     output goes to ``log_file`` when given."""
 
-    def __init__(self, database_url: str, workers: int = 1, env: dict | None = None, log_file=None):
+    def __init__(self, database_url: str, workers: int = 1, env: dict | None = None, log_file=None,
+                 command_prefix: list[str] | None = None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_file = log_file
         self.environment = {**os.environ, "DATABASE_URL": database_url, "CALIBRATION_PORT": str(self.port),
                             "CALIBRATION_WORKERS": str(workers), "CALIBRATION_LOG_LEVEL": "warning", **(env or {})}
         self.process: subprocess.Popen | None = None
+        self.command_prefix = command_prefix or []  # e.g. ["prlimit", "--as=...", "--"]
 
     def start(self) -> str:
         self.output = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=self.environment,
+        self.process = subprocess.Popen([*self.command_prefix, sys.executable, "-m", "app.cli", "serve"], cwd=REPO,
+                                        env=self.environment,
                                         stdout=self.output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
