@@ -3,7 +3,8 @@ cifar100_densenet-bc-100 (5000 x 100; goal under 10 s on this machine), its comp
 (the Mix-n-Match pattern), and ``auto`` on every set of shared/data and on the synthetic traps
 of ``tests/core/test_selection_guard.py`` (issue #23 item 2): its pick, the pick's test NLL,
 the best default candidate's test NLL (known only in hindsight) and the uncalibrated test NLL,
-with the pick the rule would make without its guards (no support guard, CLEAR_FACTOR = 0).
+with the pick the rule makes without its guards (``select(..., guards=False)``, the rule before
+issue #23 item 2).
 
 Every candidate is fitted on the validation split and scored on the test split; ``auto``'s pick
 is refitted on the whole validation split exactly as ``auto`` does, so its test NLL is the
@@ -24,21 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import calibration as cal
 from benchmarks._common import environment, write
-from calibration import selection
 from calibration.comparison import compare, default_candidates
 from calibration.selection import select
 from tests.core.test_selection_guard import separable_in_validation
 from tests.helpers import DATASETS, load_split
-
-
-def unguarded(comparison):
-    """The pick without the guards: no tail check, any lower mean displaces the simpler pick."""
-    factor, reference = selection.CLEAR_FACTOR, comparison.reference_nll
-    selection.CLEAR_FACTOR, comparison.reference_nll = 0.0, []
-    try:
-        return select(comparison).chosen.name
-    finally:
-        selection.CLEAR_FACTOR, comparison.reference_nll = factor, reference
 
 
 def auto_row(name, kind, x, y, x_test, y_test):
@@ -54,7 +44,7 @@ def auto_row(name, kind, x, y, x_test, y_test):
     pick = chosen.chosen.name
     best = min(test_nll, key=test_nll.get)
     raw = cal.nll(cal.validate_inputs(x_test, kind).probabilities, y_test)
-    old = unguarded(comparison)
+    old = select(comparison, guards=False).chosen.name
     refused = ", ".join(n for n, why in chosen.excluded.items() if why.startswith("support guard")) or "-"
     return [name, pick, f"{test_nll[pick]:.4f}", f"{best} {test_nll[best]:.4f}",
             f"{test_nll[pick] / test_nll[best] - 1:+.2%}", f"{raw:.4f}", f"{test_nll[pick] / raw - 1:+.2%}",
@@ -93,8 +83,8 @@ def main():
         "## auto on every set (fit on val, NLL on test)\n\n"
         "The trap: class 0 separable in the validation split, 5% of its test rows like the others "
         "(tests/core/test_selection_guard.py). 'vs best' is the pick's test NLL over the best default "
-        "candidate's; 'vs uncal.' over the uncalibrated test NLL; 'without guards' the pick with no "
-        "support guard and CLEAR_FACTOR = 0; 'refused' the candidates the support guard refused.\n\n"
+        "candidate's; 'vs uncal.' over the uncalibrated test NLL; 'without guards' the pick of "
+        "select(..., guards=False), the rule before the guards; 'refused' the candidates the support guard refused.\n\n"
         "| set | auto chose | its test NLL | best candidate | vs best | uncalibrated | vs uncal. "
         "| without guards | refused by the support guard | compare s |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n"

@@ -138,7 +138,8 @@ def paired(result: MethodResult, other: MethodResult) -> tuple[float, float]:
     return float(difference.mean()), se
 
 
-def _exclusion(result: MethodResult, comparison: Comparison, baseline: float, preserve_accuracy: bool):
+def _exclusion(result: MethodResult, comparison: Comparison, baseline: float, preserve_accuracy: bool,
+               guards: bool):
     """Why ``result`` is not eligible (steps 1 and 2), or ``None``."""
     value = result.mean("nll")
     if result.error is not None:
@@ -151,7 +152,7 @@ def _exclusion(result: MethodResult, comparison: Comparison, baseline: float, pr
         return "cross-validated NLL is infinite (a held-out label got probability 0)"
     if not value < baseline:
         return f"cross-validated NLL {value:.6g} is not below the uncalibrated {baseline:.6g}"
-    if result.tail_risk and comparison.reference_nll:
+    if guards and result.tail_risk and comparison.reference_nll:
         tail, gain = float(np.mean(result.tail_risk)), float(np.mean(comparison.reference_nll)) - value
         if tail > 0 and tail > gain:
             return (f"support guard: tail risk {tail:.4g} (expected NLL on classes it declares "
@@ -175,13 +176,14 @@ def _lowest_with_ties(pool: list[MethodResult], order: list[str]) -> tuple[Metho
     return min(tied, key=rank), best, tied
 
 
-def select(comparison: Comparison, preserve_accuracy: bool = False) -> Selection:
-    """Apply the selection rule of the module docstring to a ``Comparison``."""
+def select(comparison: Comparison, preserve_accuracy: bool = False, guards: bool = True) -> Selection:
+    """Apply the selection rule of the module docstring to a ``Comparison``; ``guards=False``
+    leaves out steps 2 and 3 (the rule before issue #23 item 2, for comparisons)."""
     baseline = float(np.mean(comparison.uncalibrated["nll"]))
     excluded: dict[str, str] = {}
     eligible = []
     for result in comparison.results:
-        reason = _exclusion(result, comparison, baseline, preserve_accuracy)
+        reason = _exclusion(result, comparison, baseline, preserve_accuracy, guards)
         if reason is None:
             eligible.append(result)
         else:
@@ -190,12 +192,12 @@ def select(comparison: Comparison, preserve_accuracy: bool = False) -> Selection
         raise ValueError(f"no candidate passes the constraints: {excluded}")
     order = guideline_order(comparison.n_samples, comparison.n_classes, preserve_accuracy)
     much_data = not preserve_accuracy and comparison.n_samples >= MUCH_DATA_PER_CLASS * comparison.n_classes
-    simplest = min(complexity(r, much_data) for r in eligible)
-    pool = [r for r in eligible if complexity(r, much_data) == simplest]
+    simplest = min(complexity(r, much_data) for r in eligible) if guards else math.inf
+    pool = [r for r in eligible if not guards or complexity(r, much_data) == simplest]
     incumbent = _lowest_with_ties(pool, order)[0]
     held_back = []
     for result in eligible:
-        if complexity(result, much_data) > simplest:
+        if guards and complexity(result, much_data) > simplest:
             mean, se = paired(result, incumbent)
             (pool if mean < -CLEAR_FACTOR * se else held_back).append(result)
     chosen, best, tied = _lowest_with_ties(pool, order)
