@@ -559,6 +559,9 @@ def list_methods(context: typer.Context, as_json: JsonFlag = False) -> None:
     out.print(table)
 
 
+from . import cli_online  # noqa: E402, F401  (registers observe, logging, label, observations, refit)
+
+
 def main() -> None:
     app()
 

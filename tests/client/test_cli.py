@@ -164,3 +164,20 @@ def test_the_console_script_runs(service):
     done = subprocess.run([script, "versions", "nobody"], env=environment, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 3 and "no calibrator named 'nobody'" in done.stderr
+
+
+def test_observe_refit_logging_and_label_from_the_command_line(run, files, tmp_path):
+    appended = run("observe", "cli-online", files / "fit.npz", "--json")
+    assert appended.exit_code == 0, appended.stdout
+    assert json.loads(appended.stdout)["appended"] == 300
+    refit = run("refit", "cli-online", "--last", "200", "--json")
+    assert refit.exit_code == 0, refit.stdout
+    assert json.loads(refit.stdout)["n_samples"] == 200
+    assert run("logging", "cli-online", "0.5").exit_code == 0
+    labels_file = tmp_path / "labels.csv"
+    labels_file.write_text("id,label\nnot-logged,1\n")
+    said = run("label", "cli-online", labels_file, "--json")
+    assert said.exit_code == 0 and json.loads(said.stdout)["statuses"] == ["unknown"]
+    summary = run("observations", "cli-online")
+    assert summary.exit_code == 0 and "300 rows of logits" in " ".join(summary.stdout.split())
+    assert run("observations", "nobody").exit_code == 3  # not found

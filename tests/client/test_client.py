@@ -202,3 +202,22 @@ def test_the_async_client_does_the_same(service, cifar):
     assert np.array_equal(served, local.predict_proba(logits[:7])) and served.version == version.version
     assert comparison["selection"]["chosen"]["name"] == "temperature"
     assert seen == sorted(seen) and seen[-1] == 100.0
+
+
+def test_the_online_loop_through_the_client(client, cifar):
+    """Observations appended in two chunks and fitted from the log equal the inline fit; served
+    predictions logged with the client's ids become feedback of the version that served them."""
+    logits, labels = cifar
+    client.observe("online", logits[:200], labels[:200])
+    client.observe("online", logits[200:], labels[200:], observed_at="2026-11-01T00:00:00+00:00")
+    summary = client.observations("online")
+    assert summary["total_rows"] == len(labels) and summary["by_source"] == {"upload": len(labels)}
+    stored = client.fit_stored("online", "temperature")
+    inline = client.fit("online-inline", logits, labels)
+    assert stored.parameters == inline.parameters
+    assert client.fit_stored("online", observations={"last": 150}).n_samples == 150
+    assert client.set_logging("online", 1.0)["sample_rate"] == 1.0
+    served = client.calibrate("online", logits[:5], binary=False)
+    assert served.version == 2  # the newest of the two fits from the log
+    answer = client.label("online", ["unknown-id"], [0])
+    assert answer["statuses"] == ["unknown"]

@@ -1,0 +1,52 @@
+"""The client's operations of the online loop (written once for both clients, as in
+``_protocol``): append observations, turn the prediction log on, post labels of logged
+predictions, summarise the observations, and fit on them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._protocol import NPZ, Call, Job, Operation, Report, Version, _labelled, _query, _segment, wait_for_job
+from .codec import encode_npz
+
+
+def _base(name: str) -> str:
+    return f"/v1/calibrators/{_segment(name)}"
+
+
+def observe(name: str, values, labels, input: str, observed_at: str | None) -> Operation:
+    """Append a labelled batch as ``.npz`` (``observed_at``: ISO 8601 with an offset, to back-fill)."""
+    response = yield Call("POST", f"{_base(name)}/observations", params=_query(observed_at=observed_at),
+                          content=encode_npz(_labelled(values, labels, input)), headers={"Content-Type": NPZ},
+                          ok=(201,))
+    return response.json()
+
+
+def observations(name: str) -> Operation:
+    return (yield Call("GET", f"{_base(name)}/observations")).json()
+
+
+def set_logging(name: str, sample_rate: float) -> Operation:
+    return (yield Call("PUT", f"{_base(name)}/logging", json={"sample_rate": sample_rate})).json()
+
+
+def label(name: str, ids: Sequence[str], labels: Sequence[int]) -> Operation:
+    body = {"ids": [str(i) for i in ids], "labels": [int(y) for y in labels]}
+    return (yield Call("POST", f"{_base(name)}/labels", json=body)).json()
+
+
+def fit_stored(name: str, method: str, options: dict | None, observations: dict, wait: bool, progress,
+               poll: float) -> Operation:
+    """Fit on ``name``'s stored observations (``observations``: last, since, until, source, version)."""
+    headers = {"Prefer": "respond-async"} if not wait or progress is not None else {}
+    body = {"method": method, "options": options or {}, "data": {"observations": observations}}
+    response = yield Call("POST", f"{_base(name)}/versions", json=body, headers=headers, ok=(201, 202))
+    if response.status_code == 202:
+        job = Job.from_dict(response.json())
+        if not wait:
+            return job
+        job = yield from wait_for_job(job.id, progress, poll, None)
+        return Version.from_dict(job.result)
+    if progress is not None:
+        yield Report(progress, 100.0)
+    return Version.from_dict(response.json())

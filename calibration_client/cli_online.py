@@ -1,0 +1,140 @@
+"""``calibration observe | logging | label | observations | refit``: the online loop from a
+terminal, registered on ``calibration_client.cli``'s app."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .cli import (
+    InputOption,
+    JsonFlag,
+    LabelledFile,
+    _arrays,
+    _json_option,
+    _labelled,
+    _parameters,
+    _print_json,
+    _spinner,
+    app,
+    handled,
+    out,
+)
+
+Name = Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name.", show_default=False)]
+LabelFile = typer.Argument(metavar="FILE", exists=True, dir_okay=False, readable=True, show_default=False,
+                           help="A CSV of id,label rows (a header row is skipped), or an .npz with ids and labels.")
+
+
+def _ids_and_labels(path: Path) -> tuple[list[str], list[int]]:
+    if path.suffix == ".npz":
+        arrays = _arrays(path)
+        if "ids" not in arrays or "labels" not in arrays:
+            raise typer.BadParameter(f"{path} needs 'ids' and 'labels' arrays (it has {', '.join(arrays)})")
+        return [str(i) for i in arrays["ids"].tolist()], [int(y) for y in arrays["labels"].tolist()]
+    ids, labels = [], []
+    with path.open(newline="") as handle:
+        for number, row in enumerate(csv.reader(handle)):
+            if not row:
+                continue
+            if len(row) != 2:
+                raise typer.BadParameter(f"{path} line {number + 1}: expected id,label")
+            try:
+                labels.append(int(row[1]))
+            except ValueError as exc:
+                if number == 0:
+                    continue  # a header
+                raise typer.BadParameter(f"{path} line {number + 1}: label {row[1]!r} is not an integer") from exc
+            ids.append(row[0])
+    return ids, labels
+
+
+@app.command()
+@handled
+def observe(context: typer.Context, name: Name, file: Annotated[Path, LabelledFile], input: InputOption = None,
+            observed_at: Annotated[str | None, typer.Option(help="ISO 8601 time with offset, to back-fill.",
+                                                            show_default=False)] = None,
+            as_json: JsonFlag = False) -> None:
+    """Append FILE.npz (logits/probabilities/scores and labels) to NAME's observations."""
+    kind, values, labels = _labelled(file, input)
+    with context.obj.client() as client:
+        answer = client.observe(name, values, labels, input=kind, observed_at=observed_at)
+    if as_json:
+        _print_json(answer)
+        return
+    out.print(f"[bold]{name}[/bold]: appended {answer['appended']} rows, {answer['total_rows']} in all")
+
+
+@app.command("logging")
+@handled
+def set_logging(context: typer.Context, name: Name,
+                rate: Annotated[float, typer.Argument(metavar="RATE", help="Share of served rows logged, 0-1.")],
+                as_json: JsonFlag = False) -> None:
+    """Log RATE of the rows NAME serves, with prediction ids (0 turns logging off)."""
+    with context.obj.client() as client:
+        answer = client.set_logging(name, rate)
+    if as_json:
+        _print_json(answer)
+        return
+    out.print(f"[bold]{name}[/bold] logs {answer['sample_rate']:.0%} of the rows it serves")
+
+
+@app.command()
+@handled
+def label(context: typer.Context, name: Name, file: Annotated[Path, LabelFile], as_json: JsonFlag = False) -> None:
+    """Post the labels of logged predictions (FILE: id,label rows) to NAME."""
+    ids, labels = _ids_and_labels(file)
+    with context.obj.client() as client:
+        answer = client.label(name, ids, labels)
+    if as_json:
+        _print_json(answer)
+        return
+    counts = ", ".join(f"{count} {status}" for status, count in sorted(answer["counts"].items()))
+    out.print(f"[bold]{name}[/bold]: {counts}")
+
+
+@app.command()
+@handled
+def observations(context: typer.Context, name: Name, as_json: JsonFlag = False) -> None:
+    """Summarise NAME's observations: per source, per serving version, per day."""
+    with context.obj.client() as client:
+        summary = client.observations(name)
+    if as_json:
+        _print_json(summary)
+        return
+    out.print(f"[bold]{name}[/bold]: {summary['total_rows']} rows of {summary['input_kind']} "
+              f"({summary['n_classes']} classes); prediction log at {summary['prediction_log']['sample_rate']:.0%}, "
+              f"{summary['prediction_log']['logged']} logged, {summary['prediction_log']['labelled']} labelled")
+    for title, counts in (("source", summary["by_source"]), ("serving version", summary["by_version"]),
+                          ("day", summary["by_day"])):
+        if counts:
+            table = Table(title=f"by {title}")
+            table.add_column(title)
+            table.add_column("rows", justify="right")
+            for key, count in counts.items():
+                table.add_row(str(key), str(count))
+            out.print(table)
+
+
+@app.command()
+@handled
+def refit(context: typer.Context, name: Name,
+          method: Annotated[str, typer.Option(help="A method, or auto.")] = "temperature",
+          options: Annotated[str | None, typer.Option(help="Method options as JSON.", show_default=False)] = None,
+          last: Annotated[int | None, typer.Option(help="Only the newest LAST rows.", show_default=False)] = None,
+          source: Annotated[str | None, typer.Option(help="upload or feedback.", show_default=False)] = None,
+          as_json: JsonFlag = False) -> None:
+    """Fit a new version of NAME on its stored observations."""
+    selection = {key: value for key, value in (("last", last), ("source", source)) if value is not None}
+    with context.obj.client() as client, _spinner("") as progress:
+        progress.add_task(f"fitting {method} on the stored observations", total=None)
+        version = client.fit_stored(name, method, options=_json_option(options, "--options"), observations=selection)
+    if as_json:
+        _print_json(version.raw)
+        return
+    out.print(f"[bold]{version.name}[/bold] version [bold]{version.version}[/bold]: {version.method} on "
+              f"{version.n_samples} stored rows; parameters: {_parameters(version.parameters)}", soft_wrap=True)
