@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 SOURCES = ("upload", "feedback")
+FUTURE_SKEW = timedelta(minutes=5)  # clocks differ: an observation a little ahead of ours is accepted
 PredictionId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 
@@ -41,7 +42,16 @@ class DataSource(_Strict):
 class ObservationFields(_Strict):
     input_check: bool = Field(True, description="Refuse logits that look like probabilities (422)")
     observed_at: datetime | None = Field(None, description="When these rows were observed (default: now); "
-                                                           "for back-filling history")
+                                                           "for back-filling history; not in the future")
+
+    @model_validator(mode="after")
+    def _past_and_aware(self):
+        if self.observed_at is not None:
+            if self.observed_at.tzinfo is None:
+                raise ValueError("observed_at needs a UTC offset (e.g. 2026-11-23T00:00:00Z)")
+            if self.observed_at > datetime.now(UTC) + FUTURE_SKEW:
+                raise ValueError("observed_at is in the future")
+        return self
 
 
 class ObservationRequest(ObservationFields):

@@ -78,6 +78,10 @@ def test_time_ranges_select_back_filled_rows(api):
     assert deleted == {"name": "m", "deleted_rows": 200}
     assert api.get("/v1/calibrators/m/observations").json()["total_rows"] == 400
     assert api.delete("/v1/calibrators/m/observations", params={"before": "2026-01-15T00:00:00"}).status_code == 422
+    naive = _append(api, "m", 0, 10, observed_at="2026-01-01T00:00:00")
+    assert naive.status_code == 422 and "UTC offset" in naive.json()["detail"]
+    future = _append(api, "m", 0, 10, observed_at="2999-01-01T00:00:00Z")
+    assert future.status_code == 422 and "future" in future.json()["detail"]
 
 
 def test_per_name_caps_refuse_an_append_whole(database_url):
