@@ -1,8 +1,9 @@
 """Challenger evaluations (issue #21): two versions of one calibrator compared on the same stored
 observations that neither was fitted on, with anytime-valid confidence sequences on their NLL and
 Brier differences (``calibration.compare_losses``: the empirical-Bernstein CS of Waudby-Smith &
-Ramdas 2023 on the clipped per-row paired difference), each one's ECE with a percentile-bootstrap
-interval, and a verdict at level alpha. Stored, so that a gated alias move can cite it.
+Ramdas 2023 on the clipped per-row paired difference), each one's ECE (15 bins by default) and
+KDE-ECE with percentile-bootstrap intervals, and a verdict at level alpha. Stored, so that a gated
+alias move can cite it.
 
 **Held out by default**: the observations created at or after the later of the two versions'
 creation times. A version is fitted on data that existed when it was created (uploads carry
@@ -37,12 +38,12 @@ def _reference(name: str, value: int | str) -> Reference:
     return Reference(name, alias=check_alias(value))
 
 
-def _ece(probs, labels, fields: EvaluationRequest) -> dict:
+def _interval(metric, probs, labels, fields: EvaluationRequest, **kwargs) -> dict:
+    """The metric with its percentile-bootstrap interval (``fields.bootstrap`` resamples; 0: none)."""
     if fields.bootstrap == 0:
-        return {"estimate": cal.ece(probs, labels, n_bins=fields.n_bins)}
-    interval = cal.bootstrap_interval(cal.ece, probs, labels, n_resamples=fields.bootstrap,
-                                      confidence=fields.confidence, seed=fields.seed, n_bins=fields.n_bins)
-    return interval.to_dict()
+        return {"estimate": metric(probs, labels, **kwargs)}
+    return cal.bootstrap_interval(metric, probs, labels, n_resamples=fields.bootstrap, confidence=fields.confidence,
+                                  seed=fields.seed, **kwargs).to_dict()
 
 
 def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
@@ -81,8 +82,11 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
         "challenger_ref": str(fields.challenger), "champion_ref": str(fields.champion),
         "selection": query.model_dump(mode="json", exclude_none=True), "held_out": held_out,
         **comparison,
-        "ece": {"n_bins": fields.n_bins, "challenger": _ece(challenger_probs, labels, fields),
-                "champion": _ece(champion_probs, labels, fields)},
+        "ece": {"n_bins": fields.n_bins, "challenger": _interval(cal.ece, challenger_probs, labels, fields,
+                                                                  n_bins=fields.n_bins),
+                "champion": _interval(cal.ece, champion_probs, labels, fields, n_bins=fields.n_bins)},
+        "kde_ece": {"challenger": _interval(cal.kde_ece, challenger_probs, labels, fields),
+                    "champion": _interval(cal.kde_ece, champion_probs, labels, fields)},
     }
     result = cal.json_safe(result)
     row = EvaluationRow(id=uuid.uuid4().hex, challenger=challenger.version, champion=champion.version,

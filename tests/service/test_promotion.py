@@ -137,6 +137,9 @@ def test_evaluations_on_held_out_rows_and_the_gate(api):
     ece = evaluation["ece"]["challenger"]
     assert ece["low"] <= ece["estimate"] <= ece["high"] and ece["estimate"] == pytest.approx(
         cal.ece(probs[good], LABELS[2000:]), abs=1e-9)
+    kde = evaluation["kde_ece"]["champion"]
+    assert kde["low"] <= kde["estimate"] <= kde["high"] and kde["estimate"] == pytest.approx(
+        cal.kde_ece(probs[bad], LABELS[2000:]), abs=1e-9)
     assert _ok(api.get(f"/v1/calibrators/demo/evaluations/{evaluation['id']}")) == evaluation
     assert api.get(f"/v1/calibrators/other/evaluations/{evaluation['id']}").status_code == 404
     assert api.get("/v1/calibrators/demo/evaluations/nothex").status_code == 422
