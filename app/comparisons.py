@@ -45,8 +45,22 @@ class Comparisons:
             return True, self.service.jobs.submit("compare", None, request, payload)
         return False, self._run_comparison(fields, inputs, labels)
 
-    def compare_as_job(self, batch: ArrayBatch, job: JobProgress) -> dict:
-        return self._run_comparison(*self._comparison_inputs(batch)[:3], progress=job.folds)
+    def compare_as_job(self, batch: ArrayBatch, job: JobProgress, fan_out=None) -> dict:
+        """The comparison of a job; with ``fan_out(count) -> Comparison`` (``app.fan_out``) and more
+        than one candidate, as one part job per candidate, merged."""
+        fields, inputs, labels, candidates = self._comparison_inputs(batch)
+        if fan_out is not None and len(candidates) > 1:
+            return self._selected(fields, fan_out(len(candidates)))
+        return self._run_comparison(fields, inputs, labels, progress=job.folds)
+
+    def compare_part(self, batch: ArrayBatch, index: int, job: JobProgress) -> cal.Comparison:
+        """Part ``index`` of a fanned-out comparison: its one candidate on the same folds."""
+        fields, inputs, labels, candidates = self._comparison_inputs(batch)
+        try:
+            return cal.compare(getattr(inputs, inputs.source), labels, [candidates[index].to_dict()], fields.folds,
+                               fields.seed, inputs.source, job.folds)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
 
     def _run_comparison(self, fields: CompareFields, inputs: cal.InputBatch, labels: np.ndarray,
                         progress=None) -> dict:
@@ -55,6 +69,10 @@ class Comparisons:
                                      fields.seed, inputs.source, progress)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
+        return self._selected(fields, comparison)
+
+    @staticmethod
+    def _selected(fields: CompareFields, comparison: cal.Comparison) -> dict:
         try:
             chosen = cal.select(comparison, fields.preserve_accuracy).to_dict()
         except ValueError:

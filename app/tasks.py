@@ -10,11 +10,11 @@ import os
 import socket
 import threading
 
-from . import job_store, policies
+from . import fan_out, job_store, policies
 from .db import Database
 from .errors import ServiceError
 from .job_inputs import batch_of_job
-from .jobs import JobCancelled, JobProgress
+from .jobs import JobCancelled, JobProgress, ProcrastinateEngine
 from .schemas import CompareFields, FitFields
 from .service import CalibrationService
 from .settings import get_settings
@@ -72,8 +72,11 @@ def _run_claimed(db: Database, job_id: str) -> None:
         elif kind == "fit":
             service.fit(calibrator, batch_of_job(request, payload, FitFields), job=progress)
         elif kind == "compare":
-            result = service.comparisons.compare_as_job(batch_of_job(request, payload, CompareFields), progress)
+            batch = batch_of_job(request, payload, CompareFields)
+            result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
             _finish(db, job_id, "succeeded", result=result)
+        elif kind == fan_out.PART:
+            _run_part(db, service, job_id, request, progress)
         elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
             _finish(db, job_id, "succeeded", result=policies.run_refit(service, calibrator, request, progress))
         else:
@@ -85,6 +88,51 @@ def _run_claimed(db: Database, job_id: str) -> None:
     except Exception:  # a bug: the job says so instead of staying "running" for ever
         logger.exception("job %s failed", job_id)
         _finish(db, job_id, "failed", error=INTERNAL_ERROR)
+
+
+def _engine_name(settings) -> str:
+    if settings.job_engine != "auto":
+        return settings.job_engine
+    return "procrastinate" if settings.database_url.startswith("postgres") else "embedded"
+
+
+def _fan_out(db: Database, job_id: str, progress: JobProgress):
+    """How this comparison job fans out (``fan_out.run_compare_in_parts``), or ``None``: by default
+    only where other workers can take the parts (Procrastinate); ``CALIBRATION_JOB_FAN_OUT=on``
+    also in the embedded pool (the parent then runs every part itself)."""
+    settings = get_settings()
+    engine_name = _engine_name(settings)
+    if settings.job_fan_out == "off" or (settings.job_fan_out == "auto" and engine_name != "procrastinate"):
+        return None
+    with db.read() as session:
+        calibrator = job_store.get_job(session, job_id).calibrator
+
+    def run(count: int):
+        engine = ProcrastinateEngine(settings.database_url) if engine_name == "procrastinate" else None
+        try:
+            return fan_out.run_compare_in_parts(
+                db, job_id, count, calibrator, engine.enqueue if engine else (lambda _part: None),
+                lambda part_id: run_job(settings.database_url, part_id), progress)
+        finally:
+            if engine is not None:
+                engine.shutdown()
+
+    return run
+
+
+def _run_part(db: Database, service: CalibrationService, job_id: str, request: dict, progress: JobProgress) -> None:
+    """One candidate of a fanned-out comparison; cancelled when its parent is no longer running."""
+    with db.read() as session:
+        parent = job_store.get_job(session, request["parent"])
+        running = parent is not None and parent.status == "running"
+        if running:
+            _, _, parent_request, payload = job_store.load_input(session, request["parent"])
+    if not running:
+        _finish(db, job_id, "cancelled")
+        return
+    batch = batch_of_job(parent_request, payload, CompareFields)
+    comparison = service.comparisons.compare_part(batch, request["candidate"], progress)
+    _finish(db, job_id, "succeeded", result=fan_out.part_result(comparison))
 
 
 def procrastinate_app():

@@ -6,7 +6,7 @@ Imports numpy and scipy only. Every calibrator follows ``calibration.base.Calibr
 
 from .backend import to_host
 from .base import Calibrator, ConvergenceWarning, FitDiagnostics
-from .comparison import Comparison, compare, default_candidates, prepare_comparison
+from .comparison import Comparison, MethodResult, candidate, compare, default_candidates, prepare_comparison
 from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, InputBatch, check_labels, looks_like_probabilities, validate_inputs
 from .json_values import json_safe
 from .methods import (
@@ -82,6 +82,7 @@ __all__ = [
     "IsotonicMulticlass",
     "IsotonicOneVsAll",
     "MatrixScaling",
+    "MethodResult",
     "OnlinePlattScaling",
     "PlattScaling",
     "ReliabilityBins",
@@ -95,6 +96,7 @@ __all__ = [
     "bootstrap_interval",
     "brier",
     "calibration_gain",
+    "candidate",
     "check_labels",
     "classwise_ece",
     "compare",

@@ -227,3 +227,77 @@ def test_a_killed_worker_s_fit_fails_instead_of_hanging_and_stores_no_version(pr
                         headers={"Prefer": "respond-async"})
     assert wait_for(http, retried.headers["Location"])["result"]["version"] == 1
     assert len(stored_params(url, "killed")) == 1
+
+
+# -- comparisons fanned out: one part job per candidate ---------------------------------------------
+
+COMPARE = {"methods": ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass"],
+           "folds": 3, "seed": 4}
+
+
+def without_timings(comparison: dict) -> dict:
+    """A comparison's answer without its fit times (the only values that differ run to run)."""
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "fit_seconds"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    return strip(comparison)
+
+
+def check_fanned_out_comparison(http: httpx.Client) -> list[dict]:
+    body = {**COMPARE, KIND: X[:3000].tolist(), "labels": Y[:3000].tolist()}
+    single = http.post("/v1/compare", json=body)
+    assert single.status_code == 200, single.text
+    started = http.post("/v1/compare", json=body, headers={"Prefer": "respond-async"})
+    assert started.status_code == 202, started.text
+    job = wait_for(http, started.headers["Location"], 300)
+    assert job["status"] == "succeeded", job
+    assert without_timings(job["result"]) == without_timings(single.json())
+    parts = [j for j in http.get("/v1/jobs", params={"limit": 100}).json()["jobs"] if j["kind"] == "compare-part"]
+    assert len(parts) == len(COMPARE["methods"]) and {p["status"] for p in parts} == {"succeeded"}
+    return parts
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_comparison_fans_out_over_the_workers_and_equals_the_single_job(procrastinate):
+    _, http, workers = procrastinate
+    workers(2)
+    parts = check_fanned_out_comparison(http)
+    assert len({part["worker"] for part in parts}) == 2, [part["worker"] for part in parts]
+
+
+def test_the_embedded_pool_runs_the_parts_itself_with_fan_out_on(sqlite_url):
+    with live_server(sqlite_url, env={"CALIBRATION_JOB_ENGINE": "embedded", "CALIBRATION_JOB_FAN_OUT": "on"}) as base, \
+            httpx.Client(base_url=base, timeout=120) as http:
+        parts = check_fanned_out_comparison(http)
+    assert len({part["worker"] for part in parts}) == 1  # the parent's process ran them all
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_cancelling_a_fanned_out_comparison_cancels_its_parts(procrastinate):
+    _, http, workers = procrastinate
+    kind, x, y = load_split("cifar100_densenet-bc-100", "val")
+    body = {"methods": ["temperature", "isotonic_one_vs_all", "irova_ts", "ensemble_temperature"], "folds": 10,
+            kind: x.tolist(), "labels": y.tolist()}
+    workers(1)
+    started = http.post("/v1/compare", json=body, headers={"Prefer": "respond-async"})
+    location = started.headers["Location"]
+    deadline = time.monotonic() + 60
+    while http.get(location).json()["status"] != "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    assert http.delete(location).status_code in (200, 202, 204)
+    job = wait_for(http, location, 60)
+    assert job["status"] == "cancelled", job
+    deadline = time.monotonic() + 60
+    while True:
+        parts = [j for j in http.get("/v1/jobs", params={"limit": 100}).json()["jobs"] if j["kind"] == "compare-part"]
+        if all(p["status"] in ("cancelled", "succeeded") for p in parts) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert parts and {p["status"] for p in parts} <= {"cancelled", "succeeded"} and "cancelled" in {
+        p["status"] for p in parts}

@@ -1,0 +1,110 @@
+"""A comparison job fanned out: one part job per candidate, taken by any worker, merged by the
+parent (``run_compare_in_parts``).
+
+The parent records a queued ``compare-part`` job per candidate and offers them to the engine
+(Procrastinate: any worker takes them). Then it works too: it claims its own parts that are still
+queued and runs them, so it never waits on work nobody has started (no deadlock with one
+worker); then it waits for the parts other workers are running, beating its heartbeat, and merges
+their results into the comparison a single job would have computed (the same per-fold values:
+every part runs the same stratified folds with the same seed; only the fit times differ).
+
+A part runs ``calibration.compare`` on one candidate and stores its ``MethodResult`` with the
+fold values of the uncalibrated model and of the reference; a cancelled parent cancels its
+parts, and a part whose parent is no longer running is cancelled when it starts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+
+import calibration as cal
+
+from . import job_store
+from .db import Database
+from .errors import ServiceError
+from .jobs import JobCancelled, JobProgress
+
+PART = "compare-part"
+POLL_SECONDS = 0.5
+
+
+def _finite(values: list[float]) -> list[float | None]:
+    return [None if not math.isfinite(v) else v for v in values]
+
+
+def _floats(values: list) -> list[float]:
+    return [math.nan if v is None else float(v) for v in values]
+
+
+def part_result(comparison: cal.Comparison) -> dict:
+    """What a part stores: its one candidate's result and the folds' shared values, as JSON."""
+    (result,) = comparison.results
+    return {"candidate": result.candidate.to_dict(), "accuracy_preserving": result.accuracy_preserving,
+            "per_fold": {m: _finite(v) for m, v in result.per_fold.items()}, "converged": result.converged,
+            "error": result.error, "tail_risk": _finite(result.tail_risk),
+            "uncalibrated": {m: _finite(v) for m, v in comparison.uncalibrated.items()},
+            "reference_nll": _finite(comparison.reference_nll),
+            "shape": [comparison.n_samples, comparison.n_classes, comparison.folds, comparison.seed]}
+
+
+def merged(parts: list[dict]) -> cal.Comparison:
+    """The comparison of all candidates, from the parts' results in candidate order."""
+    results = [cal.MethodResult(cal.candidate(p["candidate"]), p["accuracy_preserving"],
+                                {m: _floats(v) for m, v in p["per_fold"].items()}, p["converged"], p["error"],
+                                _floats(p["tail_risk"])) for p in parts]
+    first = parts[0]
+    n, k, folds, seed = first["shape"]
+    return cal.Comparison(n, k, folds, seed, {m: _floats(v) for m, v in first["uncalibrated"].items()}, results,
+                          _floats(first["reference_nll"]))
+
+
+def create_parts(db: Database, parent_id: str, calibrator: str | None, count: int) -> list[str]:
+    ids = [uuid.uuid4().hex for _ in range(count)]
+    with db.write() as session:
+        for index, part_id in enumerate(ids):
+            job_store.create_job(session, part_id, PART, calibrator, {"parent": parent_id, "candidate": index}, None)
+    return ids
+
+
+def run_compare_in_parts(db: Database, job_id: str, candidates: int, calibrator: str | None, offer, run_part,
+                         progress: JobProgress) -> cal.Comparison:
+    """Fan the comparison job ``job_id`` out over ``candidates`` parts (``offer(part_id)`` gives
+    one to the engine; ``run_part(part_id) -> bool`` runs one here if it is still queued), wait
+    for them, and return the merged comparison (``JobCancelled`` when the parent is cancelled)."""
+    part_ids = create_parts(db, job_id, calibrator, candidates)
+    for part_id in part_ids:
+        offer(part_id)
+    try:
+        for part_id in part_ids:
+            progress.step(f"comparison in {candidates} parts: running part {part_ids.index(part_id) + 1} here", 0.0)
+            run_part(part_id)
+        while True:
+            with db.read() as session:
+                rows = [job_store.get_job(session, part_id) for part_id in part_ids]
+            done = [row for row in rows if row.status in job_store.FINISHED]
+            failed = next((row for row in done if row.status != "succeeded"), None)
+            if failed is not None:
+                error = failed.error or {"status": 500, "title": "Part cancelled", "detail": "a part was cancelled"}
+                raise PartFailed(error)
+            if len(done) == len(rows):
+                return merged([row.result for row in rows])
+            progress.step(f"comparison in {candidates} parts: {len(done)} done", 100.0 * len(done) / len(rows))
+            time.sleep(POLL_SECONDS)
+    except (JobCancelled, PartFailed):
+        with db.write() as session:
+            for part_id in part_ids:
+                job_store.request_cancel(session, part_id)
+        raise
+
+
+class PartFailed(ServiceError):
+    """A part of a fanned-out comparison failed: the comparison fails with its problem."""
+
+    def __init__(self, problem: dict):
+        super().__init__(problem.get("detail", "a part of the comparison failed"))
+        self.problem = problem
+
+    def as_problem(self) -> dict:
+        return self.problem
