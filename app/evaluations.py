@@ -11,11 +11,19 @@ their ``observed_at``), so these rows were seen by neither. A caller may name an
 (``data.observations``); the answer says which was used and whether it was the held-out default.
 The confidence sequence holds at every sample size, so an evaluation may be repeated as labels
 arrive and the first ``challenger_better`` acted on, with the error still at most alpha.
+
+**Shadow evaluation** (no ``champion``): a version that serves no caller (a ``shadow`` alias, say)
+is scored on the live labelled stream, the feedback rows created after it, against the version
+that actually served each of those predictions. When one version served them all it is the
+champion (and a gated alias pointing at it accepts the evaluation); otherwise the champion is
+``served`` (stored as 0), which no gate accepts.
 """
 
 from __future__ import annotations
 
 import uuid
+
+import numpy as np
 
 import calibration as cal
 
@@ -46,18 +54,42 @@ def _interval(metric, probs, labels, fields: EvaluationRequest, **kwargs) -> dic
                                   seed=fields.seed, **kwargs).to_dict()
 
 
+def _served_probabilities(service, name: str, index: list, values, kind: str) -> tuple[np.ndarray, dict[int, int]]:
+    """Each labelled prediction's probabilities from the version that served it (the shadow's
+    champion: what callers actually got), and the rows per serving version."""
+    with service.db.read() as session:
+        versions = promotion_store.chunk_versions(session, [entry[0] for entry in index])
+    served = np.repeat([versions[entry[0]] for entry in index], [entry[1] - entry[5] for entry in index])
+    probabilities = None
+    for version in np.unique(served).tolist():
+        loaded = service.serving(Reference.pinned(name, version))
+        rows = served == version
+        try:
+            inputs = cal.validate_inputs(values[rows], kind)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        part = service.predict(loaded, inputs)
+        if probabilities is None:
+            probabilities = np.empty((len(served), part.shape[1]))
+        probabilities[rows] = part
+    return probabilities, {v: int((served == v).sum()) for v in np.unique(served).tolist()}
+
+
 def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
-    """Compare ``fields.challenger`` with ``fields.champion`` on held-out observations; store and
+    """Compare ``fields.challenger`` with ``fields.champion`` (or, without one, with the versions that
+    served each labelled prediction: a shadow evaluation) on held-out observations; store and
     return the evaluation."""
     check_name(name)
     challenger = service.serving(_reference(name, fields.challenger))
-    champion = service.serving(_reference(name, fields.champion))
-    if challenger.version == champion.version:
+    champion = None if fields.champion is None else service.serving(_reference(name, fields.champion))
+    if champion is not None and challenger.version == champion.version:
         raise InvalidInput(f"challenger and champion are both version {challenger.version}")
     with service.db.read() as session:
-        created = [store.version_by_id(session, v.resolved).created_at for v in (challenger, champion)]
+        created = [store.version_by_id(session, v.resolved).created_at for v in (challenger, champion) if v]
     held_out = fields.data is None
     query = ObservationQuery(since=max(created)) if held_out else fields.data.observations
+    if champion is None:  # only labelled predictions know the version that served them
+        query = query.model_copy(update={"source": "feedback"})
     try:
         index = service.observations.fit_index(name, query)
     except NotFound as exc:
@@ -65,7 +97,7 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
         raise NotFound(str(exc) + (hint if held_out else "")) from exc
     batch = service.observations.load(None, index)
     for loaded in (challenger, champion):
-        if loaded.calibrator.input != batch.kind:
+        if loaded is not None and loaded.calibrator.input != batch.kind:
             raise InvalidInput(f"version {loaded.version} takes {loaded.calibrator.input}; the observations "
                                f"are {batch.kind}")
     try:
@@ -74,12 +106,18 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
     challenger_probs = service.predict(challenger, inputs)
-    champion_probs = service.predict(champion, inputs)
+    if champion is None:
+        champion_probs, served = _served_probabilities(service, name, index, batch.values, batch.kind)
+    else:
+        champion_probs, served = service.predict(champion, inputs), {champion.version: inputs.n}
+    champion_version = next(iter(served)) if len(served) == 1 else 0  # 0: several (no gate accepts it)
     comparison = cal.compare_losses(challenger_probs, champion_probs, labels, fields.alpha, fields.nll_clip,
                                     fields.decide_on)
     result = {
-        "name": name, "challenger": challenger.version, "champion": champion.version,
-        "challenger_ref": str(fields.challenger), "champion_ref": str(fields.champion),
+        "name": name, "challenger": challenger.version, "champion": champion_version or "served",
+        "challenger_ref": str(fields.challenger),
+        "champion_ref": "served" if champion is None else str(fields.champion),
+        "served_by": {str(v): n for v, n in served.items()},
         "selection": query.model_dump(mode="json", exclude_none=True), "held_out": held_out,
         **comparison,
         "ece": {"n_bins": fields.n_bins, "challenger": _interval(cal.ece, challenger_probs, labels, fields,
@@ -89,7 +127,7 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
                     "champion": _interval(cal.kde_ece, champion_probs, labels, fields)},
     }
     result = cal.json_safe(result)
-    row = EvaluationRow(id=uuid.uuid4().hex, challenger=challenger.version, champion=champion.version,
+    row = EvaluationRow(id=uuid.uuid4().hex, challenger=challenger.version, champion=champion_version,
                         alpha=fields.alpha, n_rows=comparison["n_rows"], verdict=comparison["verdict"],
                         result=result, created_at=utcnow())
     with service.db.write() as session:

@@ -39,7 +39,9 @@ class EvaluationRequest(_Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"challenger": 3, "champion": "production", "alpha": 0.05}]})
     challenger: VersionOrAlias = Field(description="The new version (number or alias)")
-    champion: VersionOrAlias = Field(description="The version it must beat (number or alias, e.g. production)")
+    champion: VersionOrAlias | None = Field(None, description="The version it must beat (number or alias, e.g. "
+                                                             "production); without one, the versions that served "
+                                                             "each labelled prediction (a shadow evaluation)")
     data: DataSource | None = Field(None, description="Which stored observations (default: those created after "
                                                       "both versions, which neither was fitted on)")
     alpha: float = Field(0.05, gt=0, le=0.5, description="Error level of the confidence sequences and verdict")

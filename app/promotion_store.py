@@ -13,7 +13,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from .errors import NotFound
-from .models import AliasRow, CalibratorRow, utcnow
+from .models import AliasRow, CalibratorRow, ObservationChunkRow, utcnow
 from .promotion_models import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
 from .store import calibrator_row, dialect_insert, get_version, version_by_id
 
@@ -125,3 +125,13 @@ def version_created_at(session: Session, resolved) -> datetime:
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
+
+
+def chunk_versions(session: Session, chunk_ids: list[int]) -> dict[int, int | None]:
+    """The serving version of each observation chunk (feedback), by chunk id."""
+    found: dict[int, int | None] = {}
+    for start in range(0, len(chunk_ids), 500):
+        part = chunk_ids[start:start + 500]
+        found.update(session.execute(select(ObservationChunkRow.id, ObservationChunkRow.version)
+                                     .where(ObservationChunkRow.id.in_(part))).all())
+    return found

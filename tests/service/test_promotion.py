@@ -106,6 +106,9 @@ def test_every_move_is_recorded_and_rollback_is_one_call(api):
     assert api.get("/v1/calibrators/demo/aliases/production/history?limit=2").json()["moves"][0]["action"] == \
         "rollback"
     assert api.get("/v1/calibrators/nobody/aliases/production/history").status_code == 404
+    assert api.delete("/v1/calibrators/demo").status_code == 204  # its history goes with it
+    _fit(api, slice(0, 500))
+    assert _ok(api.get("/v1/calibrators/demo/aliases/production/history"))["moves"] == []
 
 
 def _upload(client, rows: slice, name: str = "demo"):
@@ -264,10 +267,10 @@ def _serve(client, logits: np.ndarray, start: int, expected_version: str) -> lis
     return ids
 
 
-def _serve_and_label(client, logits, labels, start: int, stop: int, expected_version: str) -> None:
+def _serve_and_label(client, logits, labels, start: int, stop: int, expected_version: str, ids_from: int = 0) -> None:
     ids, truth = [], []
     for at in range(start, stop, 500):
-        ids += _serve(client, logits[at:min(at + 500, stop)], at, expected_version)
+        ids += _serve(client, logits[at:min(at + 500, stop)], ids_from + at, expected_version)
         truth += labels[at:min(at + 500, stop)].tolist()
     order = np.random.default_rng(start).permutation(len(ids))
     for part in np.array_split(order, 3):  # late, shuffled, in several requests
@@ -308,6 +311,11 @@ def test_the_loop_drift_refit_evaluate_promote_rollback(kind, request, tmp_path)
                                      json={"challenger": 2, "champion": "production", "bootstrap": 50}), 201)
         assert evaluation["n_rows"] == 3000 and evaluation["held_out"] is True  # only rows after the refit
         assert evaluation["verdict"] == "challenger_better", evaluation["nll"]
+        # the same comparison as a shadow: version 2 against whatever served each labelled prediction
+        _ok(client.put(f"/v1/calibrators/{NAME}/aliases/shadow", json={"version": 2}))
+        shadow = _ok(client.post(f"/v1/calibrators/{NAME}/evaluations", json={"challenger": "shadow"}), 201)
+        assert shadow["champion"] == 1 and shadow["served_by"] == {"1": 3000} and shadow["champion_ref"] == "served"
+        assert shadow["nll"]["difference"] == pytest.approx(evaluation["nll"]["difference"], rel=1e-9)
         refused = client.put(f"/v1/calibrators/{NAME}/aliases/production", json={"version": 2})
         assert refused.status_code == 409 and "requires an evaluation" in refused.json()["detail"]
         _ok(client.put(f"/v1/calibrators/{NAME}/aliases/production",
@@ -317,6 +325,11 @@ def test_the_loop_drift_refit_evaluate_promote_rollback(kind, request, tmp_path)
             assert _ok(client.post(path, json={"inputs": [{"name": "logits", "shape": [1, 10], "datatype": "FP32",
                                                            "data": drifted[0].tolist()}]}))["model_version"] == "2"
 
+        # labels of predictions served by version 2 join the stream: a shadow of version 1 now faces two versions
+        _serve_and_label(client, drifted, test_labels, 5000 - 500, 5000, "2", ids_from=10000)
+        mixed = _ok(client.post(f"/v1/calibrators/{NAME}/evaluations", json={"challenger": 1}), 201)
+        assert mixed["champion"] == "served" and mixed["served_by"] == {"1": 5000, "2": 500}
+        assert mixed["verdict"] == "champion_better"  # the stale version loses to what was served
         back = _ok(client.post(f"/v1/calibrators/{NAME}/aliases/production/rollback"))
         assert back["version"] == 1
         _serve(client, drifted[:10], 90000, "1")
