@@ -22,7 +22,7 @@ split; a stream draws test rows with replacement (its labels are the rows' label
   rows from the shift to the alarm, its median over the streams that alarmed.
 
 Run: ``python benchmarks/drift_alarms.py [streams] [horizon] [shift_streams] [exact_horizon]``
-(default 1000, 100000, 300, 20000; about 7 minutes on one core); results in
+(default 1000, 100000, 300, 20000; about 7 minutes on one idle core); results in
 benchmarks/results/drift_alarms.md.
 """
 
@@ -138,7 +138,8 @@ def run(served: Served, rng, streams: int, horizon: int, shifted=None, shift_at:
     test = DriftTest(alpha=min(ALPHAS), tolerance=tolerance, half_life=HALF_LIFE, shape=(streams,),
                      n_classes=served.k, class_tolerance=tolerance if exact else CLASS_TOLERANCE)
     first = {alpha: np.full(streams, -1) for alpha in ALPHAS}
-    eces, every = [], np.arange(streams)
+    eces, every = [], np.arange(streams)[:, None]
+    step = max(1, min(BLOCK, 300_000 // (streams * served.k)))  # rows per update: temporaries in cache
     for start in range(0, horizon, BLOCK):
         if shifted is not None and start >= shift_at:
             table, rows, labels = shifted(BLOCK)
@@ -151,13 +152,15 @@ def run(served: Served, rng, streams: int, horizon: int, shifted=None, shift_at:
                                           served.k - 1) for t in range(BLOCK)], axis=1)
         confidence, correct = confidence_of[rows], predicted_of[rows] == labels
         residuals = confidence - correct
-        for t in range(BLOCK):  # one row of every stream at a time, the crossing of every alpha recorded
-            class_residuals = probs[rows[:, t]]
-            class_residuals[every, labels[:, t]] -= 1.0
-            test.update(residuals[:, t:t + 1], class_residuals[:, None, :])
-            for alpha in ALPHAS:
-                hit = (first[alpha] < 0) & (test.log_wealth >= np.log(1 / alpha))
-                first[alpha][hit] = start + t + 1
+        for at in range(0, BLOCK, step):
+            part = slice(at, at + step)
+            class_residuals = probs[rows[:, part]]
+            class_residuals[every, np.arange(class_residuals.shape[1])[None, :], labels[:, part]] -= 1.0
+            test.update(residuals[:, part], class_residuals)
+            for alpha in ALPHAS:  # the first row at which the e-value reached 1/alpha
+                crossed = test.trajectory >= np.log(1 / alpha)
+                hit = (first[alpha] < 0) & crossed.any(axis=1)
+                first[alpha][hit] = start + at + crossed[hit].argmax(axis=1) + 1
         eces.append(window_ece(confidence, correct.astype(np.float64)))
     return first, np.column_stack(eces)
 

@@ -53,6 +53,7 @@ from .metrics._inputs import probabilities_and_labels, top_label_of
 
 STATE_FIELDS = ("n", "mean", "second", "top_log_wealth", "class_mean", "class_second", "class_log_wealth",
                 "log_wealth", "max_log_wealth", "alarm_at")
+SHORT = 32  # rows up to which an update runs its exponential means as a loop
 OPTIONS = ("alpha", "tolerance", "half_life", "max_bet", "n_classes", "class_tolerance")
 
 
@@ -74,6 +75,14 @@ def _ewma(values: np.ndarray, start: np.ndarray, keep: float, axis: int) -> tupl
     """The exponentially weighted mean ``m_t = keep m_{t-1} + (1 - keep) x_t`` from ``m_0 = start``
     along ``axis`` (a first-order linear filter): its values *before* each step (what a bet may
     use), and after the last step."""
+    steps = values.shape[axis]
+    if steps <= SHORT:  # many short signals (many streams at once): lfilter's per-signal cost dominates
+        rows = np.moveaxis(values, axis, 0)
+        before, mean = np.empty_like(rows), start
+        for t in range(steps):
+            before[t] = mean
+            mean = keep * mean + (1.0 - keep) * rows[t]
+        return np.moveaxis(before, 0, axis), mean
     after = lfilter([1.0 - keep], [1.0, -keep], values, axis=axis, zi=np.expand_dims(keep * start, axis))[0]
     before = np.concatenate([np.expand_dims(start, axis), np.delete(after, -1, axis=axis)], axis=axis)
     return before, np.take(after, -1, axis=axis)
