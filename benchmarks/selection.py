@@ -11,10 +11,18 @@ is refitted on the whole validation split exactly as ``auto`` does, so its test 
 candidate's. Sets are loaded as ``tests.helpers.load_split`` does (``logits`` or ``probs``
 with ``labels``, per shared/data/README.md).
 
-Run: ``python benchmarks/selection.py`` (the project's own environment is enough).
+Run: ``python benchmarks/selection.py`` (the project's own environment is enough; BLAS on one
+thread unless ``OPENBLAS_NUM_THREADS`` is set).
 """
 
 from __future__ import annotations
+
+import os
+
+# OpenBLAS's default threads made the 5000 x 100 comparison take 37-72 s instead of 3.0 s while
+# other work shared this 2-core machine (vector scaling's small products); timings here are
+# single-threaded unless the caller says otherwise
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import sys
 import time
