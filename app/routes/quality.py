@@ -62,7 +62,7 @@ async def get_alarms(request: Request, name: str = NAME):
 @router.post("/calibrators/{name}/alarms/evaluate", summary="Evaluate the drift monitors",
              responses=problems(404, 422), dependencies=[WRITE])
 async def evaluate_alarms(request: Request, name: str = NAME,
-                          alpha: float = Query(0.01, gt=0, lt=1, description="False-alarm probability, ever"),
+                          alpha: float = Query(0.01, ge=1e-10, lt=1, description="False-alarm probability, ever"),
                           tolerance: float = Query(0.02, ge=0, lt=0.5, description="Drift of mean confidence "
                                                    "minus accuracy that is no alarm"),
                           half_life: float = Query(1000.0, gt=0, le=1e9, description="Rows of the bet's memory"),

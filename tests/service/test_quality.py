@@ -212,3 +212,45 @@ def test_the_quality_chart(client, data):
     assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
     assert b"rows 1000-1499" in svg.content and b"uncalibrated" in svg.content
     assert client.get("/v1/calibrators/nobody/quality", headers={"accept": "image/png"}).status_code == 404
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_live_stream_with_late_labels_and_a_shift(kind, request, tmp_path, data):
+    """On a real server (uvicorn in a subprocess): predictions served with logging on, their labels
+    posted later in a shuffled order, a drift injected half-way; the alarm shows in the API and in
+    the Prometheus series, and the quality windows show the calibrated ECE rising."""
+    import httpx
+
+    from tests.service.live import live_server
+
+    url = request.getfixturevalue(f"{kind}_url")
+    val, val_labels, test, test_labels = data
+    rng = np.random.default_rng(2)
+    with live_server(url, env={"CALIBRATION_LOG_FLUSH_SECONDS": "0.2"}, log_file=tmp_path / "server.log") as base, \
+            httpx.Client(base_url=base, timeout=120) as client:
+        _ok(client.post(f"/v1/calibrators/{NAME}/versions", json={"method": "temperature", "logits": val.tolist(),
+                                                                 "labels": val_labels.tolist()}), 201)
+        _ok(client.put(f"/v1/calibrators/{NAME}/logging", json={"sample_rate": 1.0}))
+        served = []
+        for start in range(0, 6000, 500):  # from row 3000 on, the model's logits grow 4-fold
+            logits = test[start:start + 500] * (4.0 if start >= 3000 else 1.0)
+            ids = [f"p{start + i}" for i in range(500)]
+            _ok(client.post(f"/v1/calibrators/{NAME}/calibrate", json={"logits": logits.tolist(), "ids": ids}))
+            served.append(ids)
+            if start in (2500, 5500):  # labels arrive later, shuffled, in two deliveries
+                pending = [pid for batch in served for pid in batch]
+                order = rng.permutation(len(pending))
+                ids = [pending[i] for i in order]
+                labels = [int(test_labels[int(pid[1:])]) for pid in ids]
+                assert _ok(client.post(f"/v1/calibrators/{NAME}/labels",
+                                       json={"ids": ids, "labels": labels}))["labelled"] == len(ids)
+                served = []
+                evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate"))
+                assert evaluated["new_alarms"] == ([] if start == 2500 else [1]), evaluated
+        alarm = _ok(client.get(f"/v1/calibrators/{NAME}/alarms"))["alarms"][0]
+        assert alarm["version"] == 1 and 3000 < alarm["alarm_rows"] <= 6000
+        scraped = client.get("/metrics").text
+        assert f'calibration_drift_alarm{{calibrator="{NAME}",version="1"}} 1.0' in scraped
+        windows = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"window": "3000", "bootstrap": 0}))
+        before, after = (w["calibrated"]["ece"]["estimate"] for w in windows["windows"])
+        assert after > before + 0.02
