@@ -22,7 +22,9 @@ def serve(args: argparse.Namespace) -> int:
     settings = get_settings()
     if settings.migrate_on_start and not args.no_migrate:
         upgrade(settings.database_url)
-    uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port,
+    from .server_protocol import HeadDeadlineProtocol
+
+    uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port, http=HeadDeadlineProtocol,
                 workers=settings.workers, access_log=False, log_config=None,
                 limit_concurrency=settings.max_connections, h11_max_incomplete_event_size=settings.max_header_bytes,
                 timeout_keep_alive=settings.keep_alive_seconds, timeout_graceful_shutdown=settings.shutdown_seconds)

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
                                  "limit_concurrency); beyond it new ones get 503.")
     max_header_bytes: int = Field(65536, ge=1024, description="Largest request head (h11's incomplete-event "
                                   "limit); a larger one closes the connection.")
+    header_seconds: float = Field(10.0, gt=0, description="A connection must send a complete request head "
+                                  "within this many seconds of opening (or of beginning its next request); else it "
+                                  "is closed: half-sent heads cannot hold connections.")
     body_seconds: float = Field(60.0, gt=0, description="A request's body must arrive within this many seconds "
                                 "of its start (408 after): slow senders cannot hold connections and memory.")
     keep_alive_seconds: float = Field(5.0, gt=0, description="How long an idle keep-alive connection is kept.")

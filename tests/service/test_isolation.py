@@ -104,3 +104,47 @@ def test_bodies_sent_too_slowly_get_408_and_free_their_connections(sqlite_url):
         assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), {a[:40] for a in answers}
         served = httpx.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]})
         assert served.status_code == 200
+
+
+@pytest.mark.slow
+def test_half_sent_heads_are_closed_and_the_server_serves_again(sqlite_url, tmp_path):
+    """1100 connections (more than CALIBRATION_MAX_CONNECTIONS) that each send half a request head:
+    while they are held every good request gets 503; after CALIBRATION_HEADER_SECONDS they are
+    closed, their file descriptors come back and good requests are served. A kept-alive connection
+    that trickles its next head is closed the same way."""
+    import os
+    import socket
+
+    server = LiveServer(sqlite_url, env={"CALIBRATION_HEADER_SECONDS": "2"}, log_file=tmp_path / "server.log")
+    base = server.start()
+    try:
+        descriptors = len(os.listdir(f"/proc/{server.process.pid}/fd"))
+        connections = []
+        for _ in range(1100):
+            connection = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            connection.sendall(b"POST /v1/metrics HTTP/1.1\r\nHost: test\r\n")  # never the end of the head
+            connections.append(connection)
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 503  # every slot held
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{base}/healthz", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "half-sent heads still hold the server"
+            time.sleep(0.2)
+        assert time.monotonic() - deadline + 10 >= 1.0  # not before the head deadline
+        assert all(connection.recv(100) == b"" for connection in connections)  # closed by the server
+        assert len(os.listdir(f"/proc/{server.process.pid}/fd")) <= descriptors + 5
+        for connection in connections:
+            connection.close()
+
+        kept = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        answer = b""
+        while b"}" not in answer:  # the head and the JSON body, in however many reads
+            answer += kept.recv(1000)
+        assert answer.startswith(b"HTTP/1.1 200")
+        kept.sendall(b"GET /healthz HTTP/1.1\r\n")  # the next head, never finished
+        started = time.monotonic()
+        assert kept.recv(100) == b""
+        assert 1.5 < time.monotonic() - started < 6
+        kept.close()
+    finally:
+        server.stop()
