@@ -2,7 +2,8 @@
 x 5 folds on 50000 x 100 (CIFAR-100 WRN-16-4 validation outputs resampled), run by 1, 2 and 4
 ``calibration-service worker`` processes on Procrastinate, with the comparison as one part job per
 candidate (``CALIBRATION_JOB_FAN_OUT=auto``) and, for reference, as one job
-(``CALIBRATION_JOB_FAN_OUT=off``, 1 worker). Wall time from submission to the job's success.
+(``CALIBRATION_JOB_FAN_OUT=off``, 1 worker). Wall time from submission to the job's success; the cases alternate for
+``--rounds`` rounds.
 
 This machine has 2 cores: a third and fourth worker only share them, so 2 workers bound the
 speed-up here (the parts are CPU-bound numpy; at most ~2x), and the slowest candidate (one part)
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from app.migrate import upgrade  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
-from benchmarks.jobs import ADMIN_URL, ENV, start_workers, stop  # noqa: E402
+from benchmarks.jobs import ADMIN_URL, ENV, stop  # noqa: E402
 from tests.helpers import load_split  # noqa: E402
 from tests.service.live import live_server  # noqa: E402
 
@@ -40,6 +42,13 @@ def body(rows: int) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **{kind: x[picked], "labels": y[picked]})
     return buffer.getvalue()
+
+
+def start_workers(url: str, count: int, env: dict) -> subprocess.Popen:
+    """``count`` worker processes; they decide whether a comparison fans out (``env``)."""
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--concurrency", str(count)], cwd=REPO,
+                            env={**os.environ, "DATABASE_URL": url, **ENV, **env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def run(http: httpx.Client, content: bytes) -> tuple[float, dict, list]:
@@ -60,6 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=50000)
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     name = f"bench_fan_{uuid.uuid4().hex[:8]}"
@@ -73,29 +83,32 @@ def main() -> None:
         with live_server(url, env=ENV) as base, httpx.Client(base_url=base, timeout=600) as http:
             cases = [("one job", 1, "off")] + [("one part per candidate", int(w), "auto")
                                                for w in args.workers.split(",")]
-            reference = None
-            for label, count, fan_out in cases:
-                workers = start_workers(url, count) if fan_out == "auto" else None
-                if workers is None:  # the workers decide whether to fan out: start them with it off
-                    workers = subprocess.Popen(
-                        [sys.executable, "-m", "app.cli", "worker", "--concurrency", str(count)], cwd=REPO,
-                        env={**os.environ, "DATABASE_URL": url, **ENV, "CALIBRATION_JOB_FAN_OUT": "off"},
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-                try:
-                    seconds, result, parts = run(http, content)
-                finally:
-                    stop(workers)
-                reference = reference or seconds
-                candidates = len(result["methods"])
-                rows.append([label, count, candidates, f"{seconds:.1f}", f"{reference / seconds:.2f}x",
-                             len({p["worker"] for p in parts}) if parts else 1, result["selection"]["chosen"]])
-                print(rows[-1], flush=True)
+            times: dict[tuple, list[float]] = {case: [] for case in cases}
+            details: dict[tuple, tuple] = {}
+            for _ in range(args.rounds):  # interleaved: each round runs every case once
+                for case in cases:
+                    _, count, fan_out = case
+                    workers = start_workers(url, count, {"CALIBRATION_JOB_FAN_OUT": fan_out})
+                    try:
+                        seconds, result, parts = run(http, content)
+                    finally:
+                        stop(workers)
+                    times[case].append(seconds)
+                    details[case] = (len(result["methods"]), len({p["worker"] for p in parts}) if parts else 1,
+                                     result["selection"]["chosen"]["name"])
+                    print(case, f"{seconds:.1f} s", flush=True)
+            reference = statistics.median(times[cases[0]])
+            for case in cases:
+                median = statistics.median(times[case])
+                candidates, processes, chosen = details[case]
+                spread = f"{median:.1f} ({min(times[case]):.1f}-{max(times[case]):.1f})"
+                rows.append([case[0], case[1], candidates, spread, f"{reference / median:.2f}x", processes, chosen])
     finally:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
     write("fan_out", f"One comparison ({rows[0][2]} default candidates x 5 folds, {args.rows}x100) by worker processes",
-          ["comparison as", "worker processes", "candidates", "wall seconds", "speed-up vs one job",
+          ["comparison as", "worker processes", "candidates", "wall seconds, median (range)", "speed-up vs one job",
            "processes that ran parts", "chosen"], rows, environment(["procrastinate", "numpy"]),
           "2 cores: workers beyond 2 share them. The parent job runs parts too, so one worker never waits.")
 
