@@ -1,32 +1,37 @@
-"""The table of the drift monitors (issue #20): one row per calibrator version that served
-labelled predictions, holding its anytime-valid e-process (``calibration.monitoring.DriftTest``)
-and, once it crossed ``1/alpha``, its alarm. Kept out of ``app.models`` so that the monitoring
-schema has a module of its own; it shares ``Base`` (and so the metadata Alembic compares)."""
+"""The table of the drift monitors (issue #20): per calibrator version, one monitor of the
+labelled predictions it served (``signal`` "labelled") and one of its logged predictions without
+labels (``signal`` "label_free"), each holding its anytime-valid e-process
+(``calibration.monitoring.DriftTest``) and, once it crossed ``1/alpha``, its alarm. Kept out of
+``app.models`` so that the monitoring schema has a module of its own; it shares ``Base`` (and so
+the metadata Alembic compares)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, UniqueConstraint
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from .models import Base, UTCDateTime, utcnow
 
 
 class DriftMonitorRow(Base):
-    """The e-process of one version on the labelled rows it served (``source`` feedback), fed
-    chunk by chunk in arrival order up to ``last_chunk_id``: ``state`` is ``DriftTest.to_dict()``;
+    """The e-process of one version on the labelled rows it served (``source`` feedback; ``signal``
+    "labelled") or on its logged predictions (``signal`` "label_free"; ``last_chunk_id`` then counts
+    prediction chunks), fed chunk by chunk in arrival order up to ``last_chunk_id``: ``state`` is
+    ``DriftTest.to_dict()`` (with the label-free monitor's fixed ``reference``);
     ``alarm_rows`` the labelled rows seen when the e-value first reached ``1/alpha`` and
     ``alarmed_at`` when the evaluation found it (both null while there is no alarm); ``ece`` the
     calibrated ECE of the last ``ece_rows`` of those rows, for the Prometheus gauge."""
 
     __tablename__ = "drift_monitors"
-    __table_args__ = (UniqueConstraint("calibrator_id", "version", name="uq_drift_monitors_version"),)
+    __table_args__ = (UniqueConstraint("calibrator_id", "version", "signal", name="uq_drift_monitors_version"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"))
     version: Mapped[int] = mapped_column(Integer)
+    signal: Mapped[str] = mapped_column(String(16))
     alpha: Mapped[float] = mapped_column(Float)
     tolerance: Mapped[float] = mapped_column(Float)
     n_rows: Mapped[int] = mapped_column(Integer)

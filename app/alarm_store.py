@@ -63,26 +63,51 @@ def served_versions(session: Session, calibrator_id: int) -> list[int]:
 
 # -- drift monitors -----------------------------------------------------------------------------
 
-def monitor(session: Session, calibrator_id: int, version: int) -> DriftMonitorRow | None:
+def monitor(session: Session, calibrator_id: int, version: int, signal: str) -> DriftMonitorRow | None:
     return session.scalar(select(DriftMonitorRow).where(DriftMonitorRow.calibrator_id == calibrator_id,
-                                                        DriftMonitorRow.version == version))
+                                                        DriftMonitorRow.version == version,
+                                                        DriftMonitorRow.signal == signal))
 
 
 def monitors(session: Session, calibrator_id: int) -> list[DriftMonitorRow]:
     return list(session.scalars(select(DriftMonitorRow).where(DriftMonitorRow.calibrator_id == calibrator_id)
-                                .order_by(DriftMonitorRow.version)))
+                                .order_by(DriftMonitorRow.version, DriftMonitorRow.signal)))
 
 
-def every_monitor(session: Session) -> list[tuple[str, int, float | None, float, bool]]:
-    """(calibrator name, version, ece, log e-value, alarmed) of every monitor, for /metrics."""
+def every_monitor(session: Session) -> list[tuple[str, int, str, float | None, float, bool]]:
+    """(calibrator name, version, signal, ece, log e-value, alarmed) of every monitor, for /metrics."""
     return [tuple(row) for row in session.execute(
-        select(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.ece, DriftMonitorRow.log_e_value,
-               DriftMonitorRow.alarm_rows.is_not(None))
+        select(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal, DriftMonitorRow.ece,
+               DriftMonitorRow.log_e_value, DriftMonitorRow.alarm_rows.is_not(None))
         .join(CalibratorRow, CalibratorRow.id == DriftMonitorRow.calibrator_id)
-        .order_by(CalibratorRow.name, DriftMonitorRow.version))]
+        .order_by(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal))]
 
 
 # -- the prediction log -------------------------------------------------------------------------
+
+def logged_versions(session: Session, calibrator_id: int) -> list[int]:
+    """The versions whose served predictions were logged, ascending."""
+    return list(session.scalars(select(PredictionChunkRow.version).distinct()
+                                .where(PredictionChunkRow.calibrator_id == calibrator_id)
+                                .order_by(PredictionChunkRow.version)))
+
+
+def logged_chunk_facts(session: Session, calibrator_id: int, version: int, after_id: int) -> list[tuple[int, int]]:
+    """(id, rows x classes) of ``version``'s logged chunks with an id above ``after_id``, oldest first."""
+    return [(row[0], row[1] * row[2]) for row in session.execute(
+        select(PredictionChunkRow.id, PredictionChunkRow.n_rows, PredictionChunkRow.n_classes)
+        .where(PredictionChunkRow.calibrator_id == calibrator_id, PredictionChunkRow.version == version,
+               PredictionChunkRow.id > after_id).order_by(PredictionChunkRow.id))]
+
+
+def logged_arrays(session: Session, chunk_ids: list[int]) -> tuple[str, np.ndarray]:
+    """The input kind and the concatenated inputs of the logged chunks ``chunk_ids`` (in that order)."""
+    chunks = {chunk.id: chunk for chunk in session.scalars(
+        select(PredictionChunkRow).where(PredictionChunkRow.id.in_(chunk_ids)))}
+    arrays = [from_raw(chunks[i].inputs, chunks[i].dtype, chunks[i].n_rows, chunks[i].n_classes,
+                       chunks[i].input_kind) for i in chunk_ids if i in chunks]
+    kind = chunks[chunk_ids[0]].input_kind if chunks else "logits"
+    return kind, (np.concatenate(arrays) if arrays else np.empty((0, 0)))
 
 def logged_inputs(session: Session, calibrator_id: int, version: int | None, last: int) -> list[tuple]:
     """``(version, kind, n_classes, inputs)`` of the newest logged chunks of ``calibrator_id`` (of

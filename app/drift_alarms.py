@@ -1,6 +1,8 @@
 """Anytime-valid drift alarms (issue #20), on domain values: each version that served labelled
 predictions has a drift monitor, the e-process of ``calibration.monitoring.DriftTest`` on the
-top-label residuals of those rows (its calibrated probabilities, in the order the labels came).
+residuals of those rows (its calibrated probabilities, in the order the labels came); each version
+whose predictions were logged has a label-free one, on its logged predictions against a reference
+(the labelled observations through it, fixed when the monitor starts).
 ``evaluate`` feeds it the rows that arrived since its last evaluation and records the alarm when
 the e-value first reaches ``1/alpha`` (Ville: under the null the probability that this ever
 happens is at most ``alpha``, however often it is evaluated). It is a plain function of the
@@ -25,16 +27,18 @@ from .alarm_models import DriftMonitorRow
 from .db import Database
 from .errors import InvalidInput, NotFound
 from .models import utcnow
-from .names import check_name
+from .names import Reference, check_name
 from .observation_store import Selection
 from .quality import calibrated_groups
 
 FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
 ECE_ROWS = 10_000  # the gauge's ECE: of the newest rows a version served
+REFERENCE_ROWS = 50_000  # labelled rows the label-free monitor compares the logged predictions with
 
 
 def monitor_view(row: DriftMonitorRow) -> dict:
-    return {"version": row.version, "alpha": row.alpha, "tolerance": row.tolerance, "n_rows": row.n_rows,
+    return {"version": row.version, "signal": row.signal, "alpha": row.alpha, "tolerance": row.tolerance,
+            "n_rows": row.n_rows,
             "e_value": math.exp(min(row.log_e_value, 700.0)), "log_e_value": row.log_e_value,
             "max_log_e_value": row.max_log_e_value, "threshold_log_e_value": math.log(1 / row.alpha),
             "alarm": row.alarm_rows is not None, "alarm_rows": row.alarm_rows, "alarmed_at": row.alarmed_at,
@@ -84,8 +88,10 @@ def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[f
 
 def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
              class_tolerance: float = 0.02) -> dict:
-    """Bring every served version's monitor up to date; a monitor whose options differ from these
-    starts again from the first row. Returns what ``alarms`` returns, with ``new_alarms``."""
+    """Bring every version's monitors up to date: on the labelled rows it served and, without
+    labels, on its logged predictions against the labelled observations (uploads if any) as the
+    reference, fixed when the monitor starts. A monitor whose options differ from these starts
+    again from the first row. Returns what ``alarms`` returns, with ``new_alarms``."""
     check_name(name)
     options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
                "class_tolerance": class_tolerance}
@@ -93,49 +99,100 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
         monitoring.DriftTest(**options)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
+    if service.prediction_log is not None:  # what was served until now, not only what was flushed
+        service.prediction_log.flush()
     with service.db.read() as session:
         calibrator = store.calibrator_row(session, name)
-        versions = alarm_store.served_versions(session, calibrator.id)
-        known = {row.version: (row.state, row.last_chunk_id) for row in alarm_store.monitors(session, calibrator.id)}
+        labelled = alarm_store.served_versions(session, calibrator.id)
+        logged = alarm_store.logged_versions(session, calibrator.id)
+        known = {(row.version, row.signal): (row.state, row.last_chunk_id)
+                 for row in alarm_store.monitors(session, calibrator.id)}
     new_alarms = []
-    for version in versions:
-        state, after = known.get(version, (None, 0))
-        same = state is not None and all(state.get(k) == v for k, v in options.items())
-        with service.db.read() as session:
-            chunks = alarm_store.observation_chunks(session, calibrator.id, "feedback", version, after if same else 0)
-        if not same and not chunks:  # its rows were deleted meanwhile
-            continue
-        if same:
-            test = monitoring.DriftTest.from_dict(state)
-        else:
-            test = monitoring.DriftTest(**options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
-        before = int(test.alarm_at) if same else -1
-        try:
-            _feed(service, name, version, test, chunks)
-            last = chunks[-1].id if chunks else after
-            ece, ece_rows = _recent_ece(service, name, calibrator.id, version)
-        except NotFound:  # the version was deleted: its monitor stays as it was
-            continue
-        if _save(service.db, calibrator.id, version, test, last, after if same else None, ece, ece_rows) \
-                and before < 0 <= int(test.alarm_at):
-            new_alarms.append(version)
+    for signal, versions in (("labelled", labelled), ("label_free", logged)):
+        for version in versions:
+            state, after = known.get((version, signal), (None, 0))
+            same = state is not None and all(state.get(k) == v for k, v in options.items())
+            step = _labelled if signal == "labelled" else _label_free
+            try:
+                outcome = step(service, name, calibrator.id, version, options, state if same else None,
+                               after if same else 0)
+            except NotFound:  # the version was deleted: its monitor stays as it was
+                continue
+            if outcome is None:
+                continue
+            test, last, ece, ece_rows, extra = outcome
+            before = int(state["alarm_at"]) if same else -1
+            if _save(service.db, calibrator.id, version, signal, test, last, after if same else None, ece,
+                     ece_rows, extra) and before < 0 <= int(test.alarm_at):
+                new_alarms.append({"version": version, "signal": signal})
     return {**alarms(service.db, name), "new_alarms": new_alarms}
 
 
-def _save(db: Database, calibrator_id: int, version: int, test, last: int, expected_last: int | None,
-          ece: float | None, ece_rows: int) -> bool:
+def _labelled(service, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
+    with service.db.read() as session:
+        chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
+    if state is None and not chunks:  # its rows were deleted meanwhile
+        return None
+    test = monitoring.DriftTest.from_dict(state) if state is not None else monitoring.DriftTest(
+        **options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
+    _feed(service, name, version, test, chunks)
+    ece, ece_rows = _recent_ece(service, name, calibrator_id, version)
+    return test, chunks[-1].id if chunks else after, ece, ece_rows, {}
+
+
+def _reference(service, name: str, calibrator_id: int, version: int) -> dict | None:
+    """The label-free monitor's reference: mean top-label confidence and mean class probabilities
+    of the newest labelled observations (uploads if there are any) through ``version``."""
+    with service.db.read() as session:
+        index = observation_store.chunk_index(session, calibrator_id, Selection(last=REFERENCE_ROWS,
+                                                                                source="upload")) or \
+            observation_store.chunk_index(session, calibrator_id, Selection(last=REFERENCE_ROWS))
+        if not index:
+            return None
+        probs, _ = _residuals(service, name, version, session, index)
+    return {"confidence": float(probs.max(axis=1).mean()), "mean": probs.mean(axis=0).tolist(),
+            "rows": len(probs)} if len(probs) else None
+
+
+def _label_free(service, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
+    reference = state["reference"] if state is not None else _reference(service, name, calibrator_id, version)
+    if reference is None:  # nothing labelled to compare with
+        return None
+    with service.db.read() as session:
+        facts = alarm_store.logged_chunk_facts(session, calibrator_id, version, after)
+    if state is None and not facts:
+        return None
+    loaded = service.serving(Reference.pinned(name, version))
+    test = monitoring.DriftTest.from_dict(state) if state is not None else monitoring.DriftTest(
+        **options, n_classes=len(reference["mean"]))
+    batch, entries = [], 0
+    for position, (chunk_id, size) in enumerate(facts):
+        batch.append(chunk_id)
+        entries += size
+        if entries >= FEED_ENTRIES or position == len(facts) - 1:
+            with service.db.read() as session:
+                kind, inputs = alarm_store.logged_arrays(session, batch)
+            if len(inputs):
+                probs = cal.to_host(service.predict(loaded, cal.validate_inputs(inputs, kind)))
+                test.update(*monitoring.label_free_residuals(probs, reference["confidence"], reference["mean"]))
+            batch, entries = [], 0
+    return test, facts[-1][0] if facts else after, None, 0, {"reference": reference}
+
+
+def _save(db: Database, calibrator_id: int, version: int, signal: str, test, last: int, expected_last: int | None,
+          ece: float | None, ece_rows: int, extra: dict) -> bool:
     """Store the monitor unless another evaluation moved it meanwhile (then theirs stands)."""
-    state = test.to_dict()
+    state = {**test.to_dict(), **extra}
     values = {"alpha": test.alpha, "tolerance": test.tolerance, "n_rows": state["n"], "last_chunk_id": last,
               "log_e_value": state["log_wealth"], "max_log_e_value": state["max_log_wealth"], "state": state,
               "ece": ece, "ece_rows": ece_rows, "evaluated_at": utcnow()}
     try:
         with db.write() as session:
-            row = alarm_store.monitor(session, calibrator_id, version)
+            row = alarm_store.monitor(session, calibrator_id, version, signal)
             if row is not None and expected_last is not None and row.last_chunk_id != expected_last:
                 return False
             if row is None:
-                row = DriftMonitorRow(calibrator_id=calibrator_id, version=version, **values)
+                row = DriftMonitorRow(calibrator_id=calibrator_id, version=version, signal=signal, **values)
                 session.add(row)
             else:
                 for key, value in values.items():
@@ -150,8 +207,9 @@ def _save(db: Database, calibrator_id: int, version: int, test, last: int, expec
 
 
 class QualityCollector:
-    """``calibration_quality_ece``, ``calibration_drift_log_e_value`` and ``calibration_drift_alarm``
-    per calibrator and version, read from the monitors (so every replica reports the same)."""
+    """``calibration_quality_ece`` per calibrator and version, and ``calibration_drift_log_e_value``
+    and ``calibration_drift_alarm`` per calibrator, version and signal (``labelled``,
+    ``label_free``), read from the monitors (so every replica reports the same)."""
 
     def __init__(self, db: Database):
         self.db = db
@@ -165,12 +223,12 @@ class QualityCollector:
         ece = GaugeMetricFamily("calibration_quality_ece", "ECE of the newest labelled rows a version served",
                                 labels=["calibrator", "version"])
         log_e = GaugeMetricFamily("calibration_drift_log_e_value", "Log e-value of the drift e-process",
-                                  labels=["calibrator", "version"])
+                                  labels=["calibrator", "version", "signal"])
         alarm = GaugeMetricFamily("calibration_drift_alarm", "1 once the drift e-process reached 1/alpha",
-                                  labels=["calibrator", "version"])
-        for name, version, value, log_e_value, alarmed in rows:
+                                  labels=["calibrator", "version", "signal"])
+        for name, version, signal, value, log_e_value, alarmed in rows:
             if value is not None:
                 ece.add_metric([name, str(version)], value)
-            log_e.add_metric([name, str(version)], log_e_value)
-            alarm.add_metric([name, str(version)], 1.0 if alarmed else 0.0)
+            log_e.add_metric([name, str(version), signal], log_e_value)
+            alarm.add_metric([name, str(version), signal], 1.0 if alarmed else 0.0)
         yield from (ece, log_e, alarm)

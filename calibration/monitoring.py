@@ -39,6 +39,12 @@ class ``j`` — the calibrated probabilities of each class average to its freque
 sum_j |lambda_tj|)`` with the per-class plug-in bets above rescaled so that ``sum_j |lambda_tj| <= c``,
 again a supermartingale under its null. The alarm then watches the average ``(K_t + K'_t) / 2``:
 an average of e-processes is an e-process, so ``alpha`` holds for the two nulls together.
+
+**Without labels** (``label_free_residuals``) the same games run on ``max_j p_tj - c0`` and
+``p_tj - m_j``, where ``c0`` and ``m`` are the mean top-label confidence and the mean probabilities
+of a fixed reference set: the null is then "the stream's expected accuracy and mean class
+probabilities stay within the tolerances of the reference's" (covariate or label shift moves
+them). The tolerance must cover the reference's own sampling error (about ``1/sqrt(n_ref)``).
 """
 
 from __future__ import annotations
@@ -69,6 +75,17 @@ def class_residuals(probs, labels) -> np.ndarray:
     out = p.copy()
     out[np.arange(len(y)), y] -= 1.0
     return out
+
+
+def label_free_residuals(probs, reference_confidence: float, reference_mean) -> tuple[np.ndarray, np.ndarray]:
+    """Residuals of unlabelled rows against a reference (e.g. the labelled data a calibrator was
+    checked on): ``max_j p_ij - c0`` (the expected accuracy's drift) and ``p_ij - m_j`` (the drift
+    of the mean probability of each class), both in ``[-1, 1]``, for ``DriftTest.update``."""
+    p, _ = probabilities_and_labels(probs, None)
+    mean = np.asarray(reference_mean, dtype=np.float64)
+    if mean.shape != (p.shape[1],) or not 0 <= reference_confidence <= 1:
+        raise ValueError(f"the reference needs a confidence in [0, 1] and {p.shape[1]} class means")
+    return p.max(axis=1) - reference_confidence, p - mean
 
 
 def _ewma(values: np.ndarray, start: np.ndarray, keep: float, axis: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
-"""Drift monitors: each served version's anytime-valid e-process and its alarm (issue #20).
+"""Drift monitors: each served version's anytime-valid e-processes (on its labelled and on its
+logged predictions) and their alarms (issue #20).
 
 Revision ID: 0007
 Revises: 0006
@@ -22,6 +23,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("calibrator_id", sa.Integer(), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("signal", sa.String(length=16), nullable=False),
         sa.Column("alpha", sa.Float(), nullable=False),
         sa.Column("tolerance", sa.Float(), nullable=False),
         sa.Column("n_rows", sa.Integer(), nullable=False),
@@ -37,7 +39,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["calibrator_id"], ["calibrators.id"], ondelete="CASCADE",
                                 name=op.f("fk_drift_monitors_calibrator_id_calibrators")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_drift_monitors")),
-        sa.UniqueConstraint("calibrator_id", "version", name="uq_drift_monitors_version"),
+        sa.UniqueConstraint("calibrator_id", "version", "signal", name="uq_drift_monitors_version"),
     )
 
 

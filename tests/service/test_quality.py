@@ -27,6 +27,14 @@ def data():
     return val[:2000], val_labels[:2000], test, test_labels
 
 
+LABELLED_ALARM = {"version": 1, "signal": "labelled"}
+
+
+def _labelled(body: dict, key: str = "monitors") -> dict:
+    (monitor,) = [m for m in body[key] if m["signal"] == "labelled"]
+    return monitor
+
+
 def _ok(response, status: int = 200) -> dict:
     assert response.status_code == status, response.text
     return response.json()
@@ -109,20 +117,20 @@ def test_a_shifted_stream_raises_an_alarm_seen_in_the_api_and_in_metrics(client,
     for start in range(0, 3000, 1000):  # no shift: served as fitted
         _serve_and_label(client, test[start:start + 1000], test_labels[start:start + 1000], start)
     evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate"))
-    (monitor,) = evaluated["monitors"]
+    monitor = _labelled(evaluated)
     assert evaluated["new_alarms"] == [] and not monitor["alarm"] and monitor["n_rows"] == 3000
     assert monitor["ece"] is not None
     # the model drifts: its logits grow 4-fold (over-confident), labels unchanged
     for start in range(3000, 6000, 1000):
         _serve_and_label(client, 4 * test[start:start + 1000], test_labels[start:start + 1000], start)
         evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"half_life": 200}))
-    assert evaluated["monitors"][0]["n_rows"] == 6000  # changed options: restarted from the first row
+    assert _labelled(evaluated)["n_rows"] == 6000  # changed options: restarted from the first row
     alarms = _ok(client.get(f"/v1/calibrators/{NAME}/alarms"))
-    (alarm,) = alarms["alarms"]
+    alarm = _labelled(alarms, "alarms")
     assert alarm["version"] == 1 and 3000 < alarm["alarm_rows"] <= 6000 and alarm["alarmed_at"]
     assert alarm["e_value"] >= 1 / alarm["alpha"] or alarm["max_log_e_value"] >= alarm["threshold_log_e_value"]
     scraped = client.get("/metrics").text
-    assert f'calibration_drift_alarm{{calibrator="{NAME}",version="1"}} 1.0' in scraped
+    assert f'calibration_drift_alarm{{calibrator="{NAME}",signal="labelled",version="1"}} 1.0' in scraped
     assert f'calibration_quality_ece{{calibrator="{NAME}",version="1"}}' in scraped
     assert client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"alpha": 0}).status_code == 422
 
@@ -139,10 +147,31 @@ def test_a_label_prior_shift_alarms_through_the_class_frequencies(client, data):
         chosen = rows[start:start + 1000]
         _serve_and_label(client, test[chosen], test_labels[chosen], start)
     evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"half_life": 200}))
-    (monitor,) = evaluated["monitors"]
-    assert evaluated["new_alarms"] == [1] and monitor["alarm"] and 1000 < monitor["alarm_rows"] <= 6000
+    monitor = _labelled(evaluated)
+    assert LABELLED_ALARM in evaluated["new_alarms"] and monitor["alarm"] and 1000 < monitor["alarm_rows"] <= 6000
     again = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"half_life": 200}))
-    assert again["new_alarms"] == [] and again["monitors"][0]["alarm_rows"] == monitor["alarm_rows"]
+    assert again["new_alarms"] == [] and _labelled(again)["alarm_rows"] == monitor["alarm_rows"]
+
+
+def test_a_prior_shift_in_the_logged_predictions_alarms_without_labels(client, data):
+    val, val_labels, test, test_labels = data
+    _fit(client, val, val_labels)
+    _ok(client.post(f"/v1/calibrators/{NAME}/observations",  # the reference: the validation rows
+                    json={"logits": val.tolist(), "labels": val_labels.tolist()}), 201)
+    _ok(client.put(f"/v1/calibrators/{NAME}/logging", json={"sample_rate": 1.0}))
+    rng = np.random.default_rng(3)
+    plain = rng.choice(len(test_labels), 2000)
+    shifted = np.concatenate([rng.choice(np.flatnonzero(test_labels == 3), 2100), rng.choice(len(test_labels), 900)])
+    for start, rows in ((0, plain), (2000, rng.permutation(shifted))):
+        for at in range(0, len(rows), 1000):
+            _ok(client.post(f"/v1/calibrators/{NAME}/calibrate", json={"logits": test[rows[at:at + 1000]].tolist()}))
+        evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"half_life": 200}))
+        (monitor,) = evaluated["monitors"]  # no labels: only the label-free monitor
+        assert monitor["signal"] == "label_free" and monitor["n_rows"] == start + len(rows)
+        assert evaluated["new_alarms"] == ([] if start == 0 else [{"version": 1, "signal": "label_free"}])
+    assert 2000 < monitor["alarm_rows"] <= 5000
+    scraped = client.get("/metrics").text
+    assert f'calibration_drift_alarm{{calibrator="{NAME}",signal="label_free",version="1"}} 1.0' in scraped
 
 
 def test_the_label_shift_estimate_from_the_prediction_log(client, data):
@@ -246,11 +275,11 @@ def test_live_stream_with_late_labels_and_a_shift(kind, request, tmp_path, data)
                                        json={"ids": ids, "labels": labels}))["labelled"] == len(ids)
                 served = []
                 evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate"))
-                assert evaluated["new_alarms"] == ([] if start == 2500 else [1]), evaluated
-        alarm = _ok(client.get(f"/v1/calibrators/{NAME}/alarms"))["alarms"][0]
+                assert (LABELLED_ALARM in evaluated["new_alarms"]) == (start == 5500), evaluated
+        alarm = _labelled(_ok(client.get(f"/v1/calibrators/{NAME}/alarms")), "alarms")
         assert alarm["version"] == 1 and 3000 < alarm["alarm_rows"] <= 6000
         scraped = client.get("/metrics").text
-        assert f'calibration_drift_alarm{{calibrator="{NAME}",version="1"}} 1.0' in scraped
+        assert f'calibration_drift_alarm{{calibrator="{NAME}",signal="labelled",version="1"}} 1.0' in scraped
         windows = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"window": "3000", "bootstrap": 0}))
         before, after = (w["calibrated"]["ece"]["estimate"] for w in windows["windows"])
         assert after > before + 0.02
