@@ -270,3 +270,27 @@ def test_quality_figure():
     assert b"day 2" in svg and b"a title" in svg
     with pytest.raises(ValueError, match="format"):
         quality_figure(["day 1"], {"ECE": {"calibrated": values[:1]}}, "gif")
+
+
+def test_label_free_residuals():
+    from calibration.monitoring import label_free_residuals
+
+    top, classes = label_free_residuals([[0.7, 0.3], [0.2, 0.8]], 0.6, [0.5, 0.5])
+    np.testing.assert_allclose(top, [0.1, 0.2])
+    np.testing.assert_allclose(classes, [[0.2, -0.2], [-0.3, 0.3]])
+    with pytest.raises(ValueError, match="reference"):
+        label_free_residuals([[0.7, 0.3]], 0.6, [0.2, 0.3, 0.5])
+
+
+def test_label_free_false_alarm_rate_against_the_population_reference():
+    """Rows drawn from a fixed population, the reference being the population's own means: the
+    share of 400 streams that ever alarm is not significantly above alpha."""
+    from calibration.monitoring import label_free_residuals
+
+    rng = np.random.default_rng(12)
+    population = rng.dirichlet(np.ones(4), size=5000)
+    top, classes = label_free_residuals(population, population.max(axis=1).mean(), population.mean(axis=0))
+    rows = rng.integers(0, 5000, (400, 1500))
+    test = DriftTest(alpha=0.1, tolerance=0.0, class_tolerance=0.0, half_life=100, shape=(400,), n_classes=4)
+    test.update(top[rows], classes[rows])
+    assert binomtest(int(test.alarmed.sum()), 400, 0.1, alternative="greater").pvalue > 0.01
