@@ -21,7 +21,8 @@ import orjson
 import calibration as cal
 
 from .codecs import parse_json
-from .errors import MalformedRequest
+from .costs import RequestLimits
+from .errors import MalformedRequest, TooLarge
 
 HEADER_LENGTH = "inference-header-content-length"
 DTYPES = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
@@ -145,14 +146,19 @@ def _outputs(value) -> list[RequestedOutput] | None:
     return outputs
 
 
-def parse_request(body: bytes, header_length: str | None) -> InferenceRequest:
+def parse_request(body: bytes, header_length: str | None, limits: RequestLimits | None = None) -> InferenceRequest:
     """An inference request (JSON, or a JSON header and binary tensor data), every field
-    checked: anything malformed is a 400 naming the field, never a 500."""
+    checked: anything malformed is a 400 naming the field, never a 500; over the request budgets
+    (``limits``: the JSON's bytes before it is parsed, the tensor's entries and bytes from its
+    shape before its data is read) a 413."""
     if header_length is not None:
         length = _header_length(header_length, len(body))
         header, binary = body[:length], memoryview(body)[length:]
     else:
         header, binary = body, memoryview(b"")
+    if limits is not None and len(header) > limits.json_bytes:
+        raise TooLarge(f"the JSON of an inference request may be {limits.json_bytes} bytes at most "
+                       f"(CALIBRATION_MAX_JSON_BYTES), got {len(header)}: send the tensor as binary data")
     request = parse_json(header)
     inputs = request.get("inputs")
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
@@ -167,6 +173,10 @@ def parse_request(body: bytes, header_length: str | None) -> InferenceRequest:
         raise bad(f"input {label!r}: datatype must be one of {', '.join(DTYPES)}, got {_short(datatype)}")
     shape, size = _shape(tensor.get("shape"), label)
     dtype = DTYPES[datatype]
+    if limits is not None and (size > limits.entries or size * dtype.itemsize > limits.array_bytes):
+        raise TooLarge(f"input {label!r}: shape {list(shape)} has {size} entries, over the limits of {limits.entries} "
+                       f"entries and {limits.array_bytes} bytes per request (CALIBRATION_MAX_ENTRIES, "
+                       "CALIBRATION_MAX_ARRAY_BYTES)")
     parameters = _parameters(tensor.get("parameters"), f"input {label!r}: ")
     if "binary_data_size" in parameters:
         declared = parameters["binary_data_size"]

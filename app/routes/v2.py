@@ -108,7 +108,7 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
 
 def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None):
     loaded = _serving(service, _reference(name, version), version)
-    request = oip.parse_request(body, header_length)
+    request = oip.parse_request(body, header_length, service.limits)
 
     def log(array, ids):
         return service.log_predictions(loaded, loaded.calibrator.input, array, ids)

@@ -21,7 +21,8 @@ from tests.service.test_hostile_input import zip_bomb
 BODY_LIMIT = 8 << 20
 ADDRESS_SPACE = 6 << 30  # the server's whole virtual memory, thread stacks and BLAS buffers included
 SETTINGS = {"CALIBRATION_MAX_BODY_BYTES": str(BODY_LIMIT), "CALIBRATION_MAX_JSON_BYTES": str(1 << 20),
-            "CALIBRATION_MAX_OBSERVATION_ROWS": "1000", "CALIBRATION_MAX_FIT_ENTRIES": "400",
+            "CALIBRATION_MAX_OBSERVATION_ROWS": "1000", "CALIBRATION_MAX_ENTRIES": "1000000",
+            "CALIBRATION_MAX_FIT_ENTRIES": "400",
             "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1"}
 TABLES = ("calibrators", "calibrator_versions", "aliases", "observation_chunks", "prediction_chunks",
           "logged_predictions", "jobs", "idempotency_keys")
@@ -42,6 +43,15 @@ def _counts(url: str) -> dict[str, int]:
             return {t: connection.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in TABLES}
     finally:
         engine.dispose()
+
+
+V2_HEADER = (b'{"inputs": [{"name": "logits", "shape": [2000, 1000], "datatype": "FP32", '
+             b'"parameters": {"binary_data_size": 8000000}}]}')
+
+
+def v2_binary() -> bytes:
+    """A /v2 request with 2000 x 1000 FP32 binary data: under the body limit, over the entries cap."""
+    return V2_HEADER + np.zeros((2000, 1000), dtype="<f4").tobytes()
 
 
 def _fit_body(method: str, logits, labels, **options) -> dict:
@@ -77,6 +87,12 @@ def _cases() -> list[tuple[str, str, str, dict, int, str]]:
         ("/v2 shape whose product overflows int64", "POST", "/v2/models/m/infer",
          {"json": {"inputs": [{"name": "logits", "shape": [2**40, 2**40], "datatype": "FP32", "data": [1.0]}]}},
          400, "shape"),
+        ("/v2 JSON over its cap", "POST", "/v2/models/m/infer",
+         {"json": {"inputs": [{"name": "logits", "shape": [50_000, 4], "datatype": "FP32",
+                               "data": [0.125] * 200_000}]}}, 413, "CALIBRATION_MAX_JSON_BYTES"),
+        ("/v2 binary tensor over the entries cap", "POST", "/v2/models/m/infer",
+         {"content": v2_binary(), "headers": {"inference-header-content-length": str(len(V2_HEADER))}}, 413,
+         "CALIBRATION_MAX_ENTRIES"),
         ("/v2 version in non-ASCII digits", "POST", "/v2/models/m/versions/\u0661/infer",
          {"json": {"inputs": []}}, 404, "no model version"),
         ("an append over the per-name cap", "POST", "/v1/calibrators/m/observations",
