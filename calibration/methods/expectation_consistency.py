@@ -13,8 +13,8 @@ top-N accuracy lies strictly between those two; otherwise ``fit`` raises ``Value
 The root is found by safeguarded Halley iteration in ``beta`` with analytic derivatives.
 Accuracy-preserving, as temperature scaling.
 
-Cost (issue #23 item 6): on the host the label ranks and top ties come from one pass over row
-blocks (``label_ranks_and_top_ties``), then a Halley solve warm-started on a subsample takes two
+Cost (issue #23 item 6): on the host the top-N hits and top ties come from one pass over row
+blocks (``top_n_hits_and_top_ties``), then a Halley solve warm-started on a subsample takes two
 row-sum passes over all rows: about 4 log-softmax passes on 50000 x 1000 float32.
 
 Backends: prediction on the input's device; the fit keeps its solver on the host and computes
@@ -41,24 +41,32 @@ from .temperature import (
 )
 
 
-def label_ranks_and_top_ties(shifted: ShiftedLogits) -> tuple[np.ndarray, np.ndarray]:
-    """Each label's rank in its row (``metrics.scores.label_ranks``: 0 = highest, ties to the
-    lower class index) and each row's count of entries equal to its maximum; on the host in
-    one pass over row blocks (no n x k temporaries), on a device as before."""
+def top_n_hits_and_top_ties(shifted: ShiftedLogits, top_n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each label ranks among its row's ``top_n`` (``metrics.scores.label_ranks``: ties
+    to the lower class index) and each row's count of entries equal to its maximum; on the host
+    in one pass over row blocks (no n x k temporaries), on a device as before. For N = 1 the
+    label ranks first iff it is the row's first maximum, its argmax."""
     if isinstance(shifted, DeviceShiftedLogits):
-        return label_ranks(shifted.z, shifted.labels), shifted.count_top_ties()
+        return label_ranks(shifted.z, shifted.labels) < top_n, shifted.count_top_ties()
     z, labels, n = shifted.z, shifted.labels, shifted.n
     at_label = z[np.arange(n), labels]
-    ranks, ties = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    hits, ties = np.empty(n, dtype=bool), np.empty(n, dtype=np.int64)
     columns = np.arange(shifted.k)
     step = 4 * shifted.rows
+    at_top = np.empty((step, shifted.k), dtype=bool)
     for start in range(0, n, step):
         rows = slice(start, min(start + step, n))
-        block, z_y = z[rows], at_label[rows, None]
-        ranks[rows] = np.count_nonzero(block > z_y, axis=1)
-        ranks[rows] += np.count_nonzero((block == z_y) & (columns < labels[rows, None]), axis=1)
-        ties[rows] = np.count_nonzero(block == shifted.top[rows, None], axis=1)
-    return ranks, ties
+        block, equal = z[rows], at_top[: min(step, n - start)]
+        np.equal(block, shifted.top[rows, None], out=equal)
+        ties[rows] = equal.sum(axis=1)
+        if top_n == 1:
+            hits[rows] = equal.argmax(axis=1) == labels[rows]
+        else:
+            z_y = at_label[rows, None]
+            ahead = np.count_nonzero(block > z_y, axis=1)
+            ahead += np.count_nonzero((block == z_y) & (columns < labels[rows, None]), axis=1)
+            hits[rows] = ahead < top_n
+    return hits, ties
 
 
 class _TopConfidence:
@@ -118,8 +126,8 @@ class ExpectationConsistency(TemperatureCalibrator):
         if top_n >= scores.k:
             raise ValueError(f"top_n must be below the number of classes ({scores.k}), got {top_n}")
         shifted = shifted_logits(scores, labels)
-        ranks, ties = label_ranks_and_top_ties(shifted)
-        accuracy = float(np.mean(ranks < top_n))
+        hits, ties = top_n_hits_and_top_ties(shifted, top_n)
+        accuracy = float(np.mean(hits))
         what = "accuracy" if top_n == 1 else f"top-{top_n} accuracy"
         gap = _TopConfidence(shifted, top_n, accuracy)
         if accuracy <= top_n / scores.k:

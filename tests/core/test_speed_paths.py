@@ -1,6 +1,6 @@
 """Issue #23 item 6: the fast paths of the temperature fits give the slow paths' answers.
 
-EC counts label ranks and top ties in one blocked pass (was n x k boolean temporaries).
+EC counts top-N hits and top ties in one blocked pass (was n x k boolean temporaries).
 
 ETS solves for T by Halley's method from a subsample's basin on
 more than 16384 rows (``calibration.methods.brier_temperature``) and ETS takes its quadratic from
@@ -15,7 +15,7 @@ import pytest
 import calibration as cal
 from calibration.methods.brier_temperature import BrierSums, fit_brier_temperature
 from calibration.methods.ensemble_temperature import label_probabilities, simplex_quadratic_minimum
-from calibration.methods.expectation_consistency import label_ranks_and_top_ties
+from calibration.methods.expectation_consistency import top_n_hits_and_top_ties
 from calibration.methods.temperature import ShiftedLogits, solve_brier_temperature
 from calibration.metrics.scores import label_ranks
 from tests.helpers import make_reference_input
@@ -98,17 +98,19 @@ def test_ets_peak_memory_is_the_float64_copy_and_blocks():
     assert peak <= 2.5 * logits.nbytes  # the float64 copy is 2x
 
 
-def test_ec_ranks_and_ties_in_one_blocked_pass():
+def test_ec_hits_and_ties_in_one_blocked_pass():
     rng = np.random.default_rng(5)
     logits = np.round(rng.standard_normal((20000, 40)), 1)  # many ties, at the top and at labels
     labels = rng.integers(0, 40, 20000)
     shifted = ShiftedLogits(logits, labels)
-    ranks, ties = label_ranks_and_top_ties(shifted)
-    np.testing.assert_array_equal(ranks, label_ranks(logits, labels))
-    np.testing.assert_array_equal(ties, shifted.count_top_ties())
+    for top_n in (1, 3):
+        hits, ties = top_n_hits_and_top_ties(shifted, top_n)
+        np.testing.assert_array_equal(hits, label_ranks(logits, labels) < top_n)
+        np.testing.assert_array_equal(ties, shifted.count_top_ties())
+    assert np.any(ties > 1) and np.any(hits & (ties > 1))
     ec = cal.ExpectationConsistency().fit(logits, labels)
     probs = ec.predict_proba(logits)
-    assert cal.mean_confidence(probs) == pytest.approx(np.mean(ranks == 0), abs=1e-12)
+    assert cal.mean_confidence(probs) == pytest.approx(np.mean(label_ranks(logits, labels) == 0), abs=1e-12)
 
 
 def test_a_failed_safeguard_falls_back_to_the_full_grid(monkeypatch):
