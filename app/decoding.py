@@ -19,7 +19,7 @@ from calibration import INPUT_KINDS
 
 from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
-from .costs import RequestLimits
+from .costs import MAX_JSON_BYTES, RequestLimits
 from .errors import InvalidInput, TooLarge, UnsupportedMediaType
 
 NPY_TYPE = "application/x-npy"
@@ -138,8 +138,12 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
     return ArrayBatch(fields, given[0], arrays[given[0]], labels)
 
 
-def decode_fields(body: RequestBody, model: type[BaseModel]) -> BaseModel:
-    """A JSON body of small fields only (no arrays)."""
+def decode_fields(body: RequestBody, model: type[BaseModel], max_bytes: int = MAX_JSON_BYTES) -> BaseModel:
+    """A JSON body of fields only (no arrays), at most ``max_bytes`` (checked before parsing: a
+    label call's list of ids costs ~10 times its text once parsed)."""
     if media_type(body.content_type) != JSON_TYPE:
         raise UnsupportedMediaType(f"send {JSON_TYPE}")
+    if len(body.content) > max_bytes:
+        raise TooLarge(f"this JSON body may be {max_bytes} bytes at most (CALIBRATION_MAX_JSON_BYTES), "
+                       f"got {len(body.content)}: send it in parts")
     return validate_fields(model, parse_json(body.content))

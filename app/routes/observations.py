@@ -91,12 +91,12 @@ async def set_logging(request: Request, name: str = NAME):
 
 def _label(service: CalibrationService, name: str, data: RequestBody) -> dict:
     check_name(name)
-    labels = decode_fields(data, LabelsRequest)
+    labels = decode_fields(data, LabelsRequest, service.limits.json_bytes)
     return service.observations.label(name, labels.ids, labels.labels)
 
 
 @router.post("/calibrators/{name}/labels", summary="Labels of logged predictions", response_model=LabelsOut,
-             responses=problems(400, 404, 415, 422), openapi_extra=body(LabelsRequest), dependencies=[WRITE])
+             responses=problems(400, 404, 413, 415, 422), openapi_extra=body(LabelsRequest), dependencies=[WRITE])
 async def post_labels(request: Request, name: str = NAME):
     """Turn logged predictions into observations, each tied to the version that served it. Every
     id gets a status: labelled now, unknown, already labelled, or repeated in this request."""
