@@ -2,7 +2,8 @@
 
 * Fits as multiples of one log-softmax pass (issue #23 item 6): TS, EC and ETS (mse) on
   50000 x 1000 float32 logits, each timed against ``log_softmax`` of the same array within each
-  of several interleaved rounds (median and range of the per-round ratios), and the peak of
+  of several interleaved rounds (the fastest of 3 calls of each; median and range of the
+  per-round ratios), and the peak of
   memory allocated during each fit (tracemalloc, which sees numpy's buffers) as a multiple of
   the input's bytes. Targets: TS <= 4, EC <= 5, ETS <= 8 passes; ETS peak <= 2.5x the input.
 * TS and EC on n x k float32 logits, as multiples of one numpy max-shifted softmax pass over the
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -65,9 +65,7 @@ def pass_rows(n=50000, k=1000, rounds=5):
     for _ in range(rounds):
         for name, (fit, _) in PASS_FITS.items():
             base = best_of(lambda: log_softmax_pass(z), repeat=3, warmup=0)
-            start = time.perf_counter()
-            fit(z, y)
-            elapsed = time.perf_counter() - start
+            elapsed = best_of(lambda fit=fit: fit(z, y), repeat=3, warmup=0)
             bases.append(base)
             ratios[name].append(elapsed / base)
             seconds[name].append(elapsed)
@@ -229,8 +227,9 @@ def main():
           ["n x k", "method", "time / pass (median)", "range", "target", "ms", "peak / input bytes", "T"],
           pass_rows(rounds=rounds), env,
           f"Median and range over {rounds} interleaved rounds; each ratio is against a log-softmax pass "
-          "(float32, numpy; the fastest of 3) timed just before the fit. Peak: tracemalloc's peak during one fit "
-          "(the float64 copy of the input included) over the float32 input's bytes.")
+          "(float32, numpy) timed just before the fit, each the fastest of 3 calls in the round. "
+          "Peak: tracemalloc's peak during one fit (the float64 copy of the input included) over the "
+          "float32 input's bytes.")
     if "--passes" in sys.argv:
         return
     quick = "--quick" in sys.argv
