@@ -6,7 +6,7 @@ COPY scripts ./scripts
 COPY calibration ./calibration
 COPY app ./app
 COPY migrations ./migrations
-RUN scripts/install /opt/venv plot,postgres
+RUN scripts/install /opt/venv plot,postgres,client
 
 # Run: only the virtual environment (runtime dependencies), as a non-root user.
 FROM python:3.11-slim

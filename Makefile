@@ -2,7 +2,7 @@
 #   make serve   install and start the service (SQLite file ./calibration.db, docs at /docs)
 #   make test    install and run lint and the whole test suite (SQLite and Postgres)
 VENV ?= .venv
-SERVE_EXTRAS = plot,postgres
+SERVE_EXTRAS = plot,postgres,client
 TEST_EXTRAS = dev,plot,postgres,torch,client
 
 .PHONY: serve test lint clean
