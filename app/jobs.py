@@ -65,6 +65,14 @@ class JobProgress:
             job_store.update_job(session, self.job_id, step=name, percent=round(percent, 1))
         self.reported = percent
 
+    def fitting(self, calibrator, n: int, k: int) -> None:
+        """The fit's first step (5%); an ``auto`` fit then reports its cross-validation's fits
+        between 5% and 80% (``calibrator.progress``, which ``auto`` passes to ``compare``)."""
+        self.step(f"fitting {calibrator.method} on {n}x{k}", 5.0)
+        if calibrator.method == "auto":
+            self.start, self.end = 5.0, 80.0
+            calibrator.progress = self.folds
+
     def finish_with(self, session, result: dict) -> None:
         """Record success in the caller's transaction; ``JobCancelled`` (which rolls it back)
         when the job is no longer running: cancelled, or declared lost meanwhile."""

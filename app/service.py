@@ -122,7 +122,7 @@ class CalibrationService:
     def _fit_checked(self, name: str, batch: ArrayBatch, prepared, job: JobProgress | None = None) -> dict:
         fields, inputs, labels, calibrator = prepared
         if job is not None:
-            job.step(f"fitting {calibrator.method} on {inputs.n}x{inputs.k}", 5.0)
+            job.fitting(calibrator, inputs.n, inputs.k)
         try:
             calibrator.fit_batch(inputs, labels, warn=False)
             if job is not None:

@@ -42,6 +42,7 @@ app = typer.Typer(
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
+LONG_FIT_ENTRIES = 1_000_000  # n·k from which `fit` follows the fit as a job, with a progress bar
 # names the shared data sets and other tools use for the same arrays
 MEMBER_ALIASES = {"probs": "probabilities", "y": "labels"}
 
@@ -251,11 +252,14 @@ def fit(
             raise typer.BadParameter(f"--tag takes KEY=VALUE, not {item!r}")
         tags[key] = value
     names = [n.strip() for n in class_names.split(",")] if class_names else None
-    with context.obj.client() as client, _spinner("") as progress:
-        progress.add_task(f"fitting {method} on {len(labels)} samples", total=None)
+    # auto and large fits run as jobs with a progress bar of the job's own percent; small ones in the request
+    as_job = method == "auto" or values.size >= LONG_FIT_ENTRIES
+    with context.obj.client() as client, (_bar() if as_job else _spinner("")) as progress:
+        task = progress.add_task(f"fitting {method} on {len(labels)} samples", total=100 if as_job else None)
         version = client.fit(name, labels=labels, **{kind: values}, method=method,
                              options=_json_option(options, "--options"), class_names=names,
-                             description=description, tags=tags or None)
+                             description=description, tags=tags or None, poll=0.25,
+                             progress=(lambda percent: progress.update(task, completed=percent)) if as_job else None)
     if as_json:
         _print_json(version.raw)
         return

@@ -45,11 +45,12 @@ class AutoCalibrator(Calibrator):
     def __init__(self, **options):
         super().__init__(**options)
         self.accuracy_preserving = self.options["preserve_accuracy"]
+        self.progress = None  # progress(done, total) after each cross-validation fit (a job's progress)
 
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         kind = scores.source  # binary scores arrive as (n, 2) logits
         self.comparison_ = compare(getattr(scores, kind), labels, self.options["candidates"] or None,
-                                   self.options["folds"], self.options["seed"], kind)
+                                   self.options["folds"], self.options["seed"], kind, self.progress)
         self.selection_ = select(self.comparison_, self.options["preserve_accuracy"])
         self.chosen_ = self.selection_.chosen.create(kind)
         self.chosen_.fit_batch(scores, labels, warn=False)

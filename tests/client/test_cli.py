@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +21,7 @@ import calibration as cal
 from calibration_client import Client
 from calibration_client.cli import app
 from tests.client.conftest import database, keyed_server
+from tests.helpers import DATA
 from tests.service.live import free_port
 
 
@@ -181,3 +186,36 @@ def test_observe_refit_logging_and_label_from_the_command_line(run, files, tmp_p
     summary = run("observations", "cli-online")
     assert summary.exit_code == 0 and "300 rows of logits" in " ".join(summary.stdout.split())
     assert run("observations", "nobody").exit_code == 3  # not found
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="records the terminal with tmux")
+def test_a_long_fit_shows_the_jobs_progress_in_a_real_terminal(service, tmp_path):
+    """``calibration fit NAME FILE --method auto`` in a tmux terminal: the pane, captured every
+    0.1 s, shows a progress bar whose percent rises while the job cross-validates, then the version.
+    The frames are kept (``cli-progress.txt`` in CALIBRATION_SCREENSHOT_DIR, else a temporary folder)."""
+    with np.load(DATA / "cifar10_resnet50_cross_entropy_val.npz") as data:
+        np.savez(tmp_path / "val.npz", logits=data["logits"][:4000], labels=data["labels"][:4000])
+    session = f"cli-{os.getpid()}"
+    command = (f"CALIBRATION_URL={service.url} CALIBRATION_API_KEY={service.keys['admin']} "
+               f"{sys.executable} -m calibration_client.cli fit tmux-auto {tmp_path / 'val.npz'} --method auto "
+               f"--options '{{\"folds\": 8}}'; sleep 30")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "110", "-y", "30", command], check=True)
+    frames, deadline = [], time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline:
+            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                  text=True).stdout
+            if not frames or pane != frames[-1]:
+                frames.append(pane)
+            if "tmux-auto version 1" in pane:
+                break
+            time.sleep(0.1)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    folder = Path(os.environ.get("CALIBRATION_SCREENSHOT_DIR", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cli-progress.txt").write_text("\n--- frame ---\n".join(frames))
+    percents = [int(p) for frame in frames for p in re.findall(r"fitting auto on 4000 samples.*?(\d+)%", frame)]
+    assert "tmux-auto version 1" in frames[-1], frames[-1]
+    assert len(set(percents)) >= 3 and percents == sorted(percents), percents  # a bar that moves forward
+    assert any(5 < p < 80 for p in percents), percents  # inside the cross-validation, not only its ends
