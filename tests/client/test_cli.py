@@ -1,4 +1,4 @@
-"""The ``calibration`` command line against a live server (SQLite, API keys on): what it prints
+"""The ``calibration`` command line against a live server (SQLite and Postgres, API keys on): what it prints
 and writes, and the exit codes scripts rely on (0 ok, 1 problem, 2 usage, 3 not found, 4 no
 connection)."""
 
@@ -25,9 +25,9 @@ from tests.helpers import DATA
 from tests.service.live import free_port
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    with database("sqlite", tmp_path_factory) as url, \
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def service(request, tmp_path_factory):
+    with database(request.param, tmp_path_factory) as url, \
             keyed_server(url, tmp_path_factory.mktemp("log") / "server.log") as running:
         yield running
 
