@@ -24,7 +24,7 @@ fails, and on ``4 * WARM_START_ROWS`` rows or fewer, the full-data grid is used.
 after a step below ``STEP_TOLERANCE`` relative; after a Halley step of 1e-6 the iterate is
 exact to O(1e-18) (1e-12 where the Newton step had to be taken).
 
-``ets_quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
+``BrierSums.quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
 ``<p_a, p_b>`` over the components ``softmax(beta d)``, ``softmax(d)``, ``1/k``) and ``h``
 (means of each component's label entry); ``softmax(d)`` is never formed:
 ``<p_beta, p_1> = sum exp(beta d) exp(d) / (s0(beta) s0(1))``. The last pass of the solve
