@@ -50,3 +50,36 @@ def fit_stored(name: str, method: str, options: dict | None, observations: dict,
     if progress is not None:
         yield Report(progress, 100.0)
     return Version.from_dict(response.json())
+
+
+# -- quality, alarms, evaluations and alias moves (#20, #21) -------------------------------------
+
+def get(path: str, params: dict | None = None) -> Operation:
+    return (yield Call("GET", path, params=params)).json()
+
+
+def post(path: str, body: dict | None = None, ok: tuple[int, ...] = (200,)) -> Operation:
+    return (yield Call("POST", path, json=body, ok=ok)).json()
+
+
+def put(path: str, body: dict) -> Operation:
+    return (yield Call("PUT", path, json=body)).json()
+
+
+def quality(name: str, window: str, version: int | None, windows: int, bootstrap: int) -> Operation:
+    return (yield from get(f"{_base(name)}/quality", _query(window=window, version=version, windows=windows,
+                                                              bootstrap=bootstrap)))
+
+
+def evaluate(name: str, challenger, champion, alpha: float, observations: dict | None) -> Operation:
+    body = {"challenger": challenger, "alpha": alpha}
+    if champion is not None:
+        body["champion"] = champion
+    if observations is not None:
+        body["data"] = {"observations": observations}
+    return (yield from post(f"{_base(name)}/evaluations", body, ok=(201,)))
+
+
+def move_alias(name: str, alias: str, version: int, evaluation: str | None) -> Operation:
+    body = {"version": int(version)} | ({"evaluation": evaluation} if evaluation else {})
+    return (yield from put(f"{_base(name)}/aliases/{_segment(alias)}", body))

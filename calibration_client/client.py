@@ -12,17 +12,17 @@ from typing import Any
 
 import httpx
 
-from . import _online as online
 from . import _protocol as protocol
 from ._protocol import Call, Operation, Report, RetryPolicy, Sleep
 from .errors import ConnectionFailed
 from .models import Calibrated, Calibrator, Job, Version
+from .online_methods import OnlineLoop
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 Progress = Callable[[float], Any]
 
 
-class _Methods:
+class _Methods(OnlineLoop):
     """The public methods, shared by both clients: each builds an operation (``_protocol``) and
     hands it to ``_run``, which the sync client runs to a value and the async one to a
     coroutine."""
@@ -92,32 +92,6 @@ class _Methods:
                      timeout: float | None = None) -> Job:
         """Poll a job until it is done and return it; a failed job raises ``JobFailed``."""
         return self._run(protocol.wait_for_job(job_id, progress, poll, timeout))
-
-    # -- the online loop ---------------------------------------------------------------------
-
-    def observe(self, name: str, logits, labels, *, input: str = "logits", observed_at: str | None = None) -> dict:
-        """Append a labelled batch to ``name``'s observations (created if new); a retried append
-        carries the same generated Idempotency-Key, so it counts once."""
-        return self._run(online.observe(name, logits, labels, input, observed_at))
-
-    def observations(self, name: str) -> dict:
-        """Counts per source, serving version and day, class balance, and the prediction log's state."""
-        return self._run(online.observations(name))
-
-    def set_logging(self, name: str, sample_rate: float) -> dict:
-        """Log ``sample_rate`` of the rows ``name`` serves, with prediction ids (0 turns it off)."""
-        return self._run(online.set_logging(name, sample_rate))
-
-    def label(self, name: str, ids: Sequence[str], labels: Sequence[int]) -> dict:
-        """Labels of logged predictions, by id; the answer has a status per id."""
-        return self._run(online.label(name, ids, labels))
-
-    def fit_stored(self, name: str, method: str = "temperature", *, options: dict | None = None,
-                   observations: dict | None = None, wait: bool = True, progress: Progress | None = None,
-                   poll: float = 0.5) -> Version:
-        """Fit on ``name``'s stored observations (``observations``: ``last``, ``since``, ``until``,
-        ``source``, ``version``; all of them by default)."""
-        return self._run(online.fit_stored(name, method, options, observations or {}, wait, progress, poll))
 
     # -- the registry ----------------------------------------------------------------------
 

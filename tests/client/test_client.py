@@ -221,3 +221,33 @@ def test_the_online_loop_through_the_client(client, cifar):
     assert served.version == 2  # the newest of the two fits from the log
     answer = client.label("online", ["unknown-id"], [0])
     assert answer["statuses"] == ["unknown"]
+
+
+def test_quality_evaluations_and_gated_moves_through_the_client(client, cifar):
+    """Quality windows of the stored rows, an evaluation, a gated alias refusing a move without
+    evidence (a typed Conflict), the history and a rollback, all through the client."""
+    logits, labels = cifar
+    client.fit("gated", logits[:150], labels[:150])
+    client.promote("gated", "production", 1)
+    client.observe("gated", logits[150:250], labels[150:250])
+    client.fit("gated", logits[:250], labels[:250])
+    client.observe("gated", logits[250:], labels[250:])  # after both versions: held out from both
+    windows = client.quality("gated", window="50", bootstrap=0)
+    assert windows["name"] == "gated"
+    assert client.gate("gated", "production")["require_evaluation"] is True
+    with pytest.raises(Conflict) as refused:
+        client.promote("gated", "production", 2)
+    assert "evaluation" in refused.value.detail
+    evaluation = client.evaluate("gated", 2, "production", alpha=0.05)
+    assert evaluation["n_rows"] == len(labels) - 250 and evaluation["verdict"] in (
+        "challenger_better", "champion_better", "inconclusive")
+    if evaluation["verdict"] == "challenger_better":
+        assert client.promote("gated", "production", 2, evaluation["id"])["version"] == 2
+    else:
+        with pytest.raises(Conflict):
+            client.promote("gated", "production", 2, evaluation["id"])
+        client.gate("gated", "production", False)
+        client.promote("gated", "production", 2)
+    assert client.rollback("gated", "production")["version"] == 1
+    moves = client.alias_history("gated", "production")
+    assert [m["to_version"] for m in moves["moves"]][:3] == [1, 2, 1], moves

@@ -1,0 +1,82 @@
+"""The client's methods of the online loop (observations, logging, labels, fits from the log,
+quality, alarms, evaluations and alias moves), shared by ``Client`` and ``AsyncClient`` as the
+rest: each builds an operation and hands it to ``_run``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _online as online
+from . import _protocol as protocol
+from .models import Version
+
+Progress = Callable[[float], Any]
+
+
+class OnlineLoop:
+    def _run(self, operation):  # pragma: no cover - defined by the two clients
+        raise NotImplementedError
+
+    def observe(self, name: str, logits, labels, *, input: str = "logits", observed_at: str | None = None) -> dict:
+        """Append a labelled batch to ``name``'s observations (created if new); a retried append
+        carries the same generated Idempotency-Key, so it counts once."""
+        return self._run(online.observe(name, logits, labels, input, observed_at))
+
+    def observations(self, name: str) -> dict:
+        """Counts per source, serving version and day, class balance, and the prediction log's state."""
+        return self._run(online.observations(name))
+
+    def set_logging(self, name: str, sample_rate: float) -> dict:
+        """Log ``sample_rate`` of the rows ``name`` serves, with prediction ids (0 turns it off)."""
+        return self._run(online.set_logging(name, sample_rate))
+
+    def label(self, name: str, ids: Sequence[str], labels: Sequence[int]) -> dict:
+        """Labels of logged predictions, by id; the answer has a status per id."""
+        return self._run(online.label(name, ids, labels))
+
+    def fit_stored(self, name: str, method: str = "temperature", *, options: dict | None = None,
+                   observations: dict | None = None, wait: bool = True, progress: Progress | None = None,
+                   poll: float = 0.5) -> Version:
+        """Fit on ``name``'s stored observations (``observations``: ``last``, ``since``, ``until``,
+        ``source``, ``version``; all of them by default)."""
+        return self._run(online.fit_stored(name, method, options, observations or {}, wait, progress, poll))
+
+    def quality(self, name: str, *, window: str = "day", version: int | None = None, windows: int = 12,
+                bootstrap: int = 100) -> dict:
+        """Calibration quality per window (``hour``, ``day`` or a number of rows) of ``name``'s observations."""
+        return self._run(online.quality(name, window, version, windows, bootstrap))
+
+    def alarms(self, name: str) -> dict:
+        """The drift monitors of ``name``'s versions and their alarms."""
+        return self._run(online.get(f"{online._base(name)}/alarms"))
+
+    def evaluate_alarms(self, name: str) -> dict:
+        """Feed the observations that arrived since the last evaluation to the drift monitors."""
+        return self._run(online.post(f"{online._base(name)}/alarms/evaluate"))
+
+    def label_shift(self, name: str) -> dict:
+        """The class priors of the prediction log, estimated without labels (EM and BBSE)."""
+        return self._run(online.get(f"{online._base(name)}/label-shift"))
+
+    def evaluate(self, name: str, challenger, champion=None, *, alpha: float = 0.05,
+                 observations: dict | None = None) -> dict:
+        """Challenger against champion (versions or aliases; no champion: shadow) on held-out
+        observations, with anytime-valid NLL and Brier differences and a verdict."""
+        return self._run(online.evaluate(name, challenger, champion, alpha, observations))
+
+    def promote(self, name: str, alias: str, version: int, evaluation: str | None = None) -> dict:
+        """Move ``alias`` to ``version``; a gated alias needs an ``evaluation`` id whose verdict favours it."""
+        return self._run(online.move_alias(name, alias, version, evaluation))
+
+    def gate(self, name: str, alias: str, require_evaluation: bool = True) -> dict:
+        """Make ``alias`` move only with an evaluation's evidence (or lift that rule)."""
+        return self._run(online.put(f"{online._base(name)}/aliases/{protocol._segment(alias)}/gate",
+                                    {"require_evaluation": require_evaluation}))
+
+    def alias_history(self, name: str, alias: str) -> dict:
+        return self._run(online.get(f"{online._base(name)}/aliases/{protocol._segment(alias)}/history"))
+
+    def rollback(self, name: str, alias: str) -> dict:
+        """Point ``alias`` back at the version before its last move."""
+        return self._run(online.post(f"{online._base(name)}/aliases/{protocol._segment(alias)}/rollback"))
