@@ -138,3 +138,35 @@ def refit(context: typer.Context, name: Name,
         return
     out.print(f"[bold]{version.name}[/bold] version [bold]{version.version}[/bold]: {version.method} on "
               f"{version.n_samples} stored rows; parameters: {_parameters(version.parameters)}", soft_wrap=True)
+
+
+@app.command()
+@handled
+def quality(context: typer.Context, name: Name,
+            window: Annotated[str, typer.Option(help="hour, day, or a number of rows per window.")] = "day",
+            version: Annotated[int | None, typer.Option(help="Score every row through this version.",
+                                                        show_default=False)] = None,
+            windows: Annotated[int, typer.Option(help="How many of the newest windows.", min=1)] = 12,
+            bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples of the intervals.", min=0)] = 100,
+            as_json: JsonFlag = False) -> None:
+    """Calibration quality of NAME's stored observations per window: ECE (with its interval),
+    NLL and accuracy, calibrated and not."""
+    with context.obj.client() as client:
+        answer = client.quality(name, window=window, version=version, windows=windows, bootstrap=bootstrap)
+    if as_json:
+        _print_json(answer)
+        return
+    table = Table(title=f"{name}: quality per {window}")
+    for column in ("window", "rows", "ECE", "ECE uncalibrated", "NLL", "accuracy"):
+        table.add_column(column, justify="left" if column == "window" else "right")
+
+    def ece(metrics: dict) -> str:
+        value = metrics["ece"]
+        interval = f" [{value['low']:.4f}, {value['high']:.4f}]" if value.get("low") is not None else ""
+        return f"{value['estimate']:.4f}{interval}"
+
+    for row in answer["windows"]:
+        calibrated = row["calibrated"]
+        table.add_row(str(row["window"]), str(row["n_rows"]), ece(calibrated), ece(row["uncalibrated"]),
+                      f"{calibrated['nll']['estimate']:.4f}", f"{calibrated['accuracy']['estimate']:.4f}")
+    out.print(table)

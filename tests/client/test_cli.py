@@ -185,6 +185,11 @@ def test_observe_refit_logging_and_label_from_the_command_line(run, files, tmp_p
     assert said.exit_code == 0 and json.loads(said.stdout)["statuses"] == ["unknown"]
     summary = run("observations", "cli-online")
     assert summary.exit_code == 0 and "300 rows of logits" in " ".join(summary.stdout.split())
+    windows = run("quality", "cli-online", "--window", "100", "--bootstrap", "0", "--json")
+    assert windows.exit_code == 0, windows.stdout
+    assert sum(w["n_rows"] for w in json.loads(windows.stdout)["windows"]) == 300
+    table = run("quality", "cli-online", "--window", "100", "--bootstrap", "20")
+    assert table.exit_code == 0 and "quality per 100" in table.stdout
     assert run("observations", "nobody").exit_code == 3  # not found
 
 
