@@ -39,7 +39,9 @@ class Comparisons:
         """Check the comparison once, then ``(True, job)`` when the caller ``asked`` for a job or
         its estimated cost exceeds the sync budget, else ``(False, the comparison)``."""
         fields, inputs, labels, candidates = self._comparison_inputs(batch)
-        seconds = sum(estimated_fit_seconds(c.method, c.options, inputs.n, inputs.k) for c in candidates) * fields.folds
+        # every candidate on every fold, and the reference temperature scaling of the selection's guards
+        seconds = sum(estimated_fit_seconds(c.method, c.options, inputs.n, inputs.k)
+                      for c in [*candidates, cal.candidate("temperature")]) * fields.folds
         if self.service.jobs is not None and (asked or seconds > self.service.sync_budget_seconds):
             request, payload = job_input(batch, labels)
             return True, self.service.jobs.submit("compare", None, request, payload)

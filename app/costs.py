@@ -58,9 +58,9 @@ SECONDS_PER_ENTRY_AND_CLASS = {"matrix": 4e-7, "dirichlet": 4e-7}  # k² paramet
 
 
 def estimated_fit_seconds(method: str, options: dict, n: int, k: int) -> float:
-    """A coarse estimate of a fit's cost; ``auto`` counts its cross-validation (every candidate on
-    each fold, then the refit). Options the fit itself will refuse count as free: the fit then
-    runs in the request and answers with the precise error."""
+    """A coarse estimate of a fit's cost; ``auto`` counts its cross-validation (every candidate and
+    the guards' reference temperature scaling on each fold, then the refit). Options the fit itself
+    will refuse count as free: the fit then runs in the request and answers with the precise error."""
     if method == "auto":
         try:
             candidates = cal.prepare_comparison(n, k, options.get("candidates") or None, options.get("folds", 5),
@@ -68,7 +68,8 @@ def estimated_fit_seconds(method: str, options: dict, n: int, k: int) -> float:
         except ValueError:
             return 0.0
         folds = options.get("folds", 5)
-        return sum(estimated_fit_seconds(c.method, c.options, n, k) for c in candidates) * (folds + 1)
+        reference = estimated_fit_seconds("temperature", {}, n, k) * folds
+        return sum(estimated_fit_seconds(c.method, c.options, n, k) for c in candidates) * (folds + 1) + reference
     if method in SECONDS_PER_ENTRY_AND_CLASS:
         return SECONDS_PER_ENTRY_AND_CLASS[method] * n * k * k
     seconds = SECONDS_PER_ENTRY.get(method, max(SECONDS_PER_ENTRY.values())) * n * k
