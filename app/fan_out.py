@@ -1,15 +1,16 @@
-"""A comparison job fanned out: one part job per candidate, taken by any worker, merged by the
-parent (``run_compare_in_parts``).
+"""A comparison job fanned out: one part job per candidate and fold, taken by any worker, merged
+by the parent (``run_compare_in_parts``).
 
-The parent records a queued ``compare-part`` job per candidate and offers them to the engine
+The parent records a queued ``compare-part`` job per candidate and fold and offers them to the engine
 (Procrastinate: any worker takes them). Then it works too: it claims its own parts that are still
 queued and runs them, so it never waits on work nobody has started (no deadlock with one
 worker); then it waits for the parts other workers are running, beating its heartbeat, and merges
 their results into the comparison a single job would have computed (the same per-fold values:
 every part runs the same stratified folds with the same seed; only the fit times differ).
 
-A part runs ``calibration.compare`` on one candidate and stores its ``MethodResult`` with the
-fold values of the uncalibrated model and of the reference; a cancelled parent cancels its
+A part runs ``calibration.compare`` on one candidate and one held-out fold (``only_folds``) and
+stores its ``MethodResult`` with that fold's values of the uncalibrated model and of the reference;
+the merge concatenates each candidate's folds in order; a cancelled parent cancels its
 parts, and a part whose parent is no longer running is cancelled when it starts.
 """
 
@@ -49,36 +50,46 @@ def part_result(comparison: cal.Comparison) -> dict:
             "shape": [comparison.n_samples, comparison.n_classes, comparison.folds, comparison.seed]}
 
 
-def merged(parts: list[dict]) -> cal.Comparison:
-    """The comparison of all candidates, from the parts' results in candidate order."""
-    results = [cal.MethodResult(cal.candidate(p["candidate"]), p["accuracy_preserving"],
-                                {m: _floats(v) for m, v in p["per_fold"].items()}, p["converged"], p["error"],
-                                _floats(p["tail_risk"])) for p in parts]
-    first = parts[0]
-    n, k, folds, seed = first["shape"]
-    return cal.Comparison(n, k, folds, seed, {m: _floats(v) for m, v in first["uncalibrated"].items()}, results,
-                          _floats(first["reference_nll"]))
+def merged(parts: list[dict], candidates: int, folds: int) -> cal.Comparison:
+    """The comparison of all candidates and folds, from the parts' results (candidate-major order:
+    part ``c * folds + f`` is candidate ``c`` on fold ``f``)."""
+    results = []
+    for c in range(candidates):
+        own = parts[c * folds:(c + 1) * folds]
+        per_fold = {m: [v for p in own for v in _floats(p["per_fold"][m])] for m in own[0]["per_fold"]}
+        # as one job sets them: the last failing fold's error, the last fitted fold's accuracy_preserving
+        errors = [p["error"] for p in own if p["error"]]
+        fitted = [p for p in own if not p["error"]]
+        results.append(cal.MethodResult(cal.candidate(own[0]["candidate"]), (fitted or own)[-1]["accuracy_preserving"],
+                                        per_fold, all(p["converged"] for p in own), errors[-1] if errors else None,
+                                        [v for p in own for v in _floats(p["tail_risk"])]))
+    first = parts[:folds]
+    n, k, _, seed = first[0]["shape"]
+    uncalibrated = {m: [v for p in first for v in _floats(p["uncalibrated"][m])] for m in first[0]["uncalibrated"]}
+    return cal.Comparison(n, k, folds, seed, uncalibrated, results,
+                          [v for p in first for v in _floats(p["reference_nll"])])
 
 
-def create_parts(db: Database, parent_id: str, calibrator: str | None, count: int) -> list[str]:
-    ids = [uuid.uuid4().hex for _ in range(count)]
+def create_parts(db: Database, parent_id: str, calibrator: str | None, candidates: int, folds: int) -> list[str]:
+    ids = [uuid.uuid4().hex for _ in range(candidates * folds)]
     with db.write() as session:
         for index, part_id in enumerate(ids):
-            job_store.create_job(session, part_id, PART, calibrator, {"parent": parent_id, "candidate": index}, None)
+            request = {"parent": parent_id, "candidate": index // folds, "fold": index % folds}
+            job_store.create_job(session, part_id, PART, calibrator, request, None)
     return ids
 
 
-def run_compare_in_parts(db: Database, job_id: str, candidates: int, calibrator: str | None, offer, run_part,
-                         progress: JobProgress) -> cal.Comparison:
-    """Fan the comparison job ``job_id`` out over ``candidates`` parts (``offer(part_id)`` gives
-    one to the engine; ``run_part(part_id) -> bool`` runs one here if it is still queued), wait
-    for them, and return the merged comparison (``JobCancelled`` when the parent is cancelled)."""
-    part_ids = create_parts(db, job_id, calibrator, candidates)
+def run_compare_in_parts(db: Database, job_id: str, candidates: int, folds: int, calibrator: str | None, offer,
+                         run_part, progress: JobProgress) -> cal.Comparison:
+    """Fan the comparison job ``job_id`` out over ``candidates`` x ``folds`` parts (``offer(part_id)``
+    gives one to the engine; ``run_part(part_id)`` runs one here if it is still queued), wait for
+    them, and return the merged comparison (``JobCancelled`` when the parent is cancelled)."""
+    part_ids = create_parts(db, job_id, calibrator, candidates, folds)
     for part_id in part_ids:
         offer(part_id)
     try:
         for part_id in part_ids:
-            progress.step(f"comparison in {candidates} parts: running part {part_ids.index(part_id) + 1} here", 0.0)
+            progress.step(f"comparison in {len(part_ids)} parts: running part {part_ids.index(part_id) + 1} here", 0.0)
             run_part(part_id)
         while True:
             with db.read() as session:
@@ -89,8 +100,8 @@ def run_compare_in_parts(db: Database, job_id: str, candidates: int, calibrator:
                 error = failed.error or {"status": 500, "title": "Part cancelled", "detail": "a part was cancelled"}
                 raise PartFailed(error)
             if len(done) == len(rows):
-                return merged([row.result for row in rows])
-            progress.step(f"comparison in {candidates} parts: {len(done)} done", 100.0 * len(done) / len(rows))
+                return merged([row.result for row in rows], candidates, folds)
+            progress.step(f"comparison in {len(rows)} parts: {len(done)} done", 100.0 * len(done) / len(rows))
             time.sleep(POLL_SECONDS)
     except (JobCancelled, PartFailed):
         with db.write() as session:

@@ -1,7 +1,7 @@
 """A comparison fanned out over workers (#18): one ``/v1/compare`` job of the 7 default candidates
 x 5 folds on 50000 x 100 (CIFAR-100 WRN-16-4 validation outputs resampled), run by 1, 2 and 4
 ``calibration-service worker`` processes on Procrastinate, with the comparison as one part job per
-candidate (``CALIBRATION_JOB_FAN_OUT=auto``) and, for reference, as one job
+candidate and fold (``CALIBRATION_JOB_FAN_OUT=auto``) and, for reference, as one job
 (``CALIBRATION_JOB_FAN_OUT=off``, 1 worker). Wall time from submission to the job's success; the cases alternate for
 ``--rounds`` rounds.
 
@@ -81,7 +81,7 @@ def main() -> None:
     try:
         upgrade(url)
         with live_server(url, env=ENV) as base, httpx.Client(base_url=base, timeout=600) as http:
-            cases = [("one job", 1, "off")] + [("one part per candidate", int(w), "auto")
+            cases = [("one job", 1, "off")] + [("one part per candidate and fold", int(w), "auto")
                                                for w in args.workers.split(",")]
             times: dict[tuple, list[float]] = {case: [] for case in cases}
             details: dict[tuple, tuple] = {}

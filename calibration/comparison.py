@@ -239,9 +239,12 @@ def compare(
     seed: int = 0,
     input: str = "logits",
     progress: Callable[[int, int], None] | None = None,
+    only_folds: Sequence[int] | None = None,
 ) -> Comparison:
     """Stratified ``folds``-fold cross-validation of each candidate (names or
     ``{"method", "options", "name"}``; default ``default_candidates``) on ``x`` of kind ``input``.
+    ``only_folds`` holds out just those folds (same assignment): the per-fold lists then have one
+    entry per fold run, in that order, so that parts run apart concatenate to the whole.
 
     Deterministic for a seed (fit times aside). A candidate whose fit raises is reported with
     its error and NaN metrics instead of stopping the comparison. ``progress(done, total)`` is
@@ -256,8 +259,11 @@ def compare(
     uncalibrated: dict[str, list[float]] = {m: [] for m in METRICS}
     reference_nll = []
     results = [MethodResult(c, c.create(input).accuracy_preserving, {m: [] for m in METRICS}) for c in candidates]
-    done, total = 0, folds * len(candidates)
-    for fold in range(folds):
+    run_folds = list(range(folds)) if only_folds is None else [int(f) for f in only_folds]
+    if any(not 0 <= f < folds for f in run_folds):
+        raise ValueError(f"only_folds must be fold numbers from 0 to {folds - 1}, got {list(only_folds)}")
+    done, total = 0, len(run_folds) * len(candidates)
+    for fold in run_folds:
         train, test = assignment != fold, assignment == fold
         train_scores = InputBatch(**{scores.source: source[train]})
         test_scores = InputBatch(**{scores.source: source[test]})
