@@ -2,7 +2,8 @@
 so that they work on a machine without internet (issue #22).
 
 FastAPI's own pages load their JavaScript, CSS, favicon and (ReDoc) Google fonts from
-cdn.jsdelivr.net, fastapi.tiangolo.com and fonts.googleapis.com. The same files ship in the
+cdn.jsdelivr.net, fastapi.tiangolo.com and fonts.googleapis.com, and ReDoc's script a logo from
+cdn.redoc.ly (kept out by ``/redoc``'s Content-Security-Policy). The same files ship in the
 ``fastapi-offline`` package (Swagger UI 5 and ReDoc 2, MIT/Apache-2.0); only its ``static``
 directory is used here, mounted under :data:`ASSETS_URL`. The pages stay out of the OpenAPI
 document (``include_in_schema=False``)."""
@@ -24,6 +25,10 @@ SWAGGER_JS = "swagger-ui-bundle.js"
 SWAGGER_CSS = "swagger-ui.css"
 REDOC_JS = "redoc.standalone.js"
 FAVICON = "favicon.png"
+# ReDoc's script draws a "by Redocly" logo from cdn.redoc.ly: the page's policy keeps the browser from
+# asking another host for anything (the image is never requested; its error handler then drops it)
+REDOC_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                "worker-src 'self' blob:; connect-src 'self'; font-src 'self' data:")
 
 
 class AssetsMount(Mount):
@@ -67,9 +72,11 @@ def install(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc") ->
         return get_swagger_ui_oauth2_redirect_html()
 
     async def redoc(request: Request) -> HTMLResponse:
-        return get_redoc_html(openapi_url=openapi_url(request), title=f"{app.title} - ReDoc",
+        page = get_redoc_html(openapi_url=openapi_url(request), title=f"{app.title} - ReDoc",
                               redoc_js_url=asset(request, REDOC_JS), redoc_favicon_url=asset(request, FAVICON),
                               with_google_fonts=False)
+        page.headers["Content-Security-Policy"] = REDOC_POLICY
+        return page
 
     app.add_route(docs_url, swagger_ui, include_in_schema=False)
     app.add_route(oauth2_redirect_url, swagger_ui_oauth2_redirect, include_in_schema=False)
