@@ -51,7 +51,9 @@ def versions_page(calibrator: dict, listing: dict, signed_in: bool = False) -> s
             f'<td>{text(v["description"])}</td><td>{when(v["created_at"])}</td></tr>')
     summary = (f'<p>{calibrator["n_versions"]} version(s); latest {text(calibrator["latest_version"])}. '
                f'Serve <code>{text(name)}</code> (latest), <code>{text(name)}@alias</code> or a pinned version. '
-               f'{link(url("jobs", calibrator=name), "Jobs of this calibrator")}.</p>')
+               f'{link(url("jobs", calibrator=name), "Jobs of this calibrator")}; '
+               f'{link(url("calibrators", name, "online"), "its online loop")} (observations, quality over time, '
+               'alarms, alias history).</p>')
     body = (crumbs(("/ui", "Calibrators"), (None, name)) + summary
             + table("Versions, newest first (ECE on the fitting data)",
                     ["Version", "Method", "Samples", "Classes", "ECE before", "ECE after", "Aliases",

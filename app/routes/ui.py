@@ -1,5 +1,6 @@
 """The dashboard at ``/ui`` (issue #22): server-rendered HTML pages of calibrators, versions
-(metrics and the reliability diagram of the stored validation report), and jobs. The pages
+(metrics and the reliability diagram of the stored validation report), a calibrator's online
+loop (observations, quality over time, drift alarms, alias history), and jobs. The pages
 are built by ``app.dashboard``; these routes read through the service and answer.
 
 Access is the API's read scope. With keys off (the default) the pages are open. With keys on,
@@ -19,8 +20,10 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from .. import drift_alarms, promotion, quality
 from ..dashboard import pages
 from ..dashboard.html import CONTENT_SECURITY_POLICY
+from ..dashboard.online import online_page
 from ..errors import ServiceError
 from ..schemas import JOB_STATES
 from .auth import presented_key
@@ -30,6 +33,7 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 COOKIE = "calibration_ui_key"
 PAGE_SIZE = 50
 JOBS_SHOWN = 100
+QUALITY_BOOTSTRAP = 100  # resamples of the online page's quality intervals
 HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
            "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
@@ -98,6 +102,21 @@ async def calibrator(request: Request, name: str, page_token: str | None = Query
 async def version(request: Request, name: str, version: int = Path(ge=1, le=2**31 - 1)):
     service = service_of(request)
     return await render(request, lambda: pages.version_page(service.get_version(name, version), signed_in(request)))
+
+
+@router.get("/calibrators/{name}/online", response_class=HTMLResponse)
+async def online(request: Request, name: str, window: str = Query("day", max_length=20)):
+    """Observations, quality per window, drift monitors and alias history of one calibrator."""
+    service = service_of(request)
+
+    def build() -> str:
+        calibrator = service.get_calibrator(name)
+        query = quality.QualityQuery(window=window, bootstrap=QUALITY_BOOTSTRAP)
+        histories = [promotion.history(service.db, name, alias) for alias in calibrator["aliases"]]
+        return online_page(name, service.observations.summary(name), quality.quality(service, name, query),
+                           drift_alarms.alarms(service.db, name), histories, signed_in(request))
+
+    return await render(request, build)
 
 
 @router.get("/jobs", response_class=HTMLResponse)

@@ -344,3 +344,46 @@ def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, tmp_
             assert isolated.elsewhere == []
         finally:
             isolated.context.close()
+
+
+def test_the_online_page_shows_observations_quality_alarms_and_alias_history(page, server, shots):
+    """A calibrator with logged predictions labelled later, uploads, two versions and alias moves:
+    its online page shows what the API's observations, quality, alarms and alias history say."""
+    api = server[1]
+    name = "dash-online"
+    logits, labels = make_reference_input(n=1200, k=4, seed=9)
+    fit = {"method": "temperature", "logits": logits[:400].tolist(), "labels": labels[:400].tolist()}
+    assert api.post(f"/v1/calibrators/{name}/versions", json=fit).status_code == 201
+    assert api.put(f"/v1/calibrators/{name}/aliases/production", json={"version": 1}).status_code == 200
+    assert api.put(f"/v1/calibrators/{name}/logging", json={"sample_rate": 1}).status_code == 200
+    served = api.post(f"/v1/calibrators/{name}@production/calibrate", json={"logits": logits[400:800].tolist()})
+    ids = served.json()["ids"]
+    assert api.post(f"/v1/calibrators/{name}/labels", json={"ids": ids, "labels": labels[400:800].tolist()}).json()[
+        "labelled"] == 400
+    assert api.post(f"/v1/calibrators/{name}/observations", json={"logits": logits[800:].tolist(),
+                                                                  "labels": labels[800:].tolist()}).status_code == 201
+    assert api.post(f"/v1/calibrators/{name}/versions", json={**fit, "logits": logits[:800].tolist(),
+                                                               "labels": labels[:800].tolist()}).status_code == 201
+    assert api.put(f"/v1/calibrators/{name}/aliases/production", json={"version": 2}).status_code == 200
+    assert api.post(f"/v1/calibrators/{name}/alarms/evaluate").status_code == 200
+
+    summary = api.get(f"/v1/calibrators/{name}/observations").json()
+    quality = api.get(f"/v1/calibrators/{name}/quality", params={"window": "day", "bootstrap": 100}).json()
+    alarms = api.get(f"/v1/calibrators/{name}/alarms").json()
+    history = api.get(f"/v1/calibrators/{name}/aliases/production/history").json()
+    page.open(f"/ui/calibrators/{name}")
+    page.page.get_by_role("link", name="its online loop").click()
+    page.page.wait_for_load_state("load")
+    text = " ".join(page.page.locator("main").inner_text().split())
+    assert f"{summary['total_rows']} labelled rows of logits (4 classes)" in text
+    assert "100% of the served rows: 400 logged, 400 labelled" in text
+    shown = page.page.locator("tr[data-window]")
+    assert shown.count() == len(quality["windows"]) >= 1
+    for row, window in zip(shown.all(), quality["windows"], strict=True):
+        ece = row.locator("td").nth(1).get_attribute("data-value")
+        assert float(ece) == window["calibrated"]["ece"]["estimate"]
+    assert page.page.locator("tr[data-signal]").count() == len(alarms["monitors"])
+    moves = [m["to_version"] for m in history["moves"]]
+    assert moves == [2, 1] and "Alias production → v2" in text
+    assert page.elsewhere == [] and page.errors == []
+    not_blank(page.page.screenshot(path=str(shots / "online.png"), full_page=True))
