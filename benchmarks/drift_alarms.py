@@ -19,7 +19,12 @@ split; a stream draws test rows with replacement (its labels are the rows' label
   Dirichlet label-prior shift (priors ~ Dir(a * 1) per stream, as Alexandari et al. 2020), a
   "tweak-one" shift (one random class gets prior rho, the others share the rest), and a class
   swap (the labels of random disjoint class pairs exchanged). The delay is the number of labelled
-  rows from the shift to the alarm, its median over the streams that alarmed.
+  rows from the shift to the alarm, its median over the streams that alarmed. The label-free
+  e-process (``calibration.monitoring.label_free_residuals``, the service's ``label_free``
+  monitor) watches the same rows without their labels, against the unshifted test split's mean
+  confidence and mean class probabilities (in the service the reference is estimated from the
+  labelled observations, whose sampling error the 0.02 tolerances cover); it cannot see a class
+  swap, which only the labels show.
 
 Run: ``python benchmarks/drift_alarms.py [streams] [horizon] [shift_streams] [exact_horizon]``
 (default 1000, 100000, 300, 20000; about 7 minutes on one idle core); results in
@@ -131,13 +136,18 @@ def window_ece(confidence: np.ndarray, correct: np.ndarray) -> np.ndarray:
 
 
 def run(served: Served, rng, streams: int, horizon: int, shifted=None, shift_at: int | None = None,
-        exact: bool = False, tolerance: float = TOLERANCE):
+        exact: bool = False, tolerance: float = TOLERANCE, label_free: bool = False):
     """Stream ``horizon`` rows per stream; returns, per alpha, the rows when the e-value first reached
-    1/alpha (-1: never), and the window ECEs (streams x windows). ``exact``: labels drawn from the
-    served probabilities: the boundary of both nulls (then both tolerances are ``tolerance``)."""
+    1/alpha (-1: never), the window ECEs (streams x windows), and with ``label_free`` the rows when
+    the label-free e-process (no labels: against the unshifted split's mean confidence and mean
+    class probabilities) reached 1/0.01. ``exact``: labels drawn from the served probabilities: the
+    boundary of both nulls (then both tolerances are ``tolerance``)."""
     test = DriftTest(alpha=min(ALPHAS), tolerance=tolerance, half_life=HALF_LIFE, shape=(streams,),
                      n_classes=served.k, class_tolerance=tolerance if exact else CLASS_TOLERANCE)
     first = {alpha: np.full(streams, -1) for alpha in ALPHAS}
+    free = DriftTest(alpha=0.01, tolerance=TOLERANCE, half_life=HALF_LIFE, shape=(streams,), n_classes=served.k,
+                     class_tolerance=CLASS_TOLERANCE) if label_free else None
+    reference_confidence, reference_mean = served.confidence.mean(), served.probs.mean(axis=0)
     eces, every = [], np.arange(streams)[:, None]
     step = max(1, min(BLOCK, 300_000 // (streams * served.k)))  # rows per update: temporaries in cache
     for start in range(0, horizon, BLOCK):
@@ -157,12 +167,14 @@ def run(served: Served, rng, streams: int, horizon: int, shifted=None, shift_at:
             class_residuals = probs[rows[:, part]]
             class_residuals[every, np.arange(class_residuals.shape[1])[None, :], labels[:, part]] -= 1.0
             test.update(residuals[:, part], class_residuals)
+            if free is not None:
+                free.update(confidence[:, part] - reference_confidence, probs[rows[:, part]] - reference_mean)
             for alpha in ALPHAS:  # the first row at which the e-value reached 1/alpha
                 crossed = test.trajectory >= np.log(1 / alpha)
                 hit = (first[alpha] < 0) & crossed.any(axis=1)
                 first[alpha][hit] = start + at + crossed[hit].argmax(axis=1) + 1
         eces.append(window_ece(confidence, correct.astype(np.float64)))
-    return first, np.column_stack(eces)
+    return first, np.column_stack(eces), (free.alarm_at if free is not None else None)
 
 
 def main():
@@ -182,8 +194,8 @@ def main():
         class_gap = np.abs(served.probs.mean(axis=0) - served.class_count / len(served.labels)).max()
         for exact in (False, True):
             started = time.perf_counter()
-            alarms, eces = run(served, rng, streams, exact_horizon if exact else horizon, exact=exact,
-                               tolerance=0.0 if exact else TOLERANCE)
+            alarms, eces, _ = run(served, rng, streams, exact_horizon if exact else horizon, exact=exact,
+                                  tolerance=0.0 if exact else TOLERANCE)
             seconds[name, exact] = time.perf_counter() - started
             levels = {level: float(np.quantile(eces, level)) for level in (0.95, 0.99)}
             if not exact:
@@ -203,7 +215,8 @@ def main():
             print(row, f"{seconds[name, exact]:.0f} s", flush=True)
         for kind, size in SHIFTS:
             shifted = shift_sampler(served, rng, shift_streams, kind, size)
-            alarms, eces = run(served, rng, shift_streams, SHIFT_AT + AFTER, shifted, SHIFT_AT)
+            alarms, eces, free = run(served, rng, shift_streams, SHIFT_AT + AFTER, shifted, SHIFT_AT, label_free=True)
+            free_delays = free[free > SHIFT_AT] - SHIFT_AT
             at = alarms[0.01]
             before = int(((at >= 0) & (at <= SHIFT_AT)).sum())
             delays = at[at > SHIFT_AT] - SHIFT_AT
@@ -213,7 +226,9 @@ def main():
             window_delays = (windows[windows >= 0] + 1) * WINDOW
             shift_rows.append([name, kind, size, before,
                                f"{len(delays) / shift_streams:.3f}", _median(delays),
-                               f"{len(window_delays) / shift_streams:.3f}", _median(window_delays)])
+                               f"{len(window_delays) / shift_streams:.3f}", _median(window_delays),
+                               int(((free >= 0) & (free <= SHIFT_AT)).sum()),
+                               f"{len(free_delays) / shift_streams:.3f}", _median(free_delays)])
             print(shift_rows[-1], flush=True)
     env = environment(["numpy", "scipy"])
     notes = (f"Streams: {streams} x {horizon} rows per data set without shift ({max(seconds.values()):.0f} s at "
@@ -230,7 +245,8 @@ def main():
     text = (Path(__file__).parent / "results" / "drift_alarms.md").read_text()
     header = ["data set", "shift", "size", "e-process false alarms before the shift",
               f"e-process (alpha 0.01) detected within {AFTER}", "median delay (rows)",
-              "window ECE > q99 detected", "median delay (rows)"]
+              "window ECE > q99 detected", "median delay (rows)", "label-free false alarms before",
+              "label-free e-process detected", "median delay (logged rows)"]
     lines = ["", "## Injected shifts", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in shift_rows]
     (Path(__file__).parent / "results" / "drift_alarms.md").write_text(text + "\n".join(lines) + "\n")
