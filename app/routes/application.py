@@ -18,6 +18,7 @@ from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine
 from ..main_info import server_version
 from ..prediction_log import PredictionLog
+from ..scheduler import Scheduler
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
@@ -76,7 +77,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         await run_in_threadpool(jobs.recover)
         prediction_log.start()
+        scheduler.start()
         yield
+        await run_in_threadpool(scheduler.stop)
         await run_in_threadpool(prediction_log.stop)
         jobs.shutdown()
         work_pool.shutdown()
@@ -98,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                            observation_caps=(settings.max_observation_rows,
                                                              settings.max_observation_bytes,
                                                              settings.max_fit_entries))
+    scheduler = Scheduler(app.state.service, settings.schedule_seconds)
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import httpx
 import numpy as np
@@ -159,3 +160,39 @@ def test_fit_on_uploaded_observations_equals_the_inline_fit(kind, request, tmp_p
         tail = cal.create("temperature").fit(val[-1500:].astype(np.float64), labels[-1500:])
         assert last["n_samples"] == 1500
         assert last["parameters"]["temperature"] == tail.temperature_
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_refit_policy_fires_on_its_own_once_across_two_processes(kind, request, tmp_path):
+    """With CALIBRATION_SCHEDULE_SECONDS each API process checks the refit policies; two processes
+    checking the same policy submit one refit job when its trigger fires, and the refit stores a
+    version fitted on the newest observations."""
+    url = request.getfixturevalue(f"{kind}_url")
+    _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
+    env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_JOB_ENGINE": "embedded"}  # no worker here
+    with live_server(url, workers=2, env=env, log_file=tmp_path / "server.log") as base, \
+            httpx.Client(base_url=base, timeout=120) as client:
+        _ok(client.post("/v1/calibrators/sched/versions", json={"method": "temperature", "logits": val[:500].tolist(),
+                                                                "labels": labels[:500].tolist()}), 201)
+        _ok(client.put("/v1/calibrators/sched/policy", json={"every_labels": 1000, "last": 1000, "holdout": 0,
+                                                             "method": "temperature"}))
+        _ok(client.post("/v1/calibrators/sched/observations", json={"logits": val[:600].tolist(),
+                                                                    "labels": labels[:600].tolist()}), 201)
+        time.sleep(1.5)  # 600 new labels: below the trigger, nothing submitted
+        assert [j for j in client.get("/v1/jobs").json()["jobs"] if j["kind"] == "refit"] == []
+        _ok(client.post("/v1/calibrators/sched/observations", json={"logits": val[600:1200].tolist(),
+                                                                    "labels": labels[600:1200].tolist()}), 201)
+        deadline = time.monotonic() + 60
+        while True:
+            refits = [j for j in client.get("/v1/jobs").json()["jobs"] if j["kind"] == "refit"]
+            if refits and refits[0]["status"] not in ("queued", "running"):
+                break
+            assert time.monotonic() < deadline, refits
+            time.sleep(0.2)
+        time.sleep(1.0)  # both processes have checked again since
+        refits = [j for j in client.get("/v1/jobs").json()["jobs"] if j["kind"] == "refit"]
+        assert len(refits) == 1 and refits[0]["status"] == "succeeded", refits
+        newest = client.get("/v1/calibrators/sched/versions").json()["versions"][0]
+        direct = cal.create("temperature").fit(val[200:1200].astype(np.float64), labels[200:1200])
+        assert newest["version"] == 2 and newest["n_samples"] == 1000
+        assert newest["parameters"]["temperature"] == direct.temperature_
