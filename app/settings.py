@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     sync_budget_seconds: float = Field(10.0, ge=0, description="A fit or comparison estimated to take longer "
                                        "than this runs as a job (202) even without Prefer: respond-async.")
     job_fan_out: str = Field("auto", pattern=r"^(auto|on|off)$",
-                             description="Comparison jobs run as one part job per candidate and fold: `auto` "
+                             description="Comparison jobs run as one part job per fold: `auto` "
                                          "where other workers can take the parts (Procrastinate), `on` also in the "
                                          "embedded pool, `off` never.")
     worker_shutdown_seconds: float = Field(60.0, ge=0, description="How long a stopping worker waits for its "

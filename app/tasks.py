@@ -107,11 +107,11 @@ def _fan_out(db: Database, job_id: str, progress: JobProgress):
     with db.read() as session:
         calibrator = job_store.get_job(session, job_id).calibrator
 
-    def run(candidates: int, folds: int):
+    def run(folds: int):
         engine = ProcrastinateEngine(settings.database_url) if engine_name == "procrastinate" else None
         try:
             return fan_out.run_compare_in_parts(
-                db, job_id, candidates, folds, calibrator, engine.enqueue if engine else (lambda _part: None),
+                db, job_id, folds, calibrator, engine.enqueue if engine else (lambda _part: None),
                 lambda part_id: run_job(settings.database_url, part_id), progress)
         finally:
             if engine is not None:
@@ -121,7 +121,7 @@ def _fan_out(db: Database, job_id: str, progress: JobProgress):
 
 
 def _run_part(db: Database, service: CalibrationService, job_id: str, request: dict, progress: JobProgress) -> None:
-    """One candidate on one fold of a fanned-out comparison; cancelled when its parent is no longer running."""
+    """One fold of a fanned-out comparison; cancelled when its parent is no longer running."""
     with db.read() as session:
         parent = job_store.get_job(session, request["parent"])
         running = parent is not None and parent.status == "running"
@@ -131,7 +131,7 @@ def _run_part(db: Database, service: CalibrationService, job_id: str, request: d
         _finish(db, job_id, "cancelled")
         return
     batch = batch_of_job(parent_request, payload, CompareFields)
-    comparison = service.comparisons.compare_part(batch, request["candidate"], request["fold"], progress)
+    comparison = service.comparisons.compare_part(batch, request["fold"], progress)
     _finish(db, job_id, "succeeded", result=fan_out.part_result(comparison))
 
 

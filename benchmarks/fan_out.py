@@ -1,13 +1,13 @@
 """A comparison fanned out over workers (#18): one ``/v1/compare`` job of the 7 default candidates
 x 5 folds on 50000 x 100 (CIFAR-100 WRN-16-4 validation outputs resampled), run by 1, 2 and 4
 ``calibration-service worker`` processes on Procrastinate, with the comparison as one part job per
-candidate and fold (``CALIBRATION_JOB_FAN_OUT=auto``) and, for reference, as one job
-(``CALIBRATION_JOB_FAN_OUT=off``, 1 worker). Wall time from submission to the job's success; the cases alternate for
-``--rounds`` rounds.
+fold (``CALIBRATION_JOB_FAN_OUT=auto``) and, for reference, as one job
+(``CALIBRATION_JOB_FAN_OUT=off``, 1 worker). Wall time from submission to the job's success; the
+cases alternate for ``--rounds`` rounds.
 
 This machine has 2 cores: a third and fourth worker only share them, so 2 workers bound the
-speed-up here (the parts are CPU-bound numpy; at most ~2x), and the slowest candidate (one part)
-bounds it everywhere. Run: ``python benchmarks/fan_out.py [--rows 50000 --workers 1,2,4]``.
+speed-up here (the parts are CPU-bound numpy; at most ~2x), and 5 folds bound it everywhere.
+Run: ``python benchmarks/fan_out.py [--rows 50000 --workers 1,2,4 --rounds 3]``.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main() -> None:
     try:
         upgrade(url)
         with live_server(url, env=ENV) as base, httpx.Client(base_url=base, timeout=600) as http:
-            cases = [("one job", 1, "off")] + [("one part per candidate and fold", int(w), "auto")
+            cases = [("one job", 1, "off")] + [("one part per fold", int(w), "auto")
                                                for w in args.workers.split(",")]
             times: dict[tuple, list[float]] = {case: [] for case in cases}
             details: dict[tuple, tuple] = {}
