@@ -1,10 +1,15 @@
 """Work that runs on its own, off the request path: every ``CALIBRATION_SCHEDULE_SECONDS`` a
-thread of each API process checks every calibrator's refit policy (``app.policies.run``), which
-submits a refit job when its trigger fired (N new labels, a drift alarm, a schedule).
+thread of each API process
+- submits an ``alarms`` job (``app.drift_alarms.evaluate``: the drift monitors brought up to date)
+  for each calibrator whose observations or prediction log grew since the thread last looked, and
+- checks every calibrator's refit policy (``app.policies.run``), which submits a refit job when its
+  trigger fired (N new labels, a drift alarm, a schedule).
 
 Several API processes (or replicas) may check at once: ``policies.run`` takes the calibrator's row
 lock and records the run in the same transaction, so a trigger submits one job, not one per
-process. A failing check is logged and tried again at the next tick; it never stops the thread.
+process; two ``alarms`` jobs for the same rows are harmless (a monitor is saved only if no other
+evaluation moved it meanwhile), merely redundant. A failing check is logged and tried again at the
+next tick; it never stops the thread.
 """
 
 from __future__ import annotations
@@ -12,11 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from . import policies
 from .errors import ServiceError
-from .models import CalibratorRow
+from .models import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 from .promotion_models import RefitPolicyRow
 
 logger = logging.getLogger(__name__)
@@ -29,16 +34,39 @@ def policy_names(db) -> list[str]:
             RefitPolicyRow, RefitPolicyRow.calibrator_id == CalibratorRow.id).order_by(CalibratorRow.name)))
 
 
+def data_marks(db) -> dict[str, tuple[int, int]]:
+    """Per calibrator with data, the newest observation chunk id and prediction chunk id."""
+    marks: dict[str, list[int]] = {}
+    with db.read() as session:
+        for table, slot in ((ObservationChunkRow, 0), (PredictionChunkRow, 1)):
+            rows = session.execute(select(CalibratorRow.name, func.max(table.id))
+                                   .join(table, table.calibrator_id == CalibratorRow.id).group_by(CalibratorRow.name))
+            for name, newest in rows:
+                marks.setdefault(name, [0, 0])[slot] = newest
+    return {name: (a, b) for name, (a, b) in marks.items()}
+
+
 class Scheduler:
     def __init__(self, service, seconds: float):
         self.service = service
         self.seconds = seconds
+        self.seen: dict[str, tuple[int, int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def tick(self) -> list[dict]:
-        """Check every policy once; returns the jobs submitted."""
+        """Look once: alarm evaluations where data arrived, then every policy; returns the jobs submitted."""
         submitted = []
+        if self.service.prediction_log is not None:  # this process's served rows, not only the flushed ones
+            self.service.prediction_log.flush()
+        for name, mark in data_marks(self.service.db).items():
+            if self.seen.get(name) != mark:
+                try:
+                    submitted.append(self.service.jobs.submit("alarms", name, {}, None))
+                except ServiceError as error:  # the queue full: the next tick tries again
+                    logger.info("drift monitors of %s not evaluated: %s", name, error.detail)
+                    continue
+                self.seen[name] = mark
         for name in policy_names(self.service.db):
             try:
                 fired, answer = policies.run(self.service, name)

@@ -109,8 +109,9 @@ class Settings(BaseSettings):
                                               "(0: kept until deleted).")
     prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions older than this "
                                                  "are deleted, labelled or not (0: kept).")
-    schedule_seconds: float = Field(60.0, ge=0, description="How often each API process checks the refit "
-                                    "policies (a fired one submits a refit job); 0 turns the checks off.")
+    schedule_seconds: float = Field(60.0, ge=0, description="How often each API process submits drift-monitor "
+                                    "jobs where observations or logged predictions arrived, and checks the refit "
+                                    "policies (a fired one submits a refit job); 0 turns both off.")
     retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the retention settings "
                                               "are applied.")
 

@@ -10,7 +10,9 @@ import os
 import socket
 import threading
 
-from . import fan_out, job_store, policies
+from calibration import json_safe
+
+from . import drift_alarms, fan_out, job_store, policies
 from .db import Database
 from .errors import ServiceError
 from .job_inputs import batch_of_job
@@ -75,6 +77,8 @@ def _run_claimed(db: Database, job_id: str) -> None:
             batch = batch_of_job(request, payload, CompareFields)
             result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
             _finish(db, job_id, "succeeded", result=result)
+        elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.scheduler)
+            _finish(db, job_id, "succeeded", result=json_safe(drift_alarms.evaluate(service, calibrator)))
         elif kind == fan_out.PART:
             _run_part(db, service, job_id, request, progress)
         elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote

@@ -196,3 +196,32 @@ def test_a_refit_policy_fires_on_its_own_once_across_two_processes(kind, request
         direct = cal.create("temperature").fit(val[200:1200].astype(np.float64), labels[200:1200])
         assert newest["version"] == 2 and newest["n_samples"] == 1000
         assert newest["parameters"]["temperature"] == direct.temperature_
+
+
+def test_drift_monitors_are_evaluated_as_jobs_when_labels_arrive(sqlite_url, tmp_path):
+    """With CALIBRATION_SCHEDULE_SECONDS the API submits an ``alarms`` job once labels or logged
+    predictions arrive: the monitors are up to date without anyone calling alarms/evaluate, and
+    they hold what an explicit evaluation computes."""
+    _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
+    env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_LOG_FLUSH_SECONDS": "0.2"}
+    with live_server(sqlite_url, env=env, log_file=tmp_path / "server.log") as base, \
+            httpx.Client(base_url=base, timeout=120) as client:
+        _ok(client.post("/v1/calibrators/watched/versions", json={"method": "temperature",
+                                                                  "logits": val[:2000].tolist(),
+                                                                  "labels": labels[:2000].tolist()}), 201)
+        _ok(client.put("/v1/calibrators/watched/logging", json={"sample_rate": 1}))
+        ids = _ok(client.post("/v1/calibrators/watched/calibrate", json={"logits": val[2000:3000].tolist()}))["ids"]
+        _ok(client.post("/v1/calibrators/watched/labels", json={"ids": ids, "labels": labels[2000:3000].tolist()}))
+        deadline = time.monotonic() + 60
+        while True:
+            monitors = _ok(client.get("/v1/calibrators/watched/alarms"))["monitors"]
+            labelled = [m for m in monitors if m["signal"] == "labelled"]
+            if labelled and labelled[0]["n_rows"] == 1000:
+                break
+            assert time.monotonic() < deadline, monitors
+            time.sleep(0.2)
+        jobs = [j for j in _ok(client.get("/v1/jobs"))["jobs"] if j["kind"] == "alarms"]
+        assert jobs and all(j["calibrator"] == "watched" for j in jobs)
+        again = _ok(client.post("/v1/calibrators/watched/alarms/evaluate"))  # nothing new: the same state
+        assert [m["log_e_value"] for m in again["monitors"] if m["signal"] == "labelled"] == [
+            labelled[0]["log_e_value"]]
