@@ -93,6 +93,16 @@ def job_view(row) -> dict:
             "updated_at": row.updated_at}
 
 
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def limit_blas_threads(threads: int) -> None:
+    """Give processes spawned from now on ``threads`` BLAS threads each (they read these variables
+    when they import numpy), unless the environment already says."""
+    for variable in BLAS_VARIABLES:
+        os.environ.setdefault(variable, str(threads))
+
+
 def _die_with_parent() -> None:
     """A pool process exits when the API process that started it dies (it is re-parented), so
     its job's heartbeat stops with it instead of an orphan running on unseen. (Not
@@ -112,7 +122,8 @@ class EmbeddedEngine:
     """Jobs in a pool of processes of the API process (spawned: no threads or locks inherited)."""
 
     def __init__(self, task: Callable[[str, str, float], None], database_url: str, processes: int,
-                 heartbeat_seconds: float):
+                 heartbeat_seconds: float, blas_threads: int = 1):
+        limit_blas_threads(blas_threads)
         self.task = task
         self.database_url = database_url
         self.heartbeat_seconds = heartbeat_seconds

@@ -68,6 +68,10 @@ class Settings(BaseSettings):
                                         "`procrastinate` (workers sharing the Postgres queue), or `auto` "
                                         "(procrastinate on Postgres, embedded on SQLite).")
     job_processes: int = Field(2, ge=1, le=64, description="Processes of the embedded job pool.")
+    job_blas_threads: int = Field(1, ge=1, le=256, description="BLAS threads of each job process (worker and "
+                                  "embedded pool): the processes are the parallelism; two processes of two BLAS "
+                                  "threads each on two cores ran a comparison 2x slower than one. An explicit "
+                                  "OPENBLAS_NUM_THREADS/OMP_NUM_THREADS in the environment wins.")
     job_queue_limit: int = Field(100, ge=1, description="Jobs queued or running at most; a new job beyond "
                                  "this is refused with 503 and Retry-After.")
     sync_budget_seconds: float = Field(10.0, ge=0, description="A fit or comparison estimated to take longer "

@@ -15,7 +15,7 @@ import signal
 import sys
 
 from .db import normalise_url
-from .jobs import PROCRASTINATE_QUEUE
+from .jobs import PROCRASTINATE_QUEUE, limit_blas_threads
 from .settings import get_settings
 
 
@@ -35,6 +35,7 @@ def run_workers(concurrency: int | None) -> int:
               "process runs jobs itself", file=sys.stderr)
         return 2
     count = concurrency or os.cpu_count() or 1
+    limit_blas_threads(settings.job_blas_threads)
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=_run_one, args=(f"worker-{os.getpid()}-{i}",), name=f"worker-{i}")
                  for i in range(count)]

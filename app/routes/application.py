@@ -55,7 +55,8 @@ def job_engine(settings: Settings):
         engine = "embedded" if normalise_url(settings.database_url).get_backend_name() == "sqlite" else "procrastinate"
     if engine == "procrastinate":
         return ProcrastinateEngine(settings.database_url)
-    return EmbeddedEngine(run_job, settings.database_url, settings.job_processes, settings.job_stale_seconds / 10)
+    return EmbeddedEngine(run_job, settings.database_url, settings.job_processes, settings.job_stale_seconds / 10,
+                          settings.job_blas_threads)
 
 
 def integrity_key(settings: Settings) -> bytes | None:
