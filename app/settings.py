@@ -116,6 +116,8 @@ class Settings(BaseSettings):
     schedule_seconds: float = Field(60.0, ge=0, description="How often each API process submits drift-monitor "
                                     "jobs where observations or logged predictions arrived, and checks the refit "
                                     "policies (a fired one submits a refit job); 0 turns both off.")
+    alarm_webhook_url: str | None = Field(None, pattern=r"^https?://", description="New drift alarms are POSTed "
+                                          "here as JSON (Slack-compatible `text` plus the alarms); unset: none.")
     retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the retention settings "
                                               "are applied.")
 

@@ -12,7 +12,7 @@ import threading
 
 from calibration import json_safe
 
-from . import drift_alarms, fan_out, job_store, policies
+from . import drift_alarms, fan_out, job_store, policies, webhooks
 from .db import Database
 from .errors import ServiceError
 from .job_inputs import batch_of_job
@@ -78,7 +78,7 @@ def _run_claimed(db: Database, job_id: str) -> None:
             result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
             _finish(db, job_id, "succeeded", result=result)
         elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.scheduler)
-            _finish(db, job_id, "succeeded", result=json_safe(drift_alarms.evaluate(service, calibrator)))
+            _finish(db, job_id, "succeeded", result=json_safe(_evaluate_alarms(service, calibrator)))
         elif kind == fan_out.PART:
             _run_part(db, service, job_id, request, progress)
         elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
@@ -92,6 +92,16 @@ def _run_claimed(db: Database, job_id: str) -> None:
     except Exception:  # a bug: the job says so instead of staying "running" for ever
         logger.exception("job %s failed", job_id)
         _finish(db, job_id, "failed", error=INTERNAL_ERROR)
+
+
+def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
+    """The drift monitors brought up to date; new alarms told to CALIBRATION_ALARM_WEBHOOK_URL."""
+    result = drift_alarms.evaluate(service, name)
+    url = get_settings().alarm_webhook_url
+    if url and result["new_alarms"]:
+        result["webhook"] = webhooks.post_alarms(url, webhooks.alarm_message(name, result["new_alarms"],
+                                                                              result["monitors"]))
+    return result
 
 
 def _engine_name(settings) -> str:

@@ -225,3 +225,52 @@ def test_drift_monitors_are_evaluated_as_jobs_when_labels_arrive(sqlite_url, tmp
         again = _ok(client.post("/v1/calibrators/watched/alarms/evaluate"))  # nothing new: the same state
         assert [m["log_e_value"] for m in again["monitors"] if m["signal"] == "labelled"] == [
             labelled[0]["log_e_value"]]
+
+
+def test_a_drift_alarm_is_posted_to_the_webhook(sqlite_url, tmp_path):
+    """Predictions served over-confident (CIFAR-100 logits scaled by 4 after a fit on the plain ones),
+    labelled later: the scheduled monitor raises an alarm and POSTs it, once, to
+    CALIBRATION_ALARM_WEBHOOK_URL (a real HTTP server here)."""
+    import http.server
+    import threading
+
+    received = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    hook = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    _, probabilities, labels = load_split("cifar100_densenet-bc-100", "val")  # 76% accurate: over-confidence shows
+    val = np.log(np.maximum(probabilities.astype(np.float64), 1e-12))  # its logits, up to a constant per row
+    env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_LOG_FLUSH_SECONDS": "0.2",
+           "CALIBRATION_ALARM_WEBHOOK_URL": f"http://127.0.0.1:{hook.server_port}/alarms"}
+    try:
+        with live_server(sqlite_url, env=env, log_file=tmp_path / "server.log") as base, \
+                httpx.Client(base_url=base, timeout=120) as client:
+            _ok(client.post("/v1/calibrators/drifty/versions", json={"method": "temperature",
+                                                                     "logits": val[:2000].tolist(),
+                                                                     "labels": labels[:2000].tolist()}), 201)
+            _ok(client.put("/v1/calibrators/drifty/logging", json={"sample_rate": 1}))
+            shifted = (val[2000:5000] * 4).tolist()
+            ids = _ok(client.post("/v1/calibrators/drifty/calibrate", json={"logits": shifted}))["ids"]
+            _ok(client.post("/v1/calibrators/drifty/labels", json={"ids": ids, "labels": labels[2000:5000].tolist()}))
+            deadline = time.monotonic() + 60
+            while not received:
+                assert time.monotonic() < deadline, _ok(client.get("/v1/calibrators/drifty/alarms"))
+                time.sleep(0.2)
+            time.sleep(1.5)  # later evaluations find no new alarm: nothing more is posted
+            alarms = _ok(client.get("/v1/calibrators/drifty/alarms"))["alarms"]
+    finally:
+        hook.shutdown()
+    assert len(received) == 1, received
+    message = received[0]
+    assert message["calibrator"] == "drifty" and "drift alarm on drifty" in message["text"]
+    assert {(a["version"], a["signal"]) for a in message["alarms"]} <= {(a["version"], a["signal"]) for a in alarms}
+    assert all(a["e_value"] >= 1 / a["alpha"] for a in message["alarms"])
