@@ -2,8 +2,9 @@
 x 5 folds on 50000 x 100 (CIFAR-100 WRN-16-4 validation outputs resampled), run by 1, 2 and 4
 ``calibration-service worker`` processes on Procrastinate, with the comparison as one part job per
 fold (``CALIBRATION_JOB_FAN_OUT=auto``) and, for reference, as one job
-(``CALIBRATION_JOB_FAN_OUT=off``, 1 worker). Wall time from submission to the job's success; the
-cases alternate for ``--rounds`` rounds.
+(``CALIBRATION_JOB_FAN_OUT=off``, 1 worker). Wall time from submission to the job's success, once the workers have
+started (``--warmup`` seconds); the cases alternate for ``--rounds`` rounds. Job processes have one
+BLAS thread each (``CALIBRATION_JOB_BLAS_THREADS``).
 
 This machine has 2 cores: a third and fourth worker only share them, so 2 workers bound the
 speed-up here (the parts are CPU-bound numpy; at most ~2x), and 5 folds bound it everywhere.
@@ -69,7 +70,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=50000)
     parser.add_argument("--workers", default="1,2,4")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=8.0, help="seconds for the workers to start")
     args = parser.parse_args()
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     name = f"bench_fan_{uuid.uuid4().hex[:8]}"
@@ -89,6 +91,7 @@ def main() -> None:
                 for case in cases:
                     _, count, fan_out = case
                     workers = start_workers(url, count, {"CALIBRATION_JOB_FAN_OUT": fan_out})
+                    time.sleep(args.warmup)  # the processes import numpy, scipy and Procrastinate first
                     try:
                         seconds, result, parts = run(http, content)
                     finally:
