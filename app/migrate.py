@@ -51,6 +51,12 @@ LOSS_NAMES = {
     "aliases": ("alias", "aliases"),
     "api_keys": ("API key", "API keys"),
     "jobs": ("job", "jobs"),
+    "alias_moves": ("recorded alias move", "recorded alias moves"),
+    "observation_chunks": ("chunk of observations", "chunks of observations"),
+    "prediction_chunks": ("chunk of logged predictions", "chunks of logged predictions"),
+    "logged_predictions": ("logged prediction id", "logged prediction ids"),
+    "evaluations": ("evaluation", "evaluations"),
+    "drift_monitors": ("drift monitor", "drift monitors"),
 }
 
 

@@ -45,7 +45,7 @@ def _set_gate(service: CalibrationService, name: str, alias: str, data) -> dict:
 
 
 @router.put("/calibrators/{name}/aliases/{alias}/gate", summary="Require evidence to move an alias",
-            responses=problems(404, 415, 422), openapi_extra=body(GateRequest), dependencies=[WRITE])
+            responses=problems(400, 404, 413, 415, 422), openapi_extra=body(GateRequest), dependencies=[WRITE])
 async def alias_gate(request: Request, name: str = NAME, alias: str = ALIAS):
     """With `require_evaluation`, the alias moves only with an evaluation whose verdict favours the
     new version over its current one (PUT .../aliases/{alias} with `evaluation`)."""
@@ -63,7 +63,8 @@ def _set_serving(service: CalibrationService, name: str, data) -> dict:
 
 
 @router.put("/calibrators/{name}/serving", summary="Set what an unversioned /v2 call serves",
-            responses=problems(404, 415, 422), openapi_extra=body(ServingRequest), dependencies=[WRITE])
+            responses=problems(400, 404, 409, 413, 415, 422), openapi_extra=body(ServingRequest),
+            dependencies=[WRITE])
 async def put_serving(request: Request, name: str = NAME):
     """`latest` (the default) or an alias such as `production`: `/v2/models/{name}/infer` then
     serves that alias, so a new fit changes nothing for /v2 callers until the alias moves."""
@@ -75,7 +76,8 @@ def _evaluate(service: CalibrationService, name: str, data) -> dict:
 
 
 @router.post("/calibrators/{name}/evaluations", status_code=201, summary="Evaluate a challenger against a champion",
-             responses=problems(404, 413, 415, 422), openapi_extra=body(EvaluationRequest), dependencies=[WRITE])
+             responses=problems(400, 404, 409, 413, 415, 422), openapi_extra=body(EvaluationRequest),
+             dependencies=[WRITE])
 async def create_evaluation(request: Request, name: str = NAME):
     """Both versions on the same stored observations that neither was fitted on (by default those
     created after both versions): NLL and Brier of each, their difference (challenger - champion)
@@ -96,7 +98,8 @@ def _set_policy(service: CalibrationService, name: str, data) -> dict:
     return policies.set_policy(service.db, name, decode_fields(data, RefitPolicy))
 
 
-@router.put("/calibrators/{name}/policy", summary="Set the refit policy", responses=problems(404, 415, 422),
+@router.put("/calibrators/{name}/policy", summary="Set the refit policy",
+            responses=problems(400, 404, 413, 415, 422),
             openapi_extra=body(RefitPolicy), dependencies=[WRITE])
 async def put_policy(request: Request, name: str = NAME):
     """When to refit (every N new labelled observations, on a drift alarm, on a schedule), on which

@@ -41,14 +41,15 @@ def database(sqlite_url, monkeypatch):
     get_settings.cache_clear()
 
 
-def _fill(url: str) -> None:
-    """2 calibrators with 3 versions and 1 alias between them."""
+def _fill(url: str, alias: bool = True) -> None:
+    """2 calibrators with 3 versions and 1 alias between them (its move recorded)."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     with TestClient(create_app(Settings(database_url=url))) as client:
         for name in ("a", "a", "b"):
             assert client.post(f"/v1/calibrators/{name}/versions", json=FIT).status_code == 201
-        assert client.put("/v1/calibrators/a/aliases/production", json={"version": 2}).status_code == 200
+        if alias:
+            assert client.put("/v1/calibrators/a/aliases/production", json={"version": 2}).status_code == 200
     root.handlers, root.level = handlers, level  # the app configured its JSON logs
 
 
@@ -76,22 +77,23 @@ def test_a_downgrade_that_would_lose_data_asks_for_yes(database, capsys):
     assert cli.main(["migrate", "--downgrade", "base"]) == 2
     assert _said(capsys) == (
         "error: downgrading to base drops or changes tables that hold 2 calibrators, 3 versions, 1 alias, "
-        "1 API key (calibrators, calibrator_versions, aliases, api_keys); their data would be lost. "
-        "Run again with --yes to proceed.\n")
+        "1 API key, 1 recorded alias move (calibrators, calibrator_versions, aliases, api_keys, alias_moves); "
+        "their data would be lost. Run again with --yes to proceed.\n")
     assert _state(database) == before  # nothing happened
     assert cli.main(["migrate", "--downgrade", "base", "--yes"]) == 0
     assert _said(capsys) == ("downgrading to base: dropping or changing 2 calibrators, 3 versions, "
-                                       "1 alias, 1 API key\n")
+                             "1 alias, 1 API key, 1 recorded alias move\n")
     assert _state(database) == (None, {})
 
 
 def test_only_the_tables_the_downgrade_touches_count(database, capsys):
     _fill(database)
     keys.create_key(Database(database), "ops", ["read"])
-    assert cli.main(["migrate", "--downgrade", "0002"]) == 2  # 0003 made api_keys: the calibrators stay
+    # 0003 made api_keys, 0006 a column of calibrators (its logging rate), 0008 alias_moves: the versions stay
+    assert cli.main(["migrate", "--downgrade", "0002"]) == 2
     assert _said(capsys) == (
-        "error: downgrading to 0002 drops or changes tables that hold 1 API key (api_keys); their data would "
-        "be lost. Run again with --yes to proceed.\n")
+        "error: downgrading to 0002 drops or changes tables that hold 2 calibrators, 1 API key, 1 recorded alias "
+        "move (calibrators, api_keys, alias_moves); their data would be lost. Run again with --yes to proceed.\n")
     assert cli.main(["migrate", "--downgrade", "0002", "--yes"]) == 0
     revision, counts = _state(database)
     assert revision == "0002" and "api_keys" not in counts
@@ -99,10 +101,10 @@ def test_only_the_tables_the_downgrade_touches_count(database, capsys):
 
 
 def test_a_downgrade_that_loses_nothing_runs_without_yes(database, capsys):
-    _fill(database)  # calibrators, but no keys and no jobs
-    assert cli.main(["migrate", "--downgrade", "0002"]) == 0
+    _fill(database, alias=False)  # calibrators, but no alias moves, evaluations or policies (0008's tables)
+    assert cli.main(["migrate", "--downgrade", "0007"]) == 0
     assert _said(capsys) == ""
-    assert _state(database)[0] == "0002"
+    assert _state(database)[0] == "0007"
     assert cli.main(["migrate"]) == 0
     assert _state(database)[0] == head_revision()
 
