@@ -57,6 +57,16 @@ def id_prefix(generated: list[str]) -> str:
     return generated[0].rsplit("-", 1)[0] + "-"
 
 
+def log_served(log: PredictionLog | None, loaded, kind: str, values, ids: list[str] | None):
+    """Hand served inputs to the prediction log when the calibrator logs (``(ids, rows kept)``),
+    else ``(ids, None)``; client ids are checked either way."""
+    if ids is not None:
+        check_ids(ids, len(values))
+    if loaded.resolved.log_rate <= 0 or log is None:
+        return ids, None
+    return log.record(loaded.resolved, kind, loaded.calibrator.n_classes_, values, ids)
+
+
 @dataclass
 class _Pending:
     calibrator_id: int

@@ -98,4 +98,5 @@ def fit_report(inputs: cal.InputBatch, predict, labels: np.ndarray, n_bins: int 
     after = evaluation(predict(inputs), labels, n_bins)
     gain = before["metrics"]["brier"] - after["metrics"]["brier"]
     return {"n_samples": int(labels.shape[0]), "n_classes": n_classes, "n_bins": n_bins,
+            "class_counts": np.bincount(labels, minlength=n_classes).tolist(),  # the priors of app.prior_shift
             "before": before, "after": after, "calibration_gain": finite_or_none(gain)}

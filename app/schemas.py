@@ -73,6 +73,8 @@ class CalibrateFields(Strict):
     input_check: bool = input_check_field()
     ids: list[PredictionId] | None = Field(None, description="Prediction ids, one per row, to join labels later "
                                                               "(logging on); without them ids are generated")
+    priors: list[float] | None = Field(None, description="Production class priors: posteriors re-weighted to them")
+    source_priors: list[float] | None = Field(None, description="Priors to re-weight from (default: the fit's)")
 
 
 class CalibrateRequest(CalibrateFields, Arrays):

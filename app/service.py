@@ -15,7 +15,7 @@ import numpy as np
 
 import calibration as cal
 
-from . import integrity, promotion, reports, store
+from . import integrity, prior_shift, promotion, reports, store
 from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .comparisons import Comparisons
@@ -36,7 +36,7 @@ from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
 from .names import Reference, check_name
 from .observations import Observations, shape_of_index
-from .prediction_log import PredictionLog, check_ids, id_prefix
+from .prediction_log import PredictionLog, id_prefix, log_served
 from .schemas import EvaluationFields, FitFields
 from .views import version_view
 
@@ -237,19 +237,13 @@ class CalibrationService:
     def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch) -> CalibratedBatch:
         inputs, _ = self._checked_inputs(loaded, batch)
         probabilities = self.predict(loaded, inputs)
+        if batch.fields.priors is not None:  # label shift (app.prior_shift)
+            probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
+                                                 batch.fields.source_priors)
         given = batch.fields.ids
-        ids, logged = self.log_predictions(loaded, batch.kind, batch.values, given)
+        ids, logged = log_served(self.prediction_log, loaded, batch.kind, batch.values, given)
         return CalibratedBatch(loaded.name, loaded.version, probabilities, getattr(inputs, inputs.source),
                                loaded.class_names, ids, logged, id_prefix(ids) if given is None and ids else None)
-
-    def log_predictions(self, loaded: LoadedVersion, kind: str, values, ids: list[str] | None):
-        """Hand served inputs to the prediction log when the calibrator logs (``(ids, rows kept)``),
-        else ``(ids, None)``; client ids are checked either way."""
-        if ids is not None:
-            check_ids(ids, len(values))
-        if loaded.resolved.log_rate <= 0 or self.prediction_log is None:
-            return ids, None
-        return self.prediction_log.record(loaded.resolved, kind, loaded.calibrator.n_classes_, values, ids)
 
     def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):
         inputs, labels = self._checked_inputs(loaded, batch)

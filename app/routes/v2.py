@@ -11,6 +11,7 @@ from ..codecs import dump_json
 from ..errors import NotFound
 from ..main_info import SERVER_NAME, server_version
 from ..names import Reference, is_alias, is_name
+from ..prediction_log import log_served
 from ..service import CalibrationService
 from . import hot_path
 from .auth import READ
@@ -111,7 +112,7 @@ def _infer(service: CalibrationService, name: str, version: str | None, body: by
     request = oip.parse_request(body, header_length, service.limits)
 
     def log(array, ids):
-        return service.log_predictions(loaded, loaded.calibrator.input, array, ids)
+        return log_served(service.prediction_log, loaded, loaded.calibrator.input, array, ids)
 
     return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, loaded.version,
                      service.device.predict, log)

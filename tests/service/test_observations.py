@@ -164,3 +164,29 @@ def test_deleting_a_calibrator_deletes_its_observations_and_log(api):
     _append(api, "m", 0, 10)  # the name again, fresh
     summary = api.get("/v1/calibrators/m/observations").json()
     assert summary["total_rows"] == 10 and summary["prediction_log"]["logged"] == 0
+
+
+def test_calibrate_serves_prior_adjusted_probabilities(api):
+    """``priors`` re-weights the calibrated posteriors from the fit's class frequencies (stored with
+    the version) to the given priors, as calibration.label_shift.adjust_priors does; ``source_priors``
+    overrides the fit's."""
+    from calibration import label_shift
+
+    fitted = api.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                          "labels": LABELS.tolist()}).json()
+    counts = np.bincount(LABELS, minlength=4)
+    assert fitted["report"]["class_counts"] == counts.tolist()
+    plain = np.asarray(api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:50].tolist()}).json()[
+        "probabilities"])
+    target = [0.7, 0.1, 0.1, 0.1]
+    shifted = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:50].tolist(), "priors": target,
+                                                            "outputs": ["probabilities", "predicted_class"]}).json()
+    expected = label_shift.adjust_priors(plain, counts / counts.sum(), target)
+    assert np.allclose(shifted["probabilities"], expected, rtol=0, atol=1e-12)
+    assert shifted["predicted_class"] == expected.argmax(axis=1).tolist()
+    assert (np.asarray(shifted["predicted_class"]) == 0).sum() > (plain.argmax(axis=1) == 0).sum()
+    given = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:50].tolist(), "priors": target,
+                                                          "source_priors": [0.25] * 4}).json()
+    assert np.allclose(given["probabilities"], label_shift.adjust_priors(plain, [0.25] * 4, target), atol=1e-12)
+    wrong = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:5].tolist(), "priors": [0.5, 0.5]})
+    assert wrong.status_code == 422 and "priors" in wrong.json()["detail"]
