@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import InvalidInput
+from .errors import InvalidInput, NotFound
 
 MAX_NAME_LENGTH = 128  # calibrators.name is VARCHAR(128)
 MAX_ALIAS_LENGTH = 64  # aliases.alias is VARCHAR(64)
@@ -48,6 +48,18 @@ def check_alias(alias: str) -> str:
             "a letter ('latest' is reserved)"
         )
     return alias
+
+
+SHADOW_ALIAS = "shadow"  # a version scored on live traffic (evaluations) and never served to callers
+
+
+def check_servable(reference: Reference) -> Reference:
+    """A 404 for the ``shadow`` alias on calibrate and inference: a shadow version is scored on the
+    labels of what the others served, never returned to a caller."""
+    if reference.alias == SHADOW_ALIAS:
+        raise NotFound(f"{reference.name}@{SHADOW_ALIAS} is scored on live traffic, never served: call an alias "
+                       "or version that serves")
+    return reference
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from .. import keys, store
 from ..codecs import dump_json
 from ..decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
 from ..encoding import calibrated_body, calibrated_headers, image_format
-from ..names import Reference, check_alias, check_name
+from ..names import Reference, check_alias, check_name, check_servable
 from ..promotion_schemas import AliasMoveRequest
 from ..schemas import (
     AliasOut,
@@ -77,7 +77,7 @@ def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async:
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
                accept: str | None) -> tuple[bytes, str, dict]:
-    loaded = service.serving(reference)
+    loaded = service.serving(check_servable(reference))
     batch = decode_batch(body, CalibrateFields, need_labels=False, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
     result = service.calibrate(loaded, batch)

@@ -10,7 +10,7 @@ from .. import oip
 from ..codecs import dump_json
 from ..errors import NotFound
 from ..main_info import SERVER_NAME, server_version
-from ..names import Reference, is_alias, is_name
+from ..names import Reference, check_servable, is_alias, is_name
 from ..prediction_log import log_served
 from ..service import CalibrationService
 from . import hot_path
@@ -108,7 +108,7 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
 
 
 def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None):
-    loaded = _serving(service, _reference(name, version), version)
+    loaded = _serving(service, check_servable(_reference(name, version)), version)
     request = oip.parse_request(body, header_length, service.limits)
 
     def log(array, ids):

@@ -336,3 +336,16 @@ def test_the_loop_drift_refit_evaluate_promote_rollback(kind, request, tmp_path)
         moves = _ok(client.get(f"/v1/calibrators/{NAME}/aliases/production/history"))["moves"]
         assert [(m["action"], m["from_version"], m["to_version"], m["evaluation"]) for m in moves] == [
             ("rollback", 2, 1, None), ("set", 1, 2, evaluation["id"]), ("set", None, 1, None)]
+
+
+def test_a_shadow_alias_is_scored_but_never_served(api):
+    """``shadow`` names a version that evaluations score on the labels of what others served; calls
+    to calibrate or infer through it are a 404, on /v1 and /v2."""
+    assert _fit(api, slice(0, 500)) == 1 and _fit(api, slice(500, 1000)) == 2
+    _ok(api.put("/v1/calibrators/demo/aliases/shadow", json={"version": 2}))
+    refused = api.post("/v1/calibrators/demo@shadow/calibrate", json={"logits": LOGITS[:2].tolist()})
+    assert refused.status_code == 404 and "never served" in refused.json()["detail"]
+    for path in ("/v2/models/demo@shadow/infer", "/v2/models/demo/versions/shadow/infer"):
+        status, body = _infer(api, path)
+        assert status == 404 and "never served" in body["error"], path
+    assert api.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[:2].tolist()}).json()["version"] == 2
