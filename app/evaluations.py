@@ -140,6 +140,16 @@ def _view(row: EvaluationRow) -> dict:
     return {"id": row.id, **row.result, "created_at": row.created_at}
 
 
+def list_evaluations(db, name: str, limit: int = 20) -> dict:
+    """The newest evaluations of ``name`` in brief: the versions, rows, level and verdict."""
+    check_name(name)
+    with db.read() as session:
+        rows = promotion_store.recent_evaluations(session, name, limit)
+        return {"name": name, "evaluations": [
+            {"id": r.id, "challenger": r.challenger, "champion": r.champion, "alpha": r.alpha, "n_rows": r.n_rows,
+             "verdict": r.verdict, "created_at": r.created_at} for r in rows]}
+
+
 def get_evaluation(db, name: str, evaluation_id: str) -> dict:
     check_name(name)
     with db.read() as session:

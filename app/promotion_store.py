@@ -113,6 +113,13 @@ def evaluation(session: Session, name: str, evaluation_id: str) -> EvaluationRow
     return row
 
 
+def recent_evaluations(session: Session, name: str, limit: int) -> list[EvaluationRow]:
+    """The newest ``limit`` evaluations of ``name``, newest first."""
+    calibrator = calibrator_row(session, name)
+    return list(session.scalars(select(EvaluationRow).where(EvaluationRow.calibrator_id == calibrator.id)
+                                .order_by(EvaluationRow.created_at.desc()).limit(limit)))
+
+
 def set_last_job(session: Session, calibrator_id: int, job_id: str) -> None:
     row = session.get(RefitPolicyRow, calibrator_id)
     if row is not None:

@@ -65,6 +65,10 @@ class OnlineLoop:
         observations, with anytime-valid NLL and Brier differences and a verdict."""
         return self._run(online.evaluate(name, challenger, champion, alpha, observations))
 
+    def evaluations(self, name: str) -> dict:
+        """The newest evaluations of ``name`` in brief (versions, rows, level, verdict)."""
+        return self._run(online.get(f"{online._base(name)}/evaluations"))
+
     def promote(self, name: str, alias: str, version: int, evaluation: str | None = None) -> dict:
         """Move ``alias`` to ``version``; a gated alias needs an ``evaluation`` id whose verdict favours it."""
         return self._run(online.move_alias(name, alias, version, evaluation))

@@ -1,6 +1,6 @@
 """The dashboard's page of a calibrator's online loop: its observations, calibration quality per
-window (ECE calibrated and not, with intervals), drift monitors and alarms, and the history of
-every alias, from the dicts the service returns (the API's JSON, before encoding)."""
+window (ECE calibrated and not, with intervals), drift monitors and alarms, challenger
+evaluations, and the history of every alias, from the dicts the service returns (the API's JSON, before encoding)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,14 @@ def _monitors(alarms: dict) -> str:
                  "monitors")
 
 
+def _evaluations(listing: dict) -> str:
+    rows = [f'<tr data-evaluation="{text(e["id"])}"><td>{when(e["created_at"])}</td>{num_cell(e["challenger"], 0)}'
+            f'{num_cell(e["champion"], 0)}{num_cell(e["n_rows"], 0)}{num_cell(e["alpha"], 2)}'
+            f'<td>{text(e["verdict"])}</td></tr>' for e in listing["evaluations"]]
+    return table("Evaluations, newest first (challenger against champion on held-out rows)",
+                 ["When", "Challenger", "Champion", "Rows", "Alpha", "Verdict"], rows, {1, 2, 3, 4}, "evaluations")
+
+
 def _history(history: dict) -> str:
     rows = [f'<tr><td>{when(m["moved_at"])}</td><td>{text(m["action"])}</td>{num_cell(m["from_version"], 0)}'
             f'{num_cell(m["to_version"], 0)}<td>{text(m["actor"] or "")}</td>'
@@ -60,7 +68,7 @@ def _history(history: dict) -> str:
                  ["When", "Action", "From", "To", "Who", "Evidence"], rows, {2, 3}, f"alias-{history['alias']}")
 
 
-def online_page(name: str, summary: dict, quality: dict, alarms: dict, histories: list[dict],
+def online_page(name: str, summary: dict, quality: dict, alarms: dict, histories: list[dict], evaluations: dict,
                 signed_in: bool = False) -> str:
     body = (crumbs(("/ui", "Calibrators"), (url("calibrators", name), name), (None, "Online"))
             + "<h2>Observations</h2>" + _observations(summary)
@@ -68,6 +76,8 @@ def online_page(name: str, summary: dict, quality: dict, alarms: dict, histories
                                                   "<p>No labelled observations yet.</p>")
             + "<h2>Drift alarms</h2>" + (_monitors(alarms) if alarms["monitors"] else
                                          "<p>No monitor has been evaluated yet.</p>")
+            + "<h2>Evaluations</h2>" + (_evaluations(evaluations) if evaluations["evaluations"] else
+                                        "<p>No evaluation yet.</p>")
             + "<h2>Alias history</h2>" + ("".join(_history(h) for h in histories) or "<p>No aliases.</p>")
             + f'<p>{link(url("calibrators", name), "Versions")} · {link(url("jobs", calibrator=name), "Jobs")}</p>')
     return page(f"Calibrator {name}: online", body, signed_in=signed_in)

@@ -88,6 +88,13 @@ async def create_evaluation(request: Request, name: str = NAME):
     return _json(result, 201, {"Location": f"/v1/calibrators/{name}/evaluations/{result['id']}"})
 
 
+@router.get("/calibrators/{name}/evaluations", summary="List evaluations, newest first",
+            responses=problems(404, 422), dependencies=[READ])
+async def list_evaluations(request: Request, name: str = NAME, limit: int = Query(20, ge=1, le=1000)):
+    """The newest evaluations in brief (versions, rows, level, verdict); each in full at its id."""
+    return _json(await run_in_threadpool(evaluations.list_evaluations, _service(request).db, name, limit))
+
+
 @router.get("/calibrators/{name}/evaluations/{evaluation_id}", summary="Get an evaluation",
             responses=problems(404, 422), dependencies=[READ])
 async def get_evaluation(request: Request, name: str = NAME, evaluation_id: str = EVALUATION_ID):

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import drift_alarms, promotion, quality
+from .. import drift_alarms, evaluations, promotion, quality
 from ..dashboard import pages
 from ..dashboard.html import CONTENT_SECURITY_POLICY
 from ..dashboard.online import online_page
@@ -114,7 +114,8 @@ async def online(request: Request, name: str, window: str = Query("day", max_len
         query = quality.QualityQuery(window=window, bootstrap=QUALITY_BOOTSTRAP)
         histories = [promotion.history(service.db, name, alias) for alias in calibrator["aliases"]]
         return online_page(name, service.observations.summary(name), quality.quality(service, name, query),
-                           drift_alarms.alarms(service.db, name), histories, signed_in(request))
+                           drift_alarms.alarms(service.db, name), histories,
+                           evaluations.list_evaluations(service.db, name), signed_in(request))
 
     return await render(request, build)
 

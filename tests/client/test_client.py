@@ -239,6 +239,7 @@ def test_quality_evaluations_and_gated_moves_through_the_client(client, cifar):
         client.promote("gated", "production", 2)
     assert "evaluation" in refused.value.detail
     evaluation = client.evaluate("gated", 2, "production", alpha=0.05)
+    assert client.evaluations("gated")["evaluations"][0]["id"] == evaluation["id"]
     assert evaluation["n_rows"] == len(labels) - 250 and evaluation["verdict"] in (
         "challenger_better", "champion_better", "inconclusive")
     if evaluation["verdict"] == "challenger_better":

@@ -366,6 +366,9 @@ def test_the_online_page_shows_observations_quality_alarms_and_alias_history(pag
                                                                "labels": labels[:800].tolist()}).status_code == 201
     assert api.put(f"/v1/calibrators/{name}/aliases/production", json={"version": 2}).status_code == 200
     assert api.post(f"/v1/calibrators/{name}/alarms/evaluate").status_code == 200
+    assert api.post(f"/v1/calibrators/{name}/observations", json={"logits": logits[:200].tolist(),
+                                                                  "labels": labels[:200].tolist()}).status_code == 201
+    assert api.post(f"/v1/calibrators/{name}/evaluations", json={"challenger": 2, "champion": 1}).status_code == 201
 
     summary = api.get(f"/v1/calibrators/{name}/observations").json()
     quality = api.get(f"/v1/calibrators/{name}/quality", params={"window": "day", "bootstrap": 100}).json()
@@ -383,6 +386,9 @@ def test_the_online_page_shows_observations_quality_alarms_and_alias_history(pag
         ece = row.locator("td").nth(1).get_attribute("data-value")
         assert float(ece) == window["calibrated"]["ece"]["estimate"]
     assert page.page.locator("tr[data-signal]").count() == len(alarms["monitors"])
+    listed = api.get(f"/v1/calibrators/{name}/evaluations").json()["evaluations"]
+    assert len(listed) == 1 and page.page.locator(f'tr[data-evaluation="{listed[0]["id"]}"]').count() == 1
+    assert listed[0]["verdict"] in text and listed[0]["n_rows"] == 200
     moves = [m["to_version"] for m in history["moves"]]
     assert moves == [2, 1] and "Alias production → v2" in text
     assert page.elsewhere == [] and page.errors == []
