@@ -8,6 +8,16 @@ from fastapi.concurrency import run_in_threadpool
 
 from .. import evaluations, policies, promotion
 from ..decoding import decode_fields
+from ..online_schemas import (
+    AliasHistoryOut,
+    AliasMoveOut,
+    EvaluationList,
+    EvaluationOut,
+    GateOut,
+    PolicyOut,
+    PolicyRunOut,
+    ServingOut,
+)
 from ..promotion_schemas import EvaluationRequest, GateRequest, RefitPolicy, ServingRequest
 from ..service import CalibrationService
 from . import admission
@@ -24,6 +34,7 @@ def _service(request: Request) -> CalibrationService:
 
 
 @router.get("/calibrators/{name}/aliases/{alias}/history", summary="Alias moves, newest first",
+            response_model=AliasHistoryOut,
             responses=problems(404, 422), dependencies=[READ])
 async def alias_history(request: Request, name: str = NAME, alias: str = ALIAS,
                         limit: int = Query(100, ge=1, le=promotion.HISTORY_LIMIT)):
@@ -33,6 +44,7 @@ async def alias_history(request: Request, name: str = NAME, alias: str = ALIAS,
 
 
 @router.post("/calibrators/{name}/aliases/{alias}/rollback", summary="Point an alias back at its previous version",
+            response_model=AliasMoveOut,
              responses=problems(404, 409, 422), dependencies=[WRITE])
 async def alias_rollback(request: Request, name: str = NAME, alias: str = ALIAS):
     """Undo the alias's last move (recorded as a rollback; allowed on a gated alias). Rolling back
@@ -45,6 +57,7 @@ def _set_gate(service: CalibrationService, name: str, alias: str, data) -> dict:
 
 
 @router.put("/calibrators/{name}/aliases/{alias}/gate", summary="Require evidence to move an alias",
+            response_model=GateOut,
             responses=problems(400, 404, 413, 415, 422), openapi_extra=body(GateRequest), dependencies=[WRITE])
 async def alias_gate(request: Request, name: str = NAME, alias: str = ALIAS):
     """With `require_evaluation`, the alias moves only with an evaluation whose verdict favours the
@@ -53,6 +66,7 @@ async def alias_gate(request: Request, name: str = NAME, alias: str = ALIAS):
 
 
 @router.get("/calibrators/{name}/serving", summary="What an unversioned /v2 call serves",
+            response_model=ServingOut,
             responses=problems(404, 422), dependencies=[READ])
 async def get_serving(request: Request, name: str = NAME):
     return _json(await run_in_threadpool(promotion.serving, _service(request).db, name))
@@ -63,6 +77,7 @@ def _set_serving(service: CalibrationService, name: str, data) -> dict:
 
 
 @router.put("/calibrators/{name}/serving", summary="Set what an unversioned /v2 call serves",
+            response_model=ServingOut,
             responses=problems(400, 404, 409, 413, 415, 422), openapi_extra=body(ServingRequest),
             dependencies=[WRITE])
 async def put_serving(request: Request, name: str = NAME):
@@ -76,6 +91,7 @@ def _evaluate(service: CalibrationService, name: str, data) -> dict:
 
 
 @router.post("/calibrators/{name}/evaluations", status_code=201, summary="Evaluate a challenger against a champion",
+            response_model=EvaluationOut,
              responses=problems(400, 404, 409, 413, 415, 422), openapi_extra=body(EvaluationRequest),
              dependencies=[WRITE])
 async def create_evaluation(request: Request, name: str = NAME):
@@ -89,6 +105,7 @@ async def create_evaluation(request: Request, name: str = NAME):
 
 
 @router.get("/calibrators/{name}/evaluations", summary="List evaluations, newest first",
+            response_model=EvaluationList,
             responses=problems(404, 422), dependencies=[READ])
 async def list_evaluations(request: Request, name: str = NAME, limit: int = Query(20, ge=1, le=1000)):
     """The newest evaluations in brief (versions, rows, level, verdict); each in full at its id."""
@@ -96,6 +113,7 @@ async def list_evaluations(request: Request, name: str = NAME, limit: int = Quer
 
 
 @router.get("/calibrators/{name}/evaluations/{evaluation_id}", summary="Get an evaluation",
+            response_model=EvaluationOut,
             responses=problems(404, 422), dependencies=[READ])
 async def get_evaluation(request: Request, name: str = NAME, evaluation_id: str = EVALUATION_ID):
     return _json(await run_in_threadpool(evaluations.get_evaluation, _service(request).db, name, evaluation_id))
@@ -106,6 +124,7 @@ def _set_policy(service: CalibrationService, name: str, data) -> dict:
 
 
 @router.put("/calibrators/{name}/policy", summary="Set the refit policy",
+            response_model=PolicyOut,
             responses=problems(400, 404, 413, 415, 422),
             openapi_extra=body(RefitPolicy), dependencies=[WRITE])
 async def put_policy(request: Request, name: str = NAME):
@@ -115,13 +134,15 @@ async def put_policy(request: Request, name: str = NAME):
     return _json(await run_in_threadpool(_set_policy, _service(request), name, await request_body(request)))
 
 
-@router.get("/calibrators/{name}/policy", summary="Get the refit policy", responses=problems(404, 422),
+@router.get("/calibrators/{name}/policy", summary="Get the refit policy",
+            response_model=PolicyOut, responses=problems(404, 422),
             dependencies=[READ])
 async def get_policy(request: Request, name: str = NAME):
     return _json(await run_in_threadpool(policies.get_policy, _service(request).db, name))
 
 
 @router.post("/calibrators/{name}/policy/run", summary="Check the refit policy; refit as a job if it fires",
+            response_model=PolicyRunOut,
              responses={202: {"description": "The refit job, to poll at Location"}, **problems(404, 409, 413, 422)},
              dependencies=[WRITE])
 async def run_policy(request: Request, name: str = NAME,

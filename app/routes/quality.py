@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from .. import drift_alarms, quality
 from ..encoding import image_format
+from ..online_schemas import AlarmsOut, LabelShiftOut, QualityOut
 from ..service import CalibrationService
 from . import admission
 from .auth import READ, WRITE
@@ -27,6 +28,7 @@ def _service(request: Request) -> CalibrationService:
 
 
 @router.get("/calibrators/{name}/quality", summary="Calibration quality per time window",
+            response_model=QualityOut,
             responses={200: {"content": {"application/json": {}, "image/png": {}, "image/svg+xml": {}},
                              "description": "Metrics per window as JSON, or drawn (`Accept: image/png` or "
                                             "`image/svg+xml`)"}, **problems(404, 406, 413, 422)},
@@ -50,7 +52,8 @@ async def get_quality(request: Request, name: str = NAME, window: str = WINDOW, 
     return _json(await admission.run(request, quality.quality, _service(request), name, query))
 
 
-@router.get("/calibrators/{name}/alarms", summary="Drift alarms and monitors", responses=problems(404, 422),
+@router.get("/calibrators/{name}/alarms", summary="Drift alarms and monitors",
+            response_model=AlarmsOut, responses=problems(404, 422),
             dependencies=[READ])
 async def get_alarms(request: Request, name: str = NAME):
     """Each served version's anytime-valid drift monitor (its e-value on the labelled predictions
@@ -60,6 +63,7 @@ async def get_alarms(request: Request, name: str = NAME):
 
 
 @router.post("/calibrators/{name}/alarms/evaluate", summary="Evaluate the drift monitors",
+            response_model=AlarmsOut,
              responses=problems(404, 422), dependencies=[WRITE])
 async def evaluate_alarms(request: Request, name: str = NAME,
                           alpha: float = Query(0.01, ge=1e-10, lt=1, description="False-alarm probability, ever"),
@@ -77,6 +81,7 @@ async def evaluate_alarms(request: Request, name: str = NAME,
 
 
 @router.get("/calibrators/{name}/label-shift", summary="Label-shift estimate from the prediction log",
+            response_model=LabelShiftOut,
             responses=problems(404, 422), dependencies=[READ])
 async def get_label_shift(request: Request, name: str = NAME, version: int | None = VERSION,
                           last: int = Query(50_000, ge=1, le=5_000_000, description="Newest logged rows used")):

@@ -1,0 +1,119 @@
+"""Response models of the quality, drift-alarm, label-shift and promotion endpoints, for the docs
+(the routes answer with the service's JSON; the nested values are described, not re-modelled)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class QualityWindow(_Open):
+    window: str | int = Field(description="The hour or day (UTC), or the window's number of rows")
+    n_rows: int
+    versions: dict[str, int] = Field(description="Rows per version that scored them")
+    calibrated: dict[str, Any] = Field(description="Each metric's estimate, low and high, calibrated")
+    uncalibrated: dict[str, Any] = Field(description="The same of the raw inputs")
+    label_free: dict[str, Any] = Field(description="Expected accuracy, mean entropy, predicted class distribution")
+
+
+class QualityOut(_Open):
+    name: str
+    window: str
+    version: int | None = None
+    bootstrap: int = Field(description="Resamples per interval (cut to the budget if `bootstrap_asked` is shown)")
+    windows: list[QualityWindow]
+
+
+class Monitor(_Open):
+    version: int
+    signal: str = Field(description="`labelled` (the feedback it served) or `label_free` (its logged predictions)")
+    n_rows: int
+    e_value: float
+    alarm: bool
+    alarm_rows: int | None = None
+    alarmed_at: datetime | None = None
+
+
+class AlarmsOut(_Open):
+    name: str
+    alarms: list[Monitor] = Field(description="The monitors that alarmed")
+    monitors: list[Monitor]
+    new_alarms: list[dict[str, Any]] | None = Field(None, description="Raised by this evaluation (POST only)")
+
+
+class LabelShiftOut(_Open):
+    name: str
+    em: dict[str, Any] | None = Field(None, description="EM's priors (Saerens et al. 2002), iterations, convergence")
+    bbse: dict[str, Any] | None = Field(None, description="BBSE's priors (Lipton et al. 2018)")
+
+
+class AliasMove(_Open):
+    action: str = Field(description="set, rollback or delete")
+    from_version: int | None = None
+    to_version: int | None = None
+    actor: str | None = Field(None, description="The API key id (keys on), or `policy`")
+    evaluation: str | None = Field(None, description="The evaluation given as evidence")
+    moved_at: datetime
+
+
+class AliasHistoryOut(_Open):
+    name: str
+    alias: str
+    version: int | None = Field(None, description="Where the alias points now")
+    require_evaluation: bool
+    moves: list[AliasMove]
+
+
+class AliasMoveOut(_Open):
+    name: str
+    alias: str
+    version: int
+    move: AliasMove | None = None
+
+
+class GateOut(_Open):
+    name: str
+    alias: str
+    require_evaluation: bool
+
+
+class ServingOut(_Open):
+    name: str
+    v2_default: str = Field(description="`latest` or the alias an unversioned /v2 call serves")
+
+
+class EvaluationOut(_Open):
+    id: str
+    verdict: str = Field(description="challenger_better, champion_better or inconclusive")
+    created_at: datetime
+
+
+class EvaluationBrief(_Open):
+    id: str
+    challenger: int
+    champion: int
+    alpha: float
+    n_rows: int
+    verdict: str
+    created_at: datetime
+
+
+class EvaluationList(_Open):
+    name: str
+    evaluations: list[EvaluationBrief]
+
+
+class PolicyOut(_Open):
+    name: str
+    last_run_at: datetime | None = None
+
+
+class PolicyRunOut(_Open):
+    name: str
+    triggered: bool = Field(description="False: no trigger fired (202 with the refit job when one did)")
