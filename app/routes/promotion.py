@@ -19,6 +19,7 @@ from ..online_schemas import (
     ServingOut,
 )
 from ..promotion_schemas import EvaluationRequest, GateRequest, RefitPolicy, ServingRequest
+from ..schemas import JobOut
 from ..service import CalibrationService
 from . import admission
 from .auth import READ, WRITE
@@ -143,7 +144,8 @@ async def get_policy(request: Request, name: str = NAME):
 
 @router.post("/calibrators/{name}/policy/run", summary="Check the refit policy; refit as a job if it fires",
             response_model=PolicyRunOut,
-             responses={202: {"description": "The refit job, to poll at Location"}, **problems(404, 409, 413, 422)},
+             responses={202: {"model": JobOut, "description": "The refit job, to poll at Location"},
+                        **problems(404, 409, 413, 422)},
              dependencies=[WRITE])
 async def run_policy(request: Request, name: str = NAME,
                      force: bool = Query(False, description="Refit even if no trigger fired")):
