@@ -117,3 +117,52 @@ class PolicyOut(_Open):
 class PolicyRunOut(_Open):
     name: str
     triggered: bool = Field(description="False: no trigger fired (202 with the refit job when one did)")
+
+
+# -- health and the Open Inference Protocol (documented; the protocol defines them) ----------------
+
+class HealthOut(_Open):
+    status: str
+
+
+class ReadyOut(_Open):
+    status: str = Field(description="ready, or unavailable (503, with what is wrong)")
+    database: str
+    schema_revision: str | None = Field(None, alias="schema", description="The migration the database is at")
+
+
+class V2ServerMetadata(_Open):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class V2Live(_Open):
+    live: bool
+
+
+class V2Ready(_Open):
+    ready: bool
+
+
+class V2ModelMetadata(_Open):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[dict[str, Any]] = Field(description="Name, datatype and shape of the input tensor")
+    outputs: list[dict[str, Any]] = Field(description="Name, datatype and shape of each output tensor")
+
+
+class V2ModelReady(_Open):
+    name: str
+    version: str
+    ready: bool
+
+
+class V2InferResponse(_Open):
+    model_name: str
+    model_version: str
+    id: str | None = None
+    outputs: list[dict[str, Any]] = Field(description="Each output's name, datatype, shape and data (or "
+                                                      "binary_data_size, its bytes after the JSON header)")
+    parameters: dict[str, Any] | None = Field(None, description="With the prediction log on: `ids` and `logged`")

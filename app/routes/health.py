@@ -10,11 +10,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import JSONResponse, Response
 
 from ..migrate import current_revision, head_revision
+from ..online_schemas import HealthOut, ReadyOut
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", summary="Liveness: the process answers")
+@router.get("/healthz", summary="Liveness: the process answers",
+            response_model=HealthOut)
 async def healthz():
     return {"status": "ok"}
 
@@ -34,6 +36,7 @@ def readiness(engine) -> tuple[int, dict]:
 
 
 @router.get("/readyz", summary="Readiness: database reachable and schema at head",
+            response_model=ReadyOut,
             responses={503: {"description": "Not ready (database unreachable or schema behind), with Retry-After"}})
 async def readyz(request: Request):
     status, payload = await run_in_threadpool(readiness, request.app.state.db.engine)

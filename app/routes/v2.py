@@ -11,6 +11,7 @@ from ..codecs import dump_json
 from ..errors import NotFound
 from ..main_info import SERVER_NAME, server_version
 from ..names import Reference, check_servable, is_alias, is_name
+from ..online_schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
 from ..prediction_log import log_served
 from ..service import CalibrationService
 from . import hot_path
@@ -55,18 +56,21 @@ def _serving(service: CalibrationService, reference: Reference, version: str | N
         raise
 
 
-@router.get("", summary="Server metadata")
+@router.get("", summary="Server metadata",
+            response_model=V2ServerMetadata)
 @router.get("/", include_in_schema=False)
 async def server_metadata():
     return {"name": SERVER_NAME, "version": server_version(), "extensions": EXTENSIONS}
 
 
-@router.get("/health/live", summary="Server liveness")
+@router.get("/health/live", summary="Server liveness",
+            response_model=V2Live)
 async def live():
     return {"live": True}
 
 
-@router.get("/health/ready", summary="Server readiness", responses={503: {"description": "Not ready"}})
+@router.get("/health/ready", summary="Server readiness",
+            response_model=V2Ready, responses={503: {"description": "Not ready"}})
 async def ready(request: Request):
     status, _ = await run_in_threadpool(readiness, request.app.state.db.engine)
     return JSONResponse({"ready": status == 200}, status_code=status)
@@ -79,13 +83,15 @@ def _metadata(service: CalibrationService, name: str, version: str | None = None
 
 
 @router.get("/models/{name}", summary="Model metadata (latest version, or the calibrator's /v2 default)",
+            response_model=V2ModelMetadata,
             dependencies=[READ])
 async def model(request: Request, name: str = MODEL):
     return Response(await run_in_threadpool(_metadata, request.app.state.service, name),
                     media_type="application/json")
 
 
-@router.get("/models/{name}/versions/{version}", summary="Model version metadata", dependencies=[READ])
+@router.get("/models/{name}/versions/{version}", summary="Model version metadata",
+            response_model=V2ModelMetadata, dependencies=[READ])
 async def model_version(request: Request, name: str = MODEL, version: str = VERSION):
     metadata = await run_in_threadpool(_metadata, request.app.state.service, name, version)
     return Response(metadata, media_type="application/json")
@@ -97,12 +103,14 @@ def _ready(service: CalibrationService, name: str, version: str | None = None) -
 
 
 @router.get("/models/{name}/ready", summary="Model readiness (latest version, or the calibrator's /v2 default)",
+            response_model=V2ModelReady,
             dependencies=[READ])
 async def model_ready(request: Request, name: str = MODEL):
     return await run_in_threadpool(_ready, request.app.state.service, name)
 
 
-@router.get("/models/{name}/versions/{version}/ready", summary="Model version readiness", dependencies=[READ])
+@router.get("/models/{name}/versions/{version}/ready", summary="Model version readiness",
+            response_model=V2ModelReady, dependencies=[READ])
 async def model_version_ready(request: Request, name: str = MODEL, version: str = VERSION):
     return await run_in_threadpool(_ready, request.app.state.service, name, version)
 
@@ -131,6 +139,7 @@ INFER_DOC = {
 
 
 @router.post("/models/{name}/infer", summary="Inference (latest version, or the calibrator's /v2 default)",
+            response_model=V2InferResponse,
              openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer(request: Request, name: str = MODEL):
     body = await request.body()
@@ -140,6 +149,7 @@ async def infer(request: Request, name: str = MODEL):
 
 
 @router.post("/models/{name}/versions/{version}/infer", summary="Inference (pinned version or alias)",
+            response_model=V2InferResponse,
              openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
     body = await request.body()
