@@ -18,9 +18,10 @@ from tests.helpers import DATA, REPO
 from tests.service.conftest import create_postgres_database
 from tests.service.live import live_server
 
-# rich sizes the command line's consoles once, when calibration_client.cli is imported: without a
-# terminal (pytest-xdist's workers) that is 80 columns, and tables and paths would be cut or wrapped
-os.environ.setdefault("COLUMNS", "200")
+# rich sizes the command line's consoles once, from COLUMNS, when calibration_client.cli is imported:
+# without a terminal that is 80 columns (or whatever the environment says), and tables and paths
+# would be cut or wrapped; the CLI tests read them whole
+os.environ["COLUMNS"] = "200"
 
 ROWS = 400
 MAX_BODY_BYTES = 1024 * 1024
