@@ -34,7 +34,7 @@ import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
 from . import job_store
-from .db import Database, libpq_url
+from .db import Database, libpq_url, normalise_url
 from .errors import NotFound, Unavailable
 from .models import utcnow
 
@@ -91,6 +91,14 @@ def job_view(row) -> dict:
             "calibrator": row.calibrator, "worker": row.worker, "result": row.result, "error": row.error,
             "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
             "updated_at": row.updated_at}
+
+
+def engine_name(job_engine: str, database_url: str) -> str:
+    """The engine ``CALIBRATION_JOB_ENGINE`` names; ``auto`` is Procrastinate on Postgres and the
+    embedded process pool on SQLite."""
+    if job_engine != "auto":
+        return job_engine
+    return "embedded" if normalise_url(database_url).get_backend_name() == "sqlite" else "procrastinate"
 
 
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -110,11 +110,16 @@ def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> l
     return index
 
 
+def index_rows(index: list) -> int:
+    """How many rows the chunks of ``index`` (``chunk_index``'s entries) select."""
+    return sum(entry[1] - entry[5] for entry in index)
+
+
 def load(session: Session, index: list, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """The inputs and labels of the chunks in ``index``, concatenated as ``dtype`` (float64: what
     the core validates them to, so no second copy is made): one output array is allocated and
     each chunk is read and copied into it in turn (peak: the output plus one chunk)."""
-    n = sum(entry[1] - entry[5] for entry in index)
+    n = index_rows(index)
     kind, k = index[0][3], index[0][4]
     inputs = np.empty((n,) if kind == "scores" else (n, k), dtype=dtype)
     labels = np.empty(n, dtype=np.int64)

@@ -157,7 +157,7 @@ class Observations:
             index = observation_store.chunk_index(session, calibrator.id, Selection(**query.model_dump()))
         if not index:
             raise NotFound(f"{name!r} has no observations matching {query.model_dump(exclude_none=True)}")
-        n, k = sum(entry[1] - entry[5] for entry in index), index[0][4]
+        n, k, _ = shape_of_index(index)
         if n * k > self.max_fit_entries:
             raise TooLarge(f"{n} observations of {k} classes are {n * k} entries, over the limit of "
                            f"{self.max_fit_entries} for one fit (CALIBRATION_MAX_FIT_ENTRIES); select fewer (`last`)")
@@ -175,4 +175,4 @@ class Observations:
 
 def shape_of_index(index: list) -> tuple[int, int, str]:
     """Rows, classes and input kind of a fit index."""
-    return sum(entry[1] - entry[5] for entry in index), index[0][4], index[0][3]
+    return observation_store.index_rows(index), index[0][4], index[0][3]

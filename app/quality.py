@@ -143,7 +143,7 @@ def quality(service, name: str, query: QualityQuery) -> dict:
             store.get_version(session, name, query.version)
         chunks = alarm_store.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
-        n = sum(entry[1] - entry[5] for entry in entries)
+        n = observation_store.index_rows(entries)
         if entries and n * entries[0][4] > MAX_ENTRIES:
             raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0][4]} classes, over "
                            f"{MAX_ENTRIES} entries; ask for fewer or smaller windows")

@@ -16,7 +16,7 @@ from . import drift_alarms, fan_out, job_store, policies, webhooks
 from .db import Database
 from .errors import ServiceError
 from .job_inputs import batch_of_job
-from .jobs import JobCancelled, JobProgress, ProcrastinateEngine
+from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name
 from .schemas import CompareFields, FitFields
 from .service import CalibrationService
 from .settings import get_settings
@@ -104,25 +104,19 @@ def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
     return result
 
 
-def _engine_name(settings) -> str:
-    if settings.job_engine != "auto":
-        return settings.job_engine
-    return "procrastinate" if settings.database_url.startswith("postgres") else "embedded"
-
-
 def _fan_out(db: Database, job_id: str, progress: JobProgress):
     """How this comparison job fans out (``fan_out.run_compare_in_parts``), or ``None``: by default
     only where other workers can take the parts (Procrastinate); ``CALIBRATION_JOB_FAN_OUT=on``
     also in the embedded pool (the parent then runs every part itself)."""
     settings = get_settings()
-    engine_name = _engine_name(settings)
-    if settings.job_fan_out == "off" or (settings.job_fan_out == "auto" and engine_name != "procrastinate"):
+    named = engine_name(settings.job_engine, settings.database_url)
+    if settings.job_fan_out == "off" or (settings.job_fan_out == "auto" and named != "procrastinate"):
         return None
     with db.read() as session:
         calibrator = job_store.get_job(session, job_id).calibrator
 
     def run(folds: int):
-        engine = ProcrastinateEngine(settings.database_url) if engine_name == "procrastinate" else None
+        engine = ProcrastinateEngine(settings.database_url) if named == "procrastinate" else None
         try:
             return fan_out.run_compare_in_parts(
                 db, job_id, folds, calibrator, engine.enqueue if engine else (lambda _part: None),

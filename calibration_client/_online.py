@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._protocol import NPZ, Call, Job, Operation, Report, Version, _labelled, _query, _segment, wait_for_job
+from ._protocol import NPZ, Call, Operation, _labelled, _query, _segment, version_or_job
 from .codec import encode_npz
 
 
@@ -41,15 +41,7 @@ def fit_stored(name: str, method: str, options: dict | None, observations: dict,
     headers = {"Prefer": "respond-async"} if not wait or progress is not None else {}
     body = {"method": method, "options": options or {}, "data": {"observations": observations}}
     response = yield Call("POST", f"{_base(name)}/versions", json=body, headers=headers, ok=(201, 202))
-    if response.status_code == 202:
-        job = Job.from_dict(response.json())
-        if not wait:
-            return job
-        job = yield from wait_for_job(job.id, progress, poll, None)
-        return Version.from_dict(job.result)
-    if progress is not None:
-        yield Report(progress, 100.0)
-    return Version.from_dict(response.json())
+    return (yield from version_or_job(response, wait, progress, poll))
 
 
 # -- quality, alarms, evaluations and alias moves (#20, #21) -------------------------------------

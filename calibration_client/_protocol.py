@@ -207,8 +207,13 @@ def fit(name, logits, labels, probabilities, scores, method, options, class_name
                        class_names=",".join(map(str, class_names)) if class_names is not None else None)
         call = Call("POST", path, params=query, content=encode_npz(arrays), ok=(201, 202),
                     headers={"Content-Type": NPZ, **headers})
-    response = yield call
-    if response.status_code == 202:  # a server that fits in the background: a job to follow
+    return (yield from version_or_job((yield call), wait, progress, poll))
+
+
+def version_or_job(response: httpx.Response, wait: bool, progress, poll: float) -> Operation:
+    """A fit's answer: the stored version, or (202, a server that fits in the background) the job,
+    followed to its version when ``wait``."""
+    if response.status_code == 202:
         job = Job.from_dict(response.json())
         if not wait:
             return job

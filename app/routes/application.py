@@ -11,11 +11,11 @@ from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
 from .. import logs
-from ..db import Database, normalise_url
+from ..db import Database
 from ..drift_alarms import QualityCollector
 from ..idempotency import IdempotencyKeys
 from ..job_metrics import JobCollector
-from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine
+from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from ..main_info import server_version
 from ..prediction_log import PredictionLog
 from ..scheduler import Scheduler
@@ -48,12 +48,8 @@ NO_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False
 
 
 def job_engine(settings: Settings):
-    """The engine ``CALIBRATION_JOB_ENGINE`` names; ``auto`` is Procrastinate on Postgres and the
-    embedded process pool on SQLite."""
-    engine = settings.job_engine
-    if engine == "auto":
-        engine = "embedded" if normalise_url(settings.database_url).get_backend_name() == "sqlite" else "procrastinate"
-    if engine == "procrastinate":
+    """The engine ``CALIBRATION_JOB_ENGINE`` names (``jobs.engine_name``)."""
+    if engine_name(settings.job_engine, settings.database_url) == "procrastinate":
         return ProcrastinateEngine(settings.database_url)
     return EmbeddedEngine(run_job, settings.database_url, settings.job_processes, settings.job_stale_seconds / 10,
                           settings.job_blas_threads)
