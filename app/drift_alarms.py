@@ -122,8 +122,9 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
                 continue
             test, last, ece, ece_rows, extra = outcome
             before = int(state["alarm_at"]) if same else -1
-            if _save(service.db, calibrator.id, version, signal, test, last, after if same else None, ece,
-                     ece_rows, extra) and before < 0 <= int(test.alarm_at):
+            seen = known[(version, signal)][1] if (version, signal) in known else None  # the row as read
+            if _save(service.db, calibrator.id, version, signal, test, last, seen, ece, ece_rows, extra) \
+                    and before < 0 <= int(test.alarm_at):
                 new_alarms.append({"version": version, "signal": signal})
     return {**alarms(service.db, name), "new_alarms": new_alarms}
 
@@ -181,7 +182,9 @@ def _label_free(service, name: str, calibrator_id: int, version: int, options: d
 
 def _save(db: Database, calibrator_id: int, version: int, signal: str, test, last: int, expected_last: int | None,
           ece: float | None, ece_rows: int, extra: dict) -> bool:
-    """Store the monitor unless another evaluation moved it meanwhile (then theirs stands)."""
+    """Store the monitor unless another evaluation moved it since it was read (``expected_last``, its
+    last chunk then, or ``None`` for a monitor that had no row): then theirs stands, and a new alarm
+    is raised (and posted) once, not once per concurrent evaluation."""
     state = {**test.to_dict(), **extra}
     values = {"alpha": test.alpha, "tolerance": test.tolerance, "n_rows": state["n"], "last_chunk_id": last,
               "log_e_value": state["log_wealth"], "max_log_e_value": state["max_log_wealth"], "state": state,
