@@ -61,10 +61,15 @@ class ObservationRequest(ObservationFields):
     labels: list[int]
 
 
+ONLINE_VERSION = ("The version an online calibrator (online_platt) stored by updating its latest version on "
+                  "these rows, in order; null when the latest version is not online")
+
+
 class ObservationsAppended(BaseModel):
     name: str
     appended: int
     total_rows: int
+    online_version: int | None = Field(None, description=ONLINE_VERSION)
 
 
 class LabelsRequest(_Strict):
@@ -79,6 +84,7 @@ class LabelsOut(BaseModel):
     statuses: list[Literal["labelled", "unknown", "already_labelled", "duplicate"]] = Field(
         description="Per id, in request order: labelled now; unknown (never logged, not sampled, or still in "
                     "another process's buffer); already labelled; or repeated in this request")
+    online_version: int | None = Field(None, description=ONLINE_VERSION)
 
 
 class LoggingRequest(_Strict):

@@ -22,6 +22,7 @@ from .models import CalibratorRow
 from .names import check_name
 from .observation_schemas import ObservationQuery
 from .observation_store import Selection
+from .online_updates import OnlineUpdates
 from .prediction_log import PredictionLog
 
 FLOAT_DTYPES = ("f2", "f4", "f8")
@@ -35,9 +36,10 @@ def stored_form(values) -> np.ndarray:
 
 class Observations:
     def __init__(self, db: Database, log: PredictionLog | None, max_rows: int, max_bytes: int,
-                 max_fit_entries: int):
+                 max_fit_entries: int, online: OnlineUpdates):
         self.db = db
         self.log = log
+        self.online = online
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.max_fit_entries = max_fit_entries
@@ -63,7 +65,8 @@ class Observations:
                                "(CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); delete old ones first")
             observation_store.append(session, calibrator_id, "upload", None, batch.kind, inputs.k, values, labels,
                                      batch.fields.observed_at)
-        return {"name": name, "appended": inputs.n, "total_rows": rows + inputs.n}
+            online_version = self.online.apply(session, calibrator_id, name, batch.kind, values, labels, "upload")
+        return {"name": name, "appended": inputs.n, "total_rows": rows + inputs.n, "online_version": online_version}
 
     def summary(self, name: str) -> dict:
         """Counts per source, per serving version and per day, and the class balance, from the
@@ -142,10 +145,25 @@ class Observations:
             for (version, kind, n_classes, _), (parts, part_labels) in sorted(by_version.items()):
                 observation_store.append(session, calibrator.id, "feedback", version, kind, n_classes,
                                          np.concatenate(parts), np.asarray(part_labels, dtype=np.int64))
+            online_version = self._update_online(session, calibrator.id, name, first, labels, claimed, found, chunks)
         for pid, position in first.items():
             statuses[position] = ("labelled" if pid in claimed else "already_labelled" if pid in found
                                   else "unknown")
-        return {"name": name, "labelled": len(claimed), "counts": dict(Counter(statuses)), "statuses": statuses}
+        return {"name": name, "labelled": len(claimed), "counts": dict(Counter(statuses)), "statuses": statuses,
+                "online_version": online_version}
+
+    def _update_online(self, session, calibrator_id: int, name: str, first: dict[str, int], labels: list[int],
+                       claimed: set[str], found: dict, chunks: dict) -> int | None:
+        """The online update on the rows labelled now, in the order their ids were first posted."""
+        posted = [(pid, labels[position]) for pid, position in first.items() if pid in claimed]
+        if not posted:
+            return None
+        kinds = {chunks[found[pid][0]][1] for pid, _ in posted}
+        if len(kinds) != 1:
+            return None
+        values = np.stack([chunks[found[pid][0]][3][found[pid][1]] for pid, _ in posted])
+        return self.online.apply(session, calibrator_id, name, kinds.pop(), values,
+                                 np.asarray([label for _, label in posted], dtype=np.int64), "feedback")
 
     # -- fits on stored data ------------------------------------------------------------------
 

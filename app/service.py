@@ -36,6 +36,7 @@ from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
 from .names import Reference, check_name
 from .observations import Observations, shape_of_index
+from .online_updates import OnlineUpdates
 from .prediction_log import PredictionLog, id_prefix, log_served
 from .schemas import EvaluationFields, FitFields
 from .views import version_view
@@ -61,7 +62,7 @@ class CalibrationService:
         self.sync_budget_seconds = sync_budget_seconds
         self.comparisons = Comparisons(self)
         self.prediction_log = prediction_log
-        self.observations = Observations(db, prediction_log, *observation_caps)
+        self.observations = Observations(db, prediction_log, *observation_caps, OnlineUpdates(integrity_key))
 
     # -- fitting ----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from .expectation_consistency import ExpectationConsistency
 from .histogram_binning import HistogramBinning
 from .isotonic import IsotonicMulticlass, IsotonicOneVsAll
 from .linear import DirichletCalibration, MatrixScaling, VectorScaling
+from .online_platt import OnlinePlattCalibrator
 from .platt import PlattScaling
 from .temperature import TemperatureScaling
 
@@ -21,6 +22,7 @@ for _method in (
     MatrixScaling,
     DirichletCalibration,
     PlattScaling,
+    OnlinePlattCalibrator,
     ClassTemperatureScaling,
     IsotonicMulticlass,
     IsotonicOneVsAll,
@@ -41,6 +43,7 @@ __all__ = [
     "IsotonicMulticlass",
     "IsotonicOneVsAll",
     "MatrixScaling",
+    "OnlinePlattCalibrator",
     "PlattScaling",
     "TemperatureScaling",
     "VectorScaling",

@@ -196,7 +196,8 @@ for method in cal.METHODS:
     options = {"steps": [{"method": "temperature"}]} if method == "composition" else {}
     if method == "auto":
         options = {"folds": 2}
-    cal.create(method, options).fit(logits, labels).predict_proba(logits)
+    x, y = (logits[:, :2], (labels == 0).astype(int)) if method == "online_platt" else (logits, labels)
+    cal.create(method, options).fit(x, y).predict_proba(x)
 p = cal.softmax(logits)
 [getattr(cal, m)(p, labels) for m in ("ece", "classwise_ece", "kde_ece", "brier", "nll")]
 create_app(Settings(database_url="sqlite://"))
