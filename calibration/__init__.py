@@ -43,6 +43,7 @@ from .metrics.scores import (
     nll,
     top_n_accuracy,
 )
+from .metrics.validated import ValidatedMetrics, row_blocks
 from .online import OnlinePlattScaling, TrackingCalibeater
 from .registry import METHODS, create, describe_methods, from_dict, method_class
 from .reliability import (
@@ -90,6 +91,7 @@ __all__ = [
     "Selection",
     "TemperatureScaling",
     "TrackingCalibeater",
+    "ValidatedMetrics",
     "VectorScaling",
     "accuracy",
     "adaptive_ece",
@@ -125,6 +127,7 @@ __all__ = [
     "prepare_comparison",
     "reliability_diagram",
     "reliability_figure",
+    "row_blocks",
     "select",
     "softmax",
     "to_host",

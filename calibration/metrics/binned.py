@@ -112,7 +112,11 @@ def adaptive_ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
     """Top-label ECE with equal-count bins (see the module docstring)."""
     _check_bins(n_bins)
     _check_norm(norm)
-    confidence, correct = top_label_of(probs, labels)
+    return adaptive_error(*top_label_of(probs, labels), n_bins, norm)
+
+
+def adaptive_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int, norm: int = 1) -> float:
+    """``adaptive_ece`` of validated top-label confidences and correctness (n-vectors)."""
     count, confidence_sum, hits, _, _ = equal_count_bins(confidence, correct, n_bins)
     full = count > 0
     gaps = confidence_sum[full] - hits[full]
@@ -124,7 +128,11 @@ def adaptive_ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
 def mce(probs, labels, n_bins: int = 15) -> float:
     """Maximum calibration error: the largest ``|conf_b - acc_b|`` over non-empty bins."""
     _check_bins(n_bins)
-    confidence, correct = top_label_of(probs, labels)
+    return maximum_error(*top_label_of(probs, labels), n_bins)
+
+
+def maximum_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int) -> float:
+    """``mce`` of validated top-label confidences and correctness (n-vectors)."""
     index = equal_width_bin(confidence, n_bins)
     gaps = np.bincount(index, weights=confidence - correct, minlength=n_bins)
     counts = np.bincount(index, minlength=n_bins)
@@ -193,7 +201,12 @@ def reliability_diagram(probs, labels, n_bins: int = 15, strategy: str = "unifor
     bins of ``ece`` (bounds are the bin edges), ``"quantile"`` the equal-count bins of
     ``adaptive_ece`` (bounds are the smallest and largest confidence in each bin)."""
     _check_bins(n_bins)
-    confidence, correct = top_label_of(probs, labels)
+    return diagram_of(*top_label_of(probs, labels), n_bins, strategy)
+
+
+def diagram_of(confidence: np.ndarray, correct: np.ndarray, n_bins: int,
+               strategy: str = "uniform") -> ReliabilityDiagram:
+    """``reliability_diagram`` of validated top-label confidences and correctness (n-vectors)."""
     if strategy == "uniform":
         index = equal_width_bin(confidence, n_bins)
         edges = np.linspace(0.0, 1.0, n_bins + 1)

@@ -65,6 +65,12 @@ def kde_ece(probs, labels, norm: int = 1, bandwidth: float | None = None) -> flo
         z, c = to_host(p[:, 1]), (y == 1).astype(np.float64)
     else:
         z, c = top_label_of(probs, labels)
+    return kde_error(z, c, norm, bandwidth)
+
+
+def kde_error(z: np.ndarray, c: np.ndarray, norm: int = 1, bandwidth: float | None = None) -> float:
+    """``kde_ece`` of validated host float64 n-vectors: ``z`` the confidences (for k = 2 the
+    probability of class 1) and ``c`` the 0/1 correctness (for k = 2, ``[y = 1]``)."""
     n = len(z)
     if bandwidth is None:
         h = default_bandwidth(z, c)

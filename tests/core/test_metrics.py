@@ -238,3 +238,36 @@ def test_kde_ece_with_all_but_equal_confidences():
                                    [[0.2, 0.7, 0.1], [0.6, 0.3, 0.1], [0.3, 0.3, 0.4]]])
 def test_kde_ece_takes_nested_lists_as_arrays(probs):
     assert cal.kde_ece(probs, [1, 0, 0]) == cal.kde_ece(np.array(probs), np.array([1, 0, 0]))
+
+
+@pytest.mark.parametrize(("k", "dtype", "entries"), [(2, np.float64, 64), (7, np.float32, 70), (300, np.float32, 1000)])
+def test_validated_metrics_over_row_blocks_equal_the_public_metrics(k, dtype, entries):
+    """The report's metrics from row blocks (float32 blocks read in float64, a block at a time) are
+    the public metrics of the whole float64 matrix: bit for bit, but for classwise ECE's column totals."""
+    rng = np.random.default_rng(k)
+    labels = rng.integers(0, k, 1000)
+    logits = rng.standard_normal((1000, k)) * 2
+    logits[np.arange(1000), labels] += 1.5
+    p = cal.softmax(logits).astype(dtype)
+    p[0] = np.eye(k)[labels[0]]  # a confidence of exactly 1 (last bin)
+    measured = cal.ValidatedMetrics(labels, k, n_bins=15)
+    blocks = cal.row_blocks(1000, k, entries)
+    assert len(blocks) > 1 and blocks[-1].stop == 1000
+    for rows in blocks:
+        measured.add(p[rows])
+    values = measured.metrics()
+    whole = p.astype(np.float64)
+    for name in ("ece", "mce", "adaptive_ece", "kde_ece", "brier", "nll", "accuracy", "mean_confidence",
+                 "expectation_consistency_gap"):
+        metric = getattr(cal, name)
+        assert values[name] == (metric(whole, labels, n_bins=15) if name in ("ece", "mce", "adaptive_ece")
+                                else metric(whole, labels)), name
+    assert values["classwise_ece"] == pytest.approx(cal.classwise_ece(whole, labels), rel=1e-14, abs=0)
+    assert measured.reliability_diagram().to_dict() == cal.reliability_diagram(whole, labels).to_dict()
+
+
+def test_validated_metrics_refuse_a_report_missing_rows():
+    measured = cal.ValidatedMetrics(np.array([0, 1, 1]), 2)
+    measured.add(np.array([[0.9, 0.1], [0.2, 0.8]]))
+    with pytest.raises(ValueError, match="2 rows added for 3 labels"):
+        measured.metrics()
