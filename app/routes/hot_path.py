@@ -1,10 +1,25 @@
-"""Where the hot path's blocking work runs: calibrate and ``/v2`` inference have a pool of
-``CALIBRATION_SERVE_THREADS`` threads of their own (``settings.serve_threads``: 2 where each
-worker has two cores, else 1); everything else (fits, reports, listings) uses anyio's default
-pool of 40, so a long fit never queues them.
+"""Where the hot path's blocking work runs: calibrate and ``/v2`` inference run either on the
+event loop itself, when their estimated cost is tiny, or on a pool of ``CALIBRATION_SERVE_THREADS``
+threads of their own (``settings.serve_threads``: 2 where each worker has two cores, else 1);
+everything else (fits, reports, listings) uses anyio's default pool of 40, so a long fit never
+queues them.
 
-These calls are short and numpy-bound. With many threads they pass the GIL back and forth at
-every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one
+**On the loop when tiny.** Handing a call to a thread and back costs more than a small batch's
+work: for a 64×1000 float32 ``.npy`` calibrate, 660 µs of CPU a request through the pool against
+450 µs on the loop (in-process, one request at a time), the handover being two wake-ups, a
+context switch and the GIL passing back and forth. So each kind of call (function, path,
+Content-Type) learns its cost per body byte from its last ``WINDOW`` runs (the smallest: a run
+that waited for the GIL or a core measures long, never short), and a call whose estimate (that
+cost × its body's bytes) is within ``CALIBRATION_INLINE_SECONDS`` (default 1 ms; 0 turns this
+off) runs on the loop. A kind's first call always goes to the pool. Calls on the loop run one
+after another, so when one of them turns out over the budget (a heavier calibrator behind the
+same name, a slow database) its kind forgets its other runs and the next call is estimated from
+it: at most one such call stalls the loop before its kind goes back to the pool. Large batches
+and heavy calibrators never run there, so ``/readyz`` and ``/healthz`` wait for at most a few
+tiny calls.
+
+**The pool.** These calls are short and numpy-bound. With many threads they pass the GIL back and
+forth at every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one
 worker process made ~60 context switches per request and spent 2.66 ms of CPU on each. With
 one thread, ~11 and 1.5 ms; with two, ~19 and 1.56 ms but 12-18% more requests per second, as
 one thread's numpy work (which releases the GIL) overlaps the other's Python (``perf stat`` and
@@ -17,16 +32,80 @@ limiter or context copy).
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 
+from ..decoding import RequestBody
+
+WINDOW = 8  # runs a kind of call remembers
+MAX_KINDS = 4096  # kinds remembered (paths name calibrators): forgotten all at once beyond it
+DEFAULT_INLINE_SECONDS = 0.001
+
+
+def body_bytes(args) -> int | None:
+    """The size of the request body among a call's arguments (``RequestBody`` or bytes)."""
+    for arg in args:
+        if isinstance(arg, RequestBody):
+            return len(arg.content)
+        if isinstance(arg, bytes | bytearray):
+            return len(arg)
+    return None
+
+
+class HotPath:
+    """The pool, and what each kind of call costs per body byte."""
+
+    def __init__(self, threads: int, inline_seconds: float = DEFAULT_INLINE_SECONDS):
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="hot-path")
+        self.inline_seconds = inline_seconds
+        self.costs: dict[tuple, deque] = {}  # kind -> seconds per body byte of its last runs
+
+    def estimate(self, kind: tuple, size: int) -> float | None:
+        """Seconds a call of ``kind`` with a ``size``-byte body is expected to take, if known."""
+        runs = self.costs.get(kind)
+        return min(runs) * max(size, 1) if runs else None
+
+    def runs_inline(self, kind: tuple, size: int | None) -> bool:
+        if self.inline_seconds <= 0 or size is None:
+            return False
+        estimate = self.estimate(kind, size)
+        return estimate is not None and estimate <= self.inline_seconds
+
+    def learn(self, kind: tuple, size: int, seconds: float, inline: bool) -> None:
+        runs = self.costs.get(kind)
+        if runs is None or (inline and seconds > self.inline_seconds):
+            if len(self.costs) >= MAX_KINDS:
+                self.costs.clear()
+            runs = self.costs[kind] = deque(maxlen=WINDOW)
+        runs.append(seconds / max(size, 1))
+
+    def timed(self, kind: tuple, size: int | None, inline: bool, fn, *args):
+        start = time.perf_counter()
+        result = fn(*args)
+        if size is not None:
+            self.learn(kind, size, time.perf_counter() - start, inline)
+        return result
+
+    async def run(self, kind: tuple, fn, *args):
+        size = body_bytes(args)
+        if self.runs_inline(kind, size):
+            return self.timed(kind, size, True, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self.timed, kind, size, False, fn, *args)
+
 
 def install(app: FastAPI, threads: int) -> ThreadPoolExecutor:
-    app.state.hot_path = ThreadPoolExecutor(threads, thread_name_prefix="hot-path")
-    return app.state.hot_path
+    settings = getattr(app.state, "settings", None)
+    inline = getattr(settings, "inline_seconds", DEFAULT_INLINE_SECONDS)
+    app.state.hot_path = HotPath(threads, inline)
+    return app.state.hot_path.pool
 
 
 async def run(request: Request, fn, *args):
-    """``fn(*args)`` on one of the hot path's threads."""
-    return await asyncio.get_running_loop().run_in_executor(request.app.state.hot_path, fn, *args)
+    """``fn(*args)``: on the event loop when its estimated cost is tiny, else on one of the hot
+    path's threads."""
+    scope = request.scope
+    kind = (fn, scope["path"], request.headers.get("content-type"))
+    return await request.app.state.hot_path.run(kind, fn, *args)

@@ -87,3 +87,52 @@ def test_serve_threads_default_to_two_only_where_each_worker_has_two_cores():
     assert [serve_threads(Settings(workers=w), cores=2) for w in (1, 2, 3)] == [2, 1, 1]
     assert serve_threads(Settings(workers=4), cores=16) == 2
     assert serve_threads(Settings(workers=1, serve_threads=5), cores=2) == 5
+
+
+def test_a_kind_of_call_runs_on_the_loop_only_once_its_runs_show_it_tiny():
+    from app.routes.hot_path import HotPath
+
+    hot = HotPath(1, inline_seconds=0.001)
+    kind = ("calibrate", "/v1/calibrators/demo/calibrate", "application/x-npy")
+    assert not hot.runs_inline(kind, 1000)  # never seen: the pool
+    for seconds in (0.0008, 0.0002, 0.0005):  # the smallest per byte counts (the others waited)
+        hot.learn(kind, 1000, seconds, inline=False)
+    assert hot.estimate(kind, 1000) == pytest.approx(0.0002)
+    assert hot.runs_inline(kind, 1000) and hot.runs_inline(kind, 5000)
+    assert not hot.runs_inline(kind, 6000)  # 1.2 ms expected: a larger batch goes to the pool
+    assert not hot.runs_inline(kind, None)  # no body to estimate from
+    # a call on the loop over the budget (a heavier calibrator behind the same name): the pool at once
+    hot.learn(kind, 1000, 0.004, inline=True)
+    assert not hot.runs_inline(kind, 1000) and hot.estimate(kind, 1000) == pytest.approx(0.004)
+    assert not HotPath(1, inline_seconds=0).runs_inline(kind, 1)
+
+
+def test_tiny_calibrate_calls_run_on_the_event_loop_and_costly_ones_on_the_serve_threads(sqlite_url):
+    upgrade(sqlite_url)
+    app = create_app(Settings(database_url=sqlite_url, serve_threads=1, inline_seconds=0.05))
+    threads = []
+    with TestClient(app) as client:
+        fit(client)
+        service = app.state.service
+        serving = service.serving
+
+        def recorded(reference):
+            threads.append(threading.current_thread().name)
+            return serving(reference)
+
+        service.serving = recorded
+        small = {"logits": LOGITS[:2].tolist()}
+        answers = [client.post("/v1/calibrators/demo/calibrate", json=small) for _ in range(3)]
+        assert [a.status_code for a in answers] == [200] * 3
+        assert answers[2].json() == answers[0].json()
+        assert answers[2].headers["x-calibrator-version"] == "1"
+        # the first call of its kind on a serve thread, the next ones (far under 50 ms) on the loop
+        assert threads[0].startswith("hot-path") and not any(t.startswith("hot-path") for t in threads[1:])
+        # runs of the kind that cost 1 ms per body byte: the next call is expected to take far
+        # more than 50 ms, and goes back to a serve thread
+        hot = app.state.hot_path
+        (_kind, runs), = hot.costs.items()
+        runs.clear()
+        runs.append(1e-3)
+        assert client.post("/v1/calibrators/demo/calibrate", json=small).status_code == 200
+        assert threads[-1].startswith("hot-path")
