@@ -1,13 +1,13 @@
-"""Online calibrators (``online_platt``) follow the labels as they arrive: when labelled rows are
-appended to a name whose latest version is an online method, that version is updated on them, in
-the order they came, and the result is stored as the next version, in the same transaction that
+"""Online calibrators (``online_platt``, ``online_temperature``) follow the labels as they arrive:
+when labelled rows are appended to a name whose latest version is an online method, that version is
+updated on them, in the order they came, and the result is stored as the next version, in the same transaction that
 stores the rows.
 
 **A new version per update batch, not an update in place**: versions stay immutable, so a served
 prediction's ``X-Calibrator-Version`` names parameters that can be read back and re-run, labels
 join to exactly the version that answered, evaluations, gates and rollback treat an online version
 like any other, and the history is the version list itself. The cost is one version row (a few
-hundred bytes for ``online_platt``) per labels or observations request that carries rows.
+hundred bytes) per labels or observations request that carries rows.
 
 **Nothing applied twice or lost**: the update reads the latest version after locking the
 calibrator's row (``SELECT ... FOR NO KEY UPDATE`` on Postgres, which the rows' own inserts, holding
@@ -47,7 +47,8 @@ class OnlineUpdates:
               labels: np.ndarray, source: str) -> int | None:
         """Update ``name``'s latest version on the rows, in order, if it is online; the number of
         the version stored, or ``None`` when nothing was updated."""
-        session.execute(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id).with_for_update(key_share=True))
+        session.execute(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id)
+                        .with_for_update(key_share=True))
         latest = session.execute(
             select(VersionRow.id, VersionRow.method).where(VersionRow.calibrator_id == calibrator_id)
             .order_by(VersionRow.version.desc()).limit(1)).first()
@@ -65,11 +66,10 @@ class OnlineUpdates:
             inputs = cal.validate_inputs(values, parent.input_kind)
             if inputs.k != parent.n_classes:
                 return None
-            forecasts = calibrator.update_batch(inputs, labels)
+            probs = calibrator.update_batch(inputs, labels)
         except ValueError as exc:  # rows the fit would refuse (non-finite, too large): stored, not learnt from
             logger.info("%s: rows do not update version %d: %s", name, parent.version, exc)
             return None
-        probs = np.stack([1.0 - forecasts, forecasts], axis=1)
         params = calibrator.to_dict()
         params["diagnostics"] = {**params["diagnostics"], "iterations": len(labels),
                                  "message": f"online update of version {parent.version} on {len(labels)} {source} rows"}

@@ -11,6 +11,7 @@ from .histogram_binning import HistogramBinning
 from .isotonic import IsotonicMulticlass, IsotonicOneVsAll
 from .linear import DirichletCalibration, MatrixScaling, VectorScaling
 from .online_platt import OnlinePlattCalibrator
+from .online_temperature import OnlineTemperatureCalibrator
 from .platt import PlattScaling
 from .temperature import TemperatureScaling
 
@@ -23,6 +24,7 @@ for _method in (
     DirichletCalibration,
     PlattScaling,
     OnlinePlattCalibrator,
+    OnlineTemperatureCalibrator,
     ClassTemperatureScaling,
     IsotonicMulticlass,
     IsotonicOneVsAll,
@@ -44,6 +46,7 @@ __all__ = [
     "IsotonicOneVsAll",
     "MatrixScaling",
     "OnlinePlattCalibrator",
+    "OnlineTemperatureCalibrator",
     "PlattScaling",
     "TemperatureScaling",
     "VectorScaling",

@@ -81,12 +81,12 @@ class OnlinePlattCalibrator(Calibrator):
 
     def update_batch(self, scores: InputBatch, labels: np.ndarray) -> np.ndarray:
         """Update on rows labelled after the fit, in order; returns each row's forecast made before
-        its own label was used (what serving it would have answered), the probability of class 1."""
+        its own label was used (what serving it would have answered), shape ``(n, 2)``."""
         self._check_fitted()
         labels = check_labels(labels, scores.n, 2)
         forecasts = self._pass(self._log_odds(scores), labels)
         self.n_samples_ += scores.n
-        return forecasts
+        return np.stack([1.0 - forecasts, forecasts], axis=1)
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
         q = self.ops_.predict_proba(self._log_odds(scores))

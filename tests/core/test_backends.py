@@ -72,6 +72,7 @@ METHODS = [
     ("dirichlet", {"off_diagonal_l2": 1e-3, "bias_l2": 1e-3}),
     ("platt", {}),
     ("class_temperature", {}),
+    ("online_temperature", {}),
     ("isotonic_multiclass", {"input": "probabilities"}),
     ("isotonic_one_vs_all", {"input": "probabilities"}),
     ("histogram_binning", {}),

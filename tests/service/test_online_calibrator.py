@@ -151,3 +151,29 @@ def test_an_online_fit_of_multiclass_inputs_is_refused(api):
     refused = api.post("/v1/calibrators/ops/versions", json={
         "method": "online_platt", "logits": logits[:100].tolist(), "labels": labels[:100].tolist()})
     assert refused.status_code == 422 and "binary only" in refused.json()["detail"]
+
+
+def test_an_online_temperature_follows_labels_of_a_drifting_multiclass_stream(api):
+    _, logits, labels = load_split("cifar10_resnet50_cross_entropy", "val")
+    logits = logits * np.where(np.arange(len(labels)) < FIT, 1.0, 2.0)[:, None]  # over-confident after the fit
+    first = _ok(api.post("/v1/calibrators/ots/versions", json={
+        "method": "online_temperature", "logits": logits[:FIT].tolist(), "labels": labels[:FIT].tolist()}), 201)
+    _ok(api.put("/v1/calibrators/ots/logging", json={"sample_rate": 1.0}))
+    core = cal.create("online_temperature").fit(logits[:FIT], labels[:FIT])
+    assert first["parameters"] == core.summary()
+    served, fixed = [], cal.from_dict(core.to_dict())
+    for start in range(FIT, FIT + 2000, 500):
+        rows = np.arange(start, start + 500)
+        body = _ok(api.post("/v1/calibrators/ots/calibrate",
+                            json={"logits": logits[rows].tolist(), "ids": [f"m{i}" for i in rows]}))
+        probabilities = np.asarray(body["probabilities"])
+        np.testing.assert_allclose(probabilities, core.predict_proba(logits[rows]), rtol=1e-12, atol=1e-300)
+        served.append(probabilities)
+        answer = _ok(api.post("/v1/calibrators/ots/labels",
+                              json={"ids": [f"m{i}" for i in rows[::-1]], "labels": labels[rows[::-1]].tolist()}))
+        core.update_batch(cal.validate_inputs(logits[rows[::-1]], "logits"), labels[rows[::-1]])
+        stored = _ok(api.get(f"/v1/calibrators/ots/versions/{answer['online_version']}"))
+        assert stored["parameters"] == core.summary()
+    rows = slice(FIT, FIT + 2000)
+    held = fixed.predict_proba(logits[rows])
+    assert cal.nll(np.concatenate(served), labels[rows]) < 0.9 * cal.nll(held, labels[rows])
