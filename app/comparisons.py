@@ -48,22 +48,13 @@ class Comparisons:
         return False, self._run_comparison(fields, inputs, labels)
 
     def compare_as_job(self, batch: ArrayBatch, job: JobProgress, fan_out=None) -> dict:
-        """The comparison of a job; with ``fan_out(folds) -> Comparison`` (``app.fan_out``), as one
-        part job per fold, merged."""
+        """The comparison of a job; with ``fan_out(x, labels, methods, folds, seed, kind) -> Comparison``
+        (``app.fan_out``), as part jobs, merged."""
         fields, inputs, labels, _ = self._comparison_inputs(batch)
         if fan_out is not None:
-            return self._selected(fields, fan_out(fields.folds))
+            return self._selected(fields, fan_out(getattr(inputs, inputs.source), labels, fields.methods,
+                                                  fields.folds, fields.seed, inputs.source))
         return self._run_comparison(fields, inputs, labels, progress=job.folds)
-
-    def compare_part(self, batch: ArrayBatch, fold: int, job: JobProgress) -> cal.Comparison:
-        """A part of a fanned-out comparison: every candidate held out on fold ``fold`` alone (the
-        same stratified assignment as the whole)."""
-        fields, inputs, labels, _ = self._comparison_inputs(batch)
-        try:
-            return cal.compare(getattr(inputs, inputs.source), labels, fields.methods, fields.folds, fields.seed,
-                               inputs.source, job.folds, only_folds=[fold])
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
 
     def _run_comparison(self, fields: CompareFields, inputs: cal.InputBatch, labels: np.ndarray,
                         progress=None) -> dict:

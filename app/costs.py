@@ -180,3 +180,27 @@ def check_fit_parameters(method: str, options: dict, n: int, k: int, limit: int,
         raise InvalidInput(f"fitting {method} on {n} rows of {k} classes would store up to {count} fitted "
                            f"parameters, over the limit of {limit} (CALIBRATION_MAX_PARAMETERS); "
                            "use fewer classes or bins or a method with fewer parameters")
+
+
+# A fold's own work in a comparison, in fits of temperature scaling on its training rows: slicing the
+# fold, fitting its reference temperature scaling and scoring the uncalibrated model (measured on
+# 50000 x 100: 0.77 s per fold against 0.12 s for a temperature candidate). A part that holds some of
+# a fold's candidates pays it once more, so the packing splits a fold only where balance needs it.
+FOLD_SETUP_FITS = 6.0
+
+
+def pack_units(unit_seconds: list[float], folds: int, setup_seconds: float, parts: int) -> list[list]:
+    """Candidate x fold units packed into at most ``parts`` parts of near-equal estimated cost, longest
+    first (LPT): each unit (candidate ``c`` of cost ``unit_seconds[c]`` on fold ``f``) goes to the part
+    whose load, with the unit and ``setup_seconds`` if the part has no unit of fold ``f`` yet, is least.
+    Returns each non-empty part as ``[[fold, [candidate, ...]], ...]`` in fold and candidate order."""
+    units = sorted(((unit_seconds[c], f, c) for f in range(folds) for c in range(len(unit_seconds))),
+                   key=lambda unit: (-unit[0], unit[1], unit[2]))
+    loads = [0.0] * max(1, parts)
+    held: list[dict[int, list[int]]] = [{} for _ in loads]
+    for seconds, fold, c in units:
+        best = min(range(len(loads)),
+                   key=lambda p: (loads[p] + seconds + (0.0 if fold in held[p] else setup_seconds), p))
+        loads[best] += seconds + (0.0 if fold in held[best] else setup_seconds)
+        held[best].setdefault(fold, []).append(c)
+    return [[[fold, sorted(part[fold])] for fold in sorted(part)] for part in held if part]

@@ -1,23 +1,23 @@
-"""A comparison job fanned out: one part job per fold (every candidate fitted on the other folds and
-scored on it), taken by any worker, merged by the parent (``run_compare_in_parts``).
+"""Cross-validation fanned out (#18): a comparison job's, or an ``auto`` fit job's, candidate x fold
+fits run as part jobs that any worker takes, merged by the parent into the comparison a single job
+computes (``compare_in_parts``).
 
-Why folds: the parts are then of equal size (every fold holds the same rows of each class), and
-only the reading of the arrays is repeated per part; the fold's reference temperature scaling
-and the uncalibrated metrics are computed once, as in one job. Parts of one candidate on one fold
-were measured slower than the single job on 2 cores (``benchmarks/fan_out.py``: 35 parts each
-reading and validating 50000 x 100 floats, refitting the fold's reference, for one fit each).
+Parts: the candidate x fold units are packed by longest processing time first into parts of near
+equal estimated cost (``app.costs.pack_units``): one part when the parent's process is the only one
+to run them (one worker, the embedded pool), else two per live worker, so that a worker that
+finishes early takes another. A fold's own work (its reference temperature scaling and the
+uncalibrated metrics) is repeated in each part that holds some of its candidates, so the packing
+splits a fold only where the balance needs it. (One part per fold, before: 5 folds on 2 workers
+took 3 rounds, at most 1.67x; one part per candidate and fold repeated that work 35 times.)
 
-The parent records a queued ``compare-part`` job per fold and offers them to the engine
-(Procrastinate: any worker takes them). Then it works too: it claims its own parts that are still
-queued and runs them, so it never waits on work nobody has started (no deadlock with one
-worker); then it waits for the parts other workers are running, beating its heartbeat, and merges
-their results into the comparison a single job would have computed (the same per-fold values:
-every part runs the same stratified folds with the same seed; only the fit times differ).
-
-A part runs ``calibration.compare`` on every candidate and one held-out fold (``only_folds``) and
-stores the results with that fold's values of the uncalibrated model and of the reference; the
-merge concatenates each candidate's folds in order; a cancelled parent cancels its
-parts, and a part whose parent is no longer running is cancelled when it starts.
+The parent records the parts as queued jobs and offers them to the engine (Procrastinate: any
+worker takes them). Then it works too: it claims its parts that are still queued, last first
+(workers take the first first), and runs them in its own process on the arrays it already holds;
+a worker reads the parent's arrays once per process (``app.tasks``). It then waits for the parts
+other workers run (polling every ``POLL_SECONDS``; a part whose worker went silent fails the job)
+and merges them. Every part runs the same stratified folds with the same seed, so the merged
+per-fold values equal the single job's (fit times aside). A cancelled parent cancels its parts; a
+part whose parent is no longer running is cancelled when it starts.
 """
 
 from __future__ import annotations
@@ -25,16 +25,20 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from datetime import timedelta
 
 import calibration as cal
 
 from . import job_store
+from .costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
 from .db import Database
-from .errors import ServiceError
+from .errors import InvalidInput, ServiceError
 from .jobs import JobCancelled, JobProgress
+from .models import utcnow
 
 PART = "compare-part"
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.1
+STEP_SECONDS = 1.0  # the parent's progress write (and cancel check) while it waits
 
 
 def _finite(values: list[float]) -> list[float | None]:
@@ -46,75 +50,186 @@ def _floats(values: list) -> list[float]:
 
 
 def _result_json(result: cal.MethodResult) -> dict:
-    return {"candidate": result.candidate.to_dict(), "accuracy_preserving": result.accuracy_preserving,
-            "per_fold": {m: _finite(v) for m, v in result.per_fold.items()}, "converged": result.converged,
-            "error": result.error, "tail_risk": _finite(result.tail_risk)}
+    return {"accuracy_preserving": result.accuracy_preserving, "converged": result.converged,
+            "per_fold": {m: _finite(v) for m, v in result.per_fold.items()}, "error": result.error,
+            "tail_risk": _finite(result.tail_risk)}
 
 
-def part_result(comparison: cal.Comparison) -> dict:
-    """What a part stores: every candidate's result on its fold and the fold's shared values, as JSON."""
-    return {"results": [_result_json(result) for result in comparison.results],
-            "uncalibrated": {m: _finite(v) for m, v in comparison.uncalibrated.items()},
-            "reference_nll": _finite(comparison.reference_nll),
-            "shape": [comparison.n_samples, comparison.n_classes, comparison.folds, comparison.seed]}
+def run_units(x, labels, request: dict, progress=None) -> dict:
+    """Run a part's units (``request["units"]``: ``[[fold, [candidate, ...]], ...]``) and return, per
+    fold, its candidates' results and the fold's shared values, as JSON; ``progress(done, total)``
+    after each fit."""
+    total, done, folds = sum(len(indices) for _, indices in request["units"]), 0, []
+    for fold, indices in request["units"]:
+        def step(count: int, _total: int, before: int = done) -> None:
+            if progress is not None:
+                progress(before + count, total)
+        try:
+            comparison = cal.compare(x, labels, [request["candidates"][i] for i in indices], request["folds"],
+                                     request["seed"], request["input"], step, only_folds=[fold])
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        done += len(indices)
+        folds.append({"fold": fold, "candidates": indices, "results": [_result_json(r) for r in comparison.results],
+                      "uncalibrated": {m: _finite(v) for m, v in comparison.uncalibrated.items()},
+                      "reference_nll": _finite(comparison.reference_nll),
+                      "shape": [comparison.n_samples, comparison.n_classes]})
+    return {"folds": folds}
 
 
-def merged(parts: list[dict]) -> cal.Comparison:
-    """The comparison of all folds, from the parts' results in fold order: each candidate's per-fold
-    values concatenated; its error and accuracy flag as one job sets them (the last failing fold's
-    error, the last fitted fold's flag)."""
+def merged(request: dict, parts: list[dict]) -> cal.Comparison:
+    """The comparison of all folds from the parts' results: each candidate's per-fold values in fold
+    order; its error and accuracy flag as one job sets them (the last failing fold's error, the last
+    fitted fold's flag)."""
+    cells, shared = {}, {}
+    for part in parts:
+        for entry in part["folds"]:
+            shared.setdefault(entry["fold"], entry)
+            for index, result in zip(entry["candidates"], entry["results"], strict=True):
+                cells[entry["fold"], index] = result
+    folds = range(request["folds"])
     results = []
-    for c, first in enumerate(parts[0]["results"]):
-        own = [part["results"][c] for part in parts]
+    for c, spec in enumerate(request["candidates"]):
+        own = [cells[fold, c] for fold in folds]
         errors = [p["error"] for p in own if p["error"]]
         fitted = [p for p in own if not p["error"]]
-        per_fold = {m: [v for p in own for v in _floats(p["per_fold"][m])] for m in first["per_fold"]}
-        results.append(cal.MethodResult(cal.candidate(first["candidate"]), (fitted or own)[-1]["accuracy_preserving"],
-                                        per_fold, all(p["converged"] for p in own), errors[-1] if errors else None,
+        per_fold = {m: [v for p in own for v in _floats(p["per_fold"][m])] for m in own[0]["per_fold"]}
+        results.append(cal.MethodResult(cal.candidate(spec), (fitted or own)[-1]["accuracy_preserving"], per_fold,
+                                        all(p["converged"] for p in own), errors[-1] if errors else None,
                                         [v for p in own for v in _floats(p["tail_risk"])]))
-    n, k, folds, seed = parts[0]["shape"]
-    uncalibrated = {m: [v for p in parts for v in _floats(p["uncalibrated"][m])] for m in parts[0]["uncalibrated"]}
-    return cal.Comparison(n, k, folds, seed, uncalibrated, results,
-                          [v for p in parts for v in _floats(p["reference_nll"])])
+    uncalibrated = {m: [v for fold in folds for v in _floats(shared[fold]["uncalibrated"][m])]
+                    for m in shared[0]["uncalibrated"]}
+    n, k = shared[0]["shape"]
+    return cal.Comparison(n, k, request["folds"], request["seed"], uncalibrated, results,
+                          [v for fold in folds for v in _floats(shared[fold]["reference_nll"])])
 
 
-def create_parts(db: Database, parent_id: str, calibrator: str | None, folds: int) -> list[str]:
-    ids = [uuid.uuid4().hex for _ in range(folds)]
-    with db.write() as session:
-        for fold, part_id in enumerate(ids):
-            job_store.create_job(session, part_id, PART, calibrator, {"parent": parent_id, "fold": fold}, None)
-    return ids
-
-
-def run_compare_in_parts(db: Database, job_id: str, folds: int, calibrator: str | None, offer, run_part,
-                         progress: JobProgress) -> cal.Comparison:
-    """Fan the comparison job ``job_id`` out over its ``folds`` (``offer(part_id)`` gives a part to
-    the engine; ``run_part(part_id)`` runs one here if it is still queued), wait for them, and
-    return the merged comparison (``JobCancelled`` when the parent is cancelled)."""
-    part_ids = create_parts(db, job_id, calibrator, folds)
-    for part_id in part_ids:
-        offer(part_id)
+def plan(x, methods, folds: int, seed: int, kind: str, workers: int) -> tuple[dict, list[list]]:
+    """The parts' shared request (candidates resolved, as in ``calibration.compare``) and their units:
+    one part for one worker, else two per worker, balanced by ``app.costs``' estimates."""
+    scores = cal.validate_inputs(x, kind)
     try:
-        for part_id in part_ids:
-            progress.step(f"comparison in {len(part_ids)} parts: running part {part_ids.index(part_id) + 1} here", 0.0)
-            run_part(part_id)
+        candidates = cal.prepare_comparison(scores.n, scores.k, methods, folds, kind)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    rows = scores.n - scores.n // folds  # the training rows of a fold
+    seconds = [estimated_fit_seconds(c.method, c.options, rows, scores.k) for c in candidates]
+    setup = FOLD_SETUP_FITS * estimated_fit_seconds("temperature", {}, rows, scores.k)
+    units = pack_units(seconds, folds, setup, 1 if workers <= 1 else 2 * workers)
+    return {"candidates": [c.to_dict() for c in candidates], "folds": folds, "seed": seed, "input": kind}, units
+
+
+class Parent:
+    """The parent job's side of a fan-out: ``db``, its id and calibrator, its ``progress``, the
+    ``worker`` name its process claims parts as, and the heartbeat silence after which a part's
+    worker counts as lost."""
+
+    def __init__(self, db: Database, job_id: str, calibrator: str | None, progress: JobProgress, worker: str,
+                 stale_seconds: float):
+        self.db, self.job_id, self.calibrator, self.progress = db, job_id, calibrator, progress
+        self.worker, self.stale = worker, timedelta(seconds=stale_seconds)
+        self.done = 0  # units of the parts finished so far, as last seen
+
+    def report(self, done: int, total: int, parts: int) -> None:
+        progress = self.progress
+        progress.step(f"cross-validation in {parts} parts: {done} of {total} fits",
+                      progress.start + (progress.end - progress.start) * done / total)
+
+    def run_here(self, part_id: str, request: dict, x, labels, total: int) -> None:
+        """Run a part in this process if it is still queued (its progress also the parent's)."""
+        with self.db.write() as session:
+            if not job_store.claim(session, part_id, self.worker):
+                return
+        own = JobProgress(self.db, part_id)
+
+        def step(done: int, units: int) -> None:
+            own.folds(done, units)
+            self.progress.folds(self.done + done, total)
+        try:
+            result = run_units(x, labels, request, step)
+        except JobCancelled:
+            _finish(self.db, part_id, "cancelled")
+            raise
+        except ServiceError as error:
+            _finish(self.db, part_id, "failed", error=error.as_problem())
+            raise PartFailed(error.as_problem()) from error
+        _finish(self.db, part_id, "succeeded", result=result)
+        self.done += sum(len(indices) for _, indices in request["units"])
+
+
+def _finish(db: Database, job_id: str, status: str, **values) -> None:
+    with db.write() as session:
+        job_store.finish(session, job_id, status, **values)
+
+
+def compare_in_parts(parent: Parent, shared: dict, units: list[list], x, labels, offer) -> cal.Comparison:
+    """Fan the cross-validation of ``shared`` (``plan``) out as one part job per entry of ``units``
+    (``offer(part_id)`` gives one to the engine), run the queued ones here, wait for the others, and
+    return the merged comparison (``JobCancelled`` when the parent is cancelled, ``PartFailed``)."""
+    requests = [{"parent": parent.job_id, **shared, "units": part} for part in units]
+    ids = [uuid.uuid4().hex for _ in requests]
+    with parent.db.write() as session:
+        for part_id, request in zip(ids, requests, strict=True):
+            job_store.create_job(session, part_id, PART, parent.calibrator, request, None)
+    for part_id in ids:
+        offer(part_id)
+    sizes = {part_id: sum(len(i) for _, i in r["units"]) for part_id, r in zip(ids, requests, strict=True)}
+    total = sum(sizes.values())
+    try:
+        for part_id, request in reversed(list(zip(ids, requests, strict=True))):
+            parent.run_here(part_id, request, x, labels, total)
+        reported = 0.0
         while True:
-            with db.read() as session:
-                rows = [job_store.get_job(session, part_id) for part_id in part_ids]
-            done = [row for row in rows if row.status in job_store.FINISHED]
-            failed = next((row for row in done if row.status != "succeeded"), None)
-            if failed is not None:
-                error = failed.error or {"status": 500, "title": "Part cancelled", "detail": "a part was cancelled"}
-                raise PartFailed(error)
+            with parent.db.read() as session:
+                rows = [job_store.get_job(session, part_id) for part_id in ids]
+            _check(parent, rows)
+            done = [row for row in rows if row.status == "succeeded"]
             if len(done) == len(rows):
-                return merged([row.result for row in rows])
-            progress.step(f"comparison in {len(rows)} parts: {len(done)} done", 100.0 * len(done) / len(rows))
+                return merged(shared, [row.result for row in rows])
+            if time.monotonic() - reported >= STEP_SECONDS:
+                parent.report(sum(sizes[row.id] for row in done), total, len(rows))
+                reported = time.monotonic()
             time.sleep(POLL_SECONDS)
     except (JobCancelled, PartFailed):
-        with db.write() as session:
-            for part_id in part_ids:
+        with parent.db.write() as session:
+            for part_id in ids:
                 job_store.request_cancel(session, part_id)
         raise
+
+
+def _check(parent: Parent, rows) -> None:
+    """``PartFailed`` for a part that failed or was cancelled, or whose worker is silent (lost)."""
+    for row in rows:
+        if row.status == "running" and row.updated_at < utcnow() - parent.stale:
+            lost = {"status": 503, "title": "Worker lost",
+                    "detail": f"the worker running part {row.id} of this job stopped; send the request again"}
+            with parent.db.write() as session:
+                job_store.fail_if_silent(session, row.id, utcnow() - parent.stale, lost)
+            raise PartFailed(lost)
+        if row.status in ("failed", "cancelled"):
+            raise PartFailed(row.error or {"status": 500, "title": "Part cancelled", "detail": "a part was cancelled"})
+
+
+def fit_auto_in_parts(calibrator, comparison_of) -> None:
+    """Make this ``auto`` calibrator's fit take its comparison from ``comparison_of(x, labels,
+    candidates, folds, seed, kind)`` (the parts) instead of computing it itself; the rest is
+    ``calibration.methods.auto``'s ``_fit`` step for step (select, refit the chosen candidate on all
+    the data), so the stored version is the one a single job stores (tested byte for byte)."""
+    options = calibrator.options
+
+    def fit(scores: cal.InputBatch, labels):
+        kind = scores.source
+        calibrator.comparison_ = comparison_of(getattr(scores, kind), labels, options["candidates"] or None,
+                                               options["folds"], options["seed"], kind)
+        calibrator.selection_ = cal.select(calibrator.comparison_, options["preserve_accuracy"])
+        calibrator.chosen_ = calibrator.selection_.chosen.create(kind)
+        calibrator.chosen_.fit_batch(scores, labels, warn=False)
+        calibrator.accuracy_preserving = calibrator.chosen_.accuracy_preserving
+        inner = calibrator.chosen_.diagnostics_
+        return cal.FitDiagnostics(inner.converged, inner.iterations, f"chose {calibrator.selection_.chosen.name}: "
+                                  f"{inner.message}", inner.gradient_norm, inner.objective)
+
+    calibrator._fit = fit
 
 
 class PartFailed(ServiceError):

@@ -31,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import timedelta
 
 import orjson
+from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from . import job_store
@@ -57,6 +58,8 @@ class JobProgress:
         self.job_id = job_id
         self.start, self.end = start, end
         self.reported = -PROGRESS_STEP
+        #: ``auto_in_parts(calibrator)``: set where cross-validation fans out (``app.fan_out``)
+        self.auto_in_parts = None
 
     def step(self, name: str, percent: float) -> None:
         with self.db.write() as session:
@@ -67,11 +70,14 @@ class JobProgress:
 
     def fitting(self, calibrator, n: int, k: int) -> None:
         """The fit's first step (5%); an ``auto`` fit then reports its cross-validation's fits
-        between 5% and 80% (``calibrator.progress``, which ``auto`` passes to ``compare``)."""
+        between 5% and 80% (``calibrator.progress``, which ``auto`` passes to ``compare``), and runs
+        it in parts where ``auto_in_parts`` is set."""
         self.step(f"fitting {calibrator.method} on {n}x{k}", 5.0)
         if calibrator.method == "auto":
             self.start, self.end = 5.0, 80.0
             calibrator.progress = self.folds
+            if self.auto_in_parts is not None:
+                self.auto_in_parts(calibrator)
 
     def finish_with(self, session, result: dict) -> None:
         """Record success in the caller's transaction; ``JobCancelled`` (which rolls it back)
@@ -173,6 +179,14 @@ class ProcrastinateEngine:
             if self.opened:
                 self.app.close()
                 self.opened = False
+
+
+def procrastinate_workers(db: Database) -> int:
+    """Procrastinate worker processes alive (a heartbeat in the last 30 s, its stalled-worker
+    timeout), each running one job at a time."""
+    with db.read() as session:
+        return int(session.execute(text("SELECT count(*) FROM procrastinate_workers "
+                                         "WHERE last_heartbeat > now() - interval '30 seconds'")).scalar_one())
 
 
 class JobRunner:

@@ -13,10 +13,11 @@ import threading
 from calibration import json_safe
 
 from . import drift_alarms, fan_out, job_store, policies, webhooks
+from .batches import validated
 from .db import Database
 from .errors import ServiceError
 from .job_inputs import batch_of_job
-from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name
+from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
 from .schemas import CompareFields, FitFields
 from .service import CalibrationService
 from .settings import get_settings
@@ -68,11 +69,11 @@ def _run_claimed(db: Database, job_id: str) -> None:
     service = CalibrationService(db, cache_size=1, max_body_bytes=0)
     progress = JobProgress(db, job_id)
     try:
-        if kind == "fit" and request.get("chunks"):  # a fit on stored observations
-            fields = FitFields.model_validate(request["fields"])
-            service.fit(calibrator, service.observations.load(fields, request["chunks"]), job=progress)
-        elif kind == "fit":
-            service.fit(calibrator, batch_of_job(request, payload, FitFields), job=progress)
+        if kind == "fit":  # an auto fit's cross-validation fans out as a comparison's does
+            runner = _fan_out(db, job_id, progress)
+            if runner is not None:
+                progress.auto_in_parts = lambda calibrator: fan_out.fit_auto_in_parts(calibrator, runner)
+            service.fit(calibrator, _fit_batch(service, request, payload), job=progress)
         elif kind == "compare":
             batch = batch_of_job(request, payload, CompareFields)
             result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
@@ -104,23 +105,33 @@ def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
     return result
 
 
+def _fit_batch(service: CalibrationService, request: dict, payload: bytes | None):
+    """The labelled batch of a fit job: its arrays, or the stored observations it names."""
+    if request.get("chunks"):
+        return service.observations.load(FitFields.model_validate(request["fields"]), request["chunks"])
+    return batch_of_job(request, payload, FitFields)
+
+
 def _fan_out(db: Database, job_id: str, progress: JobProgress):
-    """How this comparison job fans out (``fan_out.run_compare_in_parts``), or ``None``: by default
-    only where other workers can take the parts (Procrastinate); ``CALIBRATION_JOB_FAN_OUT=on``
-    also in the embedded pool (the parent then runs every part itself)."""
+    """How this job's cross-validation fans out (``fan_out(x, labels, methods, folds, seed, kind)``),
+    or ``None``: by default only where other workers can take the parts (Procrastinate);
+    ``CALIBRATION_JOB_FAN_OUT=on`` also in the embedded pool (the parent then runs every part)."""
     settings = get_settings()
     named = engine_name(settings.job_engine, settings.database_url)
     if settings.job_fan_out == "off" or (settings.job_fan_out == "auto" and named != "procrastinate"):
         return None
     with db.read() as session:
         calibrator = job_store.get_job(session, job_id).calibrator
+    parent = fan_out.Parent(db, job_id, calibrator, progress, f"{socket.gethostname()}:{os.getpid()}",
+                            settings.job_stale_seconds)
 
-    def run(folds: int):
+    def run(x, labels, methods, folds: int, seed: int, kind: str):
         engine = ProcrastinateEngine(settings.database_url) if named == "procrastinate" else None
         try:
-            return fan_out.run_compare_in_parts(
-                db, job_id, folds, calibrator, engine.enqueue if engine else (lambda _part: None),
-                lambda part_id: run_job(settings.database_url, part_id), progress)
+            workers = procrastinate_workers(db) if engine else 1
+            shared, units = fan_out.plan(x, methods, folds, seed, kind, workers)
+            return fan_out.compare_in_parts(parent, shared, units, x, labels,
+                                            engine.enqueue if engine else (lambda _part: None))
         finally:
             if engine is not None:
                 engine.shutdown()
@@ -128,19 +139,32 @@ def _fan_out(db: Database, job_id: str, progress: JobProgress):
     return run
 
 
+_PARENT_ARRAYS: dict[str, tuple] = {}  # a worker's parts of one parent read its arrays once
+
+
+def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) -> tuple:
+    """The validated input and labels of a fanned-out job (comparison or fit), as its parent has them."""
+    if parent_id not in _PARENT_ARRAYS:
+        with db.read() as session:
+            kind, _, request, payload = job_store.load_input(session, parent_id)
+        batch = _fit_batch(service, request, payload) if kind == "fit" else batch_of_job(request, payload,
+                                                                                          CompareFields)
+        inputs, labels = validated(batch)
+        _PARENT_ARRAYS.clear()
+        _PARENT_ARRAYS[parent_id] = (getattr(inputs, inputs.source), labels)
+    return _PARENT_ARRAYS[parent_id]
+
+
 def _run_part(db: Database, service: CalibrationService, job_id: str, request: dict, progress: JobProgress) -> None:
-    """One fold of a fanned-out comparison; cancelled when its parent is no longer running."""
+    """Some candidate x fold units of a fanned-out job; cancelled when its parent is no longer running."""
     with db.read() as session:
         parent = job_store.get_job(session, request["parent"])
         running = parent is not None and parent.status == "running"
-        if running:
-            _, _, parent_request, payload = job_store.load_input(session, request["parent"])
     if not running:
         _finish(db, job_id, "cancelled")
         return
-    batch = batch_of_job(parent_request, payload, CompareFields)
-    comparison = service.comparisons.compare_part(batch, request["fold"], progress)
-    _finish(db, job_id, "succeeded", result=fan_out.part_result(comparison))
+    x, labels = _parent_arrays(db, service, request["parent"])
+    _finish(db, job_id, "succeeded", result=fan_out.run_units(x, labels, request, progress.folds))
 
 
 def procrastinate_app():
