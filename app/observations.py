@@ -54,6 +54,7 @@ class Observations:
         values = stored_form(batch.values)
         with self.db.write() as session:
             calibrator_id = store.ensure_calibrator(session, name)
+            self.online.lock(session, calibrator_id)
             expected = observation_store.shape_of(session, calibrator_id)
             if expected is not None and expected != (batch.kind, inputs.k):
                 raise InvalidInput(f"{name!r} holds {expected[0]} of {expected[1]} classes; this batch is "
@@ -65,7 +66,7 @@ class Observations:
                                "(CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); delete old ones first")
             observation_store.append(session, calibrator_id, "upload", None, batch.kind, inputs.k, values, labels,
                                      batch.fields.observed_at)
-            online_version = self.online.apply(session, calibrator_id, name, batch.kind, values, labels, "upload")
+            online_version = self.online.apply(session, calibrator_id, name)
         return {"name": name, "appended": inputs.n, "total_rows": rows + inputs.n, "online_version": online_version}
 
     def summary(self, name: str) -> dict:
@@ -132,38 +133,24 @@ class Observations:
                 if not 0 <= label < max(n_classes, 2):
                     raise InvalidInput(f"label {label} of prediction {pid!r} is outside [0, {max(n_classes, 2)})")
             claimed = observation_store.claim_labels(session, calibrator.id, [p for p, v in found.items() if not v[2]])
-            groups: dict[int, list[str]] = {}
-            for pid in claimed:
-                groups.setdefault(found[pid][0], []).append(pid)
-            by_version: dict[tuple, list] = {}
-            for chunk, pids in groups.items():
-                version, kind, n_classes, array = chunks[chunk]
-                rows = [found[pid][1] for pid in pids]
-                entry = by_version.setdefault((version, kind, n_classes, array.dtype.str), [[], []])
-                entry[0].append(array[rows])
-                entry[1].extend(labels[first[pid]] for pid in pids)
-            for (version, kind, n_classes, _), (parts, part_labels) in sorted(by_version.items()):
+            by_version: dict[tuple, tuple[list, list]] = {}
+            for pid, position in first.items():  # in the order the ids were posted
+                if pid in claimed:
+                    chunk, row, _ = found[pid]
+                    version, kind, n_classes, array = chunks[chunk]
+                    entry = by_version.setdefault((version, kind, n_classes, array.dtype.str), ([], []))
+                    entry[0].append(array[row])
+                    entry[1].append(labels[position])
+            self.online.lock(session, calibrator.id)
+            for (version, kind, n_classes, _), (rows, part_labels) in sorted(by_version.items()):
                 observation_store.append(session, calibrator.id, "feedback", version, kind, n_classes,
-                                         np.concatenate(parts), np.asarray(part_labels, dtype=np.int64))
-            online_version = self._update_online(session, calibrator.id, name, first, labels, claimed, found, chunks)
+                                         np.stack(rows), np.asarray(part_labels, dtype=np.int64))
+            online_version = self.online.apply(session, calibrator.id, name) if claimed else None
         for pid, position in first.items():
             statuses[position] = ("labelled" if pid in claimed else "already_labelled" if pid in found
                                   else "unknown")
         return {"name": name, "labelled": len(claimed), "counts": dict(Counter(statuses)), "statuses": statuses,
                 "online_version": online_version}
-
-    def _update_online(self, session, calibrator_id: int, name: str, first: dict[str, int], labels: list[int],
-                       claimed: set[str], found: dict, chunks: dict) -> int | None:
-        """The online update on the rows labelled now, in the order their ids were first posted."""
-        posted = [(pid, labels[position]) for pid, position in first.items() if pid in claimed]
-        if not posted:
-            return None
-        kinds = {chunks[found[pid][0]][1] for pid, _ in posted}
-        if len(kinds) != 1:
-            return None
-        values = np.stack([chunks[found[pid][0]][3][found[pid][1]] for pid, _ in posted])
-        return self.online.apply(session, calibrator_id, name, kinds.pop(), values,
-                                 np.asarray([label for _, label in posted], dtype=np.int64), "feedback")
 
     # -- fits on stored data ------------------------------------------------------------------
 

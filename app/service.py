@@ -51,7 +51,7 @@ class CalibrationService:
                  max_json_bytes: int = MAX_JSON_BYTES, max_entries: int = MAX_ENTRIES,
                  max_parameters: int = MAX_PARAMETERS, integrity_key: bytes | None = None,
                  prediction_log: PredictionLog | None = None,
-                 observation_caps: tuple[int, int, int] = OBSERVATION_CAPS):
+                 observation_caps: tuple[int, int, int] = OBSERVATION_CAPS, online_update_rows: int = 100):
         self.db = db
         self.integrity_key = integrity_key
         self.device = Device(device)
@@ -62,7 +62,8 @@ class CalibrationService:
         self.sync_budget_seconds = sync_budget_seconds
         self.comparisons = Comparisons(self)
         self.prediction_log = prediction_log
-        self.observations = Observations(db, prediction_log, *observation_caps, OnlineUpdates(integrity_key))
+        self.observations = Observations(db, prediction_log, *observation_caps,
+                                         OnlineUpdates(integrity_key, online_update_rows))
 
     # -- fitting ----------------------------------------------------------------------------
 
@@ -157,6 +158,9 @@ class CalibrationService:
             job.step("storing the version", 95.0)
         with self.db.write() as session:
             row = store.create_version(session, name, row_fields)
+            if getattr(calibrator, "updates_online", False):  # labels stored after this update it
+                row.report = {**row.report, "online_update": self.observations.online.watermark(session,
+                                                                                                 row.calibrator_id)}
             view = version_view(name, row, [])
             if job is not None:
                 job.finish_with(session, view)

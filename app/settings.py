@@ -116,6 +116,9 @@ class Settings(BaseSettings):
                                               "(0: kept until deleted).")
     prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions older than this "
                                                  "are deleted, labelled or not (0: kept).")
+    online_update_rows: int = Field(100, ge=1, description="An online calibrator (online_platt, "
+                                    "online_temperature) stores its next version once this many labelled rows "
+                                    "arrived since its latest (app/online_updates.py).")
     schedule_seconds: float = Field(60.0, ge=0, description="How often each API process submits drift-monitor "
                                     "jobs where observations or logged predictions arrived, and checks the refit "
                                     "policies (a fired one submits a refit job); 0 turns both off.")

@@ -97,7 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                            integrity_key=integrity_key(settings), prediction_log=prediction_log,
                                            observation_caps=(settings.max_observation_rows,
                                                              settings.max_observation_bytes,
-                                                             settings.max_fit_entries))
+                                                             settings.max_fit_entries),
+                                           online_update_rows=settings.online_update_rows)
     scheduler = Scheduler(app.state.service, settings.schedule_seconds)
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None

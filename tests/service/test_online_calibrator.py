@@ -177,3 +177,34 @@ def test_an_online_temperature_follows_labels_of_a_drifting_multiclass_stream(ap
     rows = slice(FIT, FIT + 2000)
     held = fixed.predict_proba(logits[rows])
     assert cal.nll(np.concatenate(served), labels[rows]) < 0.9 * cal.nll(held, labels[rows])
+
+
+def test_small_label_batches_accumulate_until_enough_rows_arrived(database_url):
+    app = create_app(Settings(database_url=database_url, job_engine="embedded", log_flush_seconds=0.05,
+                              log_level="warning", online_update_rows=500))
+    scores, labels = _stream()
+    with TestClient(app) as api:
+        fitted = _ok(api.post("/v1/calibrators/ops/versions", json={
+            "method": "online_platt", "options": {"input": "scores"}, "scores": scores[:FIT].tolist(),
+            "labels": labels[:FIT].tolist()}), 201)
+        assert fitted["report"]["online_update"] == {"through_chunk": 0}
+        _ok(api.put("/v1/calibrators/ops/logging", json={"sample_rate": 1.0}))
+        _serve(api, scores, FIT, FIT + 400)
+        answers = [_ok(api.post("/v1/calibrators/ops/labels", json={
+            "ids": [f"r{i}" for i in range(start, start + 200)], "labels": labels[start:start + 200].tolist()}))
+            for start in (FIT, FIT + 200)]
+        upload = _ok(api.post("/v1/calibrators/ops/observations", json={
+            "scores": scores[FIT + 400:FIT + 550].tolist(), "labels": labels[FIT + 400:FIT + 550].tolist()}), 201)
+        assert [a["online_version"] for a in answers] == [None, None] and upload["online_version"] == 2
+        stored = _ok(api.get("/v1/calibrators/ops/versions/2"))
+        assert stored["report"]["online_update"]["rows"] == 550
+        assert stored["report"]["online_update"]["chunks"] == 3
+        core = OnlinePlattScaling().update(scores[:FIT + 550], labels[:FIT + 550])
+        assert (stored["parameters"]["slope"], stored["parameters"]["intercept"]) == core.coef_
+        # the rows just applied are not applied again: the next batch starts after them
+        more = _ok(api.post("/v1/calibrators/ops/observations", json={
+            "scores": scores[FIT + 550:FIT + 1050].tolist(), "labels": labels[FIT + 550:FIT + 1050].tolist()}), 201)
+        assert more["online_version"] == 3
+        core.update(scores[FIT + 550:FIT + 1050], labels[FIT + 550:FIT + 1050])
+        last = _ok(api.get("/v1/calibrators/ops/versions/3"))["parameters"]
+        assert (last["slope"], last["intercept"], last["n_updates"]) == (*core.coef_, FIT + 1050)
