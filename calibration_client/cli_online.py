@@ -66,7 +66,8 @@ def observe(context: typer.Context, name: Name, file: Annotated[Path, LabelledFi
     if as_json:
         _print_json(answer)
         return
-    out.print(f"[bold]{name}[/bold]: appended {answer['appended']} rows, {answer['total_rows']} in all")
+    out.print(f"[bold]{name}[/bold]: appended {answer['appended']} rows, {answer['total_rows']} in all"
+              + _online_note(answer))
 
 
 @app.command("logging")
@@ -94,7 +95,13 @@ def label(context: typer.Context, name: Name, file: Annotated[Path, LabelFile], 
         _print_json(answer)
         return
     counts = ", ".join(f"{count} {status}" for status, count in sorted(answer["counts"].items()))
-    out.print(f"[bold]{name}[/bold]: {counts}")
+    out.print(f"[bold]{name}[/bold]: {counts}" + _online_note(answer))
+
+
+def _online_note(answer: dict) -> str:
+    """Where an online calibrator stored an update (``online_version``), say which version."""
+    version = answer.get("online_version")
+    return f"; the online calibrator updated to version {version}" if version is not None else ""
 
 
 @app.command()

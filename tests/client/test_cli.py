@@ -225,3 +225,15 @@ def test_a_long_fit_shows_the_jobs_progress_in_a_real_terminal(service, tmp_path
     assert "tmux-auto version 1" in frames[-1], frames[-1]
     assert len(set(percents)) >= 3 and percents == sorted(percents), percents  # a bar that moves forward
     assert any(5 < p < 80 for p in percents), percents  # inside the cross-validation, not only its ends
+
+
+def test_observations_that_update_an_online_calibrator_say_which_version(run, files, cifar):
+    fitted = run("fit", "cli-ots", files / "fit.npz", "--method", "online_temperature", "--json")
+    assert fitted.exit_code == 0, fitted.stdout
+    said = run("observe", "cli-ots", files / "check.npz")
+    assert said.exit_code == 0, said.stdout
+    assert "the online calibrator updated to version 2" in " ".join(said.stdout.split())
+    logits, labels = cifar
+    expected = cal.create("online_temperature").fit(logits, labels)  # the fit rows, then the observed ones
+    latest = max(json.loads(run("versions", "cli-ots", "--json").stdout), key=lambda v: v["version"])
+    assert latest["version"] == 2 and latest["parameters"] == expected.summary()
