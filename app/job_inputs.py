@@ -11,10 +11,12 @@ from .batches import ArrayBatch
 
 
 def job_input(batch: ArrayBatch, labels: np.ndarray) -> tuple[dict, bytes]:
-    """A validated labelled batch as a job's request fields and payload: the input as the float64
-    array the core validated (so a job computes exactly what the request would have)."""
+    """A validated labelled batch as a job's request fields and payload: the input as the numeric
+    array it was decoded to (float32 stays float32: half the bytes of the float64 the core
+    validates it to, and no float64 copy here). The job validates it again, and the core's
+    conversion to float64 is exact, so a job computes exactly what the request would have."""
     request = {"kind": batch.kind, "fields": batch.fields.model_dump(mode="json")}
-    return request, job_store.pack_arrays(values=np.asarray(batch.values, dtype=np.float64), labels=labels)
+    return request, job_store.pack_arrays(values=np.asarray(batch.values), labels=labels)
 
 
 def batch_of_job(request: dict, payload: bytes, fields_model) -> ArrayBatch:
