@@ -230,3 +230,6 @@ class LoggedPredictionRow(Base):
     chunk_id: Mapped[int] = mapped_column(ForeignKey("prediction_chunks.id", ondelete="CASCADE"))
     row: Mapped[int] = mapped_column(Integer)
     labelled: Mapped[bool] = mapped_column(Boolean, default=False)
+    # ids this row stands for: 1; a batch of generated ids (``prefix,``: rows ``row`` to ``row + n_rows - 1``)
+    # n_rows; a labelled generated id 0 (app.observation_store, migration 0009)
+    n_rows: Mapped[int] = mapped_column(Integer, default=1, server_default="1")

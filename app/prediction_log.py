@@ -5,6 +5,9 @@ calibrator's rate, copies the kept rows into an in-memory buffer and returns at 
 background thread writes the buffer every ``flush_seconds`` (or sooner once ``flush_rows``
 rows wait), one chunk per (calibrator, version) in one transaction each. The buffer is bounded
 by ``max_buffer_bytes``: rows beyond it are dropped and counted, never queued without bound.
+Each client id is one index row; a batch of generated ids kept in full (sampling rate 1) is one
+index row for the whole batch (``observation_store.log_predictions``, migration 0009): at 64
+rows a request, the writer's per-id B-tree inserts were most of what logging cost the server.
 A label call flushes this process's buffer first (``flush``), so a label posted right after its
 prediction finds it; with several processes a label can reach one whose prediction is still in
 another's buffer (at most ``flush_seconds``): it is reported ``unknown`` and can be posted again.
@@ -75,6 +78,7 @@ class _Pending:
     n_classes: int
     inputs: np.ndarray
     ids: list[str]
+    prefix: str | None = None  # the ids are this prefix and the row number: one index row in all
 
 
 @dataclass
@@ -113,12 +117,15 @@ class PredictionLog:
         """Sample ``values``' rows at ``resolved.log_rate`` and buffer them with their ids (the
         client's, or generated); returns the ids of all rows and how many rows were kept."""
         n = len(values)
-        ids = generated_ids(n) if ids is None else ids
+        generated = ids is None
+        ids = generated_ids(n) if generated else ids
         values = np.asarray(values)
         if values.dtype.kind != "f":
             values = values.astype(np.float64)
+        prefix = None
         if resolved.log_rate >= 1.0:
             kept_values, kept_ids = np.array(values, copy=True), ids
+            prefix = id_prefix(ids) if generated and n else None
         else:
             keep = np.flatnonzero(self._rng.random(n) < resolved.log_rate)
             if not len(keep):
@@ -129,7 +136,7 @@ class PredictionLog:
                 self.stats.dropped_rows += len(kept_ids)
                 return ids, 0
             self._pending.append(_Pending(resolved.calibrator_id, resolved.version, kind, n_classes,
-                                          kept_values, kept_ids))
+                                          kept_values, kept_ids, prefix))
             self.stats.buffered_rows += len(kept_ids)
             self.stats.buffered_bytes += kept_values.nbytes
             full = self.stats.buffered_rows >= self.flush_rows
@@ -156,12 +163,12 @@ class PredictionLog:
             written = 0
             for (calibrator_id, version, kind, n_classes, _), items in groups.items():
                 rows = sum(len(item.ids) for item in items)
+                ids, batches = self._index(items)
                 try:
                     with self.db.write() as session:
                         observation_store.log_predictions(
                             session, calibrator_id, version, kind, n_classes,
-                            np.concatenate([item.inputs for item in items]),
-                            [pid for item in items for pid in item.ids])
+                            np.concatenate([item.inputs for item in items]), ids, batches)
                     written += rows
                 except Exception as exc:  # a deleted calibrator, the database away: counted, logged
                     self.stats.failed_rows += rows
@@ -169,6 +176,19 @@ class PredictionLog:
                                    calibrator_id, str(exc).splitlines()[0])
             self.stats.written_rows += written
             return written
+
+    @staticmethod
+    def _index(items: list[_Pending]) -> tuple[list[tuple[str, int]], list[tuple[str, int, int]]]:
+        """The index rows of items written as one chunk: ``(id, row)`` of client (and sampled)
+        ids, ``(prefix, first row, n)`` of whole batches of generated ids."""
+        ids, batches, offset = [], [], 0
+        for item in items:
+            if item.prefix is not None:
+                batches.append((item.prefix, offset, len(item.ids)))
+            else:
+                ids.extend(zip(item.ids, range(offset, offset + len(item.ids)), strict=True))
+            offset += len(item.ids)
+        return ids, batches
 
     def apply_retention(self) -> None:
         now = utcnow()
