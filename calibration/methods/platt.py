@@ -10,7 +10,19 @@ k > 2: one-vs-rest. For each class j the score is its log-odds
 ``(a_j, b_j)`` is fitted as above on ``[y = j]``, and the outputs ``σ(a_j s_j + b_j)`` are
 divided by their row sum. Not accuracy-preserving.
 
-All pairs are fitted together by L-BFGS-B with the analytic gradient, from ``a = 1, b = 0``.
+Separable data. The smoothed targets lie strictly inside (0, 1), so each pair's loss grows
+without bound in every direction that moves some ``a s + b``: a finite minimiser always exists,
+also when the scores separate the labels perfectly (then it is the regularised optimum that the
+targets define, with ``|a s + b|`` of order ``log N``), and it is unique unless the scores are
+all equal (then only ``a s + b`` is determined, and is returned with ``a = 1``).
+
+Fit: each pair is fitted in standardised scores ``s̃ = (s - m) / σ`` (``f = ã s̃ + b̃``;
+``a = ã / σ``, ``b = b̃ - a m``), all pairs together by L-BFGS-B with the analytic gradient,
+from ``a = 1, b = 0`` (``ã = σ``; ``ã = 4`` where σ > 4, which would saturate the sigmoid
+on large scores). It reports convergence when every gradient entry (mean loss, standardised
+coordinates) is at most 1e-6. In raw coordinates the gradient in ``a`` scales with the scores:
+with scores of size 1e-10 the fit met its gradient test at once at ``a = 1``, 1e10 away from
+the optimum, and with scores of size 1e8 it stopped short.
 
 Backends: prediction (log-odds, affine map, sigmoid) runs on the input's device; the fit runs
 on a float64 host copy.
@@ -86,15 +98,22 @@ class PlattScaling(Calibrator):
         n_pos = positive.sum(axis=0)
         target = np.where(positive > 0, (n_pos + 1) / (n_pos + 2), 1 / (n - n_pos + 2))
 
+        centre = s.mean(axis=0)
+        scale = s.std(axis=0)
+        scale[scale == 0] = 1.0
+        x = (s - centre) / scale
+
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
             a, b = theta[:m], theta[m:]
-            f = a * s + b
+            f = a * x + b
             loss = float(np.sum(np.mean(np.logaddexp(0.0, f) - target * f, axis=0)))
             residual = (sigmoid(f) - target) / n
-            return loss, np.concatenate([np.einsum("ij,ij->j", residual, s), residual.sum(axis=0)])
+            return loss, np.concatenate([np.einsum("ij,ij->j", residual, x), residual.sum(axis=0)])
 
-        theta, diagnostics = minimize_smooth(objective, np.concatenate([np.ones(m), np.zeros(m)]))
-        self.slope_, self.intercept_ = theta[:m], theta[m:]
+        start = np.concatenate([np.minimum(scale, 4.0), np.zeros(m)])
+        theta, diagnostics = minimize_smooth(objective, start)
+        self.slope_ = theta[:m] / scale
+        self.intercept_ = theta[m:] - self.slope_ * centre
         return diagnostics
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
