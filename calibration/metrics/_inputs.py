@@ -13,11 +13,17 @@ from ..backend import device, floating, is_numpy, namespace, to_host
 from ..inputs import as_float_array, check_labels, check_probabilities, check_probabilities_on_device
 
 
-def probabilities_and_labels(probs, labels, nonnegative: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+def probabilities_and_labels(probs, labels, nonnegative: bool = True,
+                             keep_float32: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """Float64 probabilities ``(n, k)`` and int64 labels; binary ``(n,)`` input is the
     probability of class 1 and becomes ``[1 - p, p]``. ``labels=None`` checks the probabilities
-    alone; ``nonnegative=False`` leaves the sign check to the caller (see ``check_probabilities``)."""
-    p = as_float_array(probs if is_numpy(probs) else to_host(floating(probs)), "probabilities")
+    alone; ``nonnegative=False`` leaves the sign check to the caller (see ``check_probabilities``).
+    ``keep_float32=True`` returns a numpy float32 ``(n, k)`` as it is (no float64 copy), for a
+    caller that reads only some of its entries and widens those."""
+    if keep_float32 and isinstance(probs, np.ndarray) and probs.dtype == np.float32 and probs.ndim == 2:
+        p = probs
+    else:
+        p = as_float_array(probs if is_numpy(probs) else to_host(floating(probs)), "probabilities")
     if p.ndim == 1:
         p = np.column_stack([1.0 - p, p])
     if p.ndim != 2:
@@ -52,25 +58,26 @@ def top_label_of(probs, labels) -> tuple[np.ndarray, np.ndarray]:
     """Validated top-label confidence and correctness as host float64 n-vectors (computed on
     the device for an array that has one, so only these vectors cross to the host)."""
     if is_numpy(probs):
-        return top_label(*probabilities_and_labels(probs, labels, nonnegative=False))
+        return top_label(*probabilities_and_labels(probs, labels, nonnegative=False, keep_float32=True))
     p, y, _ = labelled_probabilities(probs, labels)
     xp = namespace(p)
     return to_host(xp.max(p, axis=1)), (to_host(xp.argmax(p, axis=1)) == y).astype(np.float64)
 
 
 def top_label(p: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top-label confidence (the highest probability) and whether the argmax (first index
-    among ties) is the label; raises on a negative entry.
+    """Top-label confidence (the highest probability, as float64) and whether the argmax (first
+    index among ties) is the label; raises on a negative entry. ``p`` is float64 or float32 (the
+    n confidences are widened exactly, so both give the values of ``p.astype(float64)``).
 
     The argmax is taken over the IEEE bit patterns read as unsigned integers. They order
     non-negative floats as the floats do and put every entry with the sign bit set (a negative
     number, or -0.0) above them all, so a row holding one shows it as its top entry: the sign
     check reads the n top entries, not all n·k."""
     rows = np.arange(p.shape[0])
-    predicted = np.ascontiguousarray(p).view(np.uint64).argmax(axis=1)
-    confidence = p[rows, predicted]
+    predicted = np.ascontiguousarray(p).view(np.uint32 if p.dtype == np.float32 else np.uint64).argmax(axis=1)
+    confidence = p[rows, predicted].astype(np.float64)
     if np.signbit(confidence).any():
         check_probabilities(p)  # raises, naming the first row with a negative entry
         predicted = p.argmax(axis=1)  # only -0.0 entries: the float order is the right one
-        confidence = p[rows, predicted]
+        confidence = p[rows, predicted].astype(np.float64)
     return confidence, (predicted == labels).astype(np.float64)

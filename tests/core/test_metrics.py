@@ -271,3 +271,25 @@ def test_validated_metrics_refuse_a_report_missing_rows():
     measured.add(np.array([[0.9, 0.1], [0.2, 0.8]]))
     with pytest.raises(ValueError, match="2 rows added for 3 labels"):
         measured.metrics()
+
+
+def test_top_label_metrics_of_float32_probabilities_equal_those_of_their_float64_copy():
+    """Float32 probabilities are validated and argmaxed in float32 (no float64 copy of the matrix);
+    the n confidences are widened exactly, so every top-label metric is that of the float64 copy."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 50, 2000)
+    p = cal.softmax(rng.standard_normal((2000, 50)) * 3).astype(np.float32)
+    p[5, :] = 0
+    p[5, 7] = 1  # exactly 1, and ties at 0
+    wide = p.astype(np.float64)
+    for metric in (cal.ece, cal.mce, cal.adaptive_ece, cal.kde_ece, cal.expectation_consistency_gap):
+        assert metric(p, labels) == metric(wide, labels), metric.__name__
+    assert cal.reliability_diagram(p, labels).to_dict() == cal.reliability_diagram(wide, labels).to_dict()
+    bad = p.copy()
+    bad[9, 0] = -0.25
+    bad[9, 1] += 0.25
+    with pytest.raises(ValueError, match="row 9"):
+        cal.ece(bad, labels)
+    bad[9, 1] += 0.5
+    with pytest.raises(ValueError, match=r"row 9 sums to 1\.4"):
+        cal.ece(bad, labels)
