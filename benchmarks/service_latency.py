@@ -1,18 +1,21 @@
 """Latency and throughput of /calibrate for a 64 x 1000 batch, JSON and binary (.npy), with 1 and
-2 uvicorn workers, against two floors (benchmarks/floor_app.py: a bare FastAPI endpoint doing
-only decode -> softmax -> encode, on the event loop, and the same on FastAPI's thread pool, as
-the service must: its numeric work never runs on the event loop). Load from ``wrk`` (Debian
-package) on loopback: one thread, 32 keep-alive connections (with fewer, all of them can land
-on one worker), ``--seconds`` per run (default 8). The calibrator is temperature scaling on
-SQLite, so each call also resolves the version in the database. The three servers alternate
-for 3 rounds per case; medians and the median ratios are reported.
+2 uvicorn workers and 1, 8 and 32 connections, against two floors (benchmarks/floor_app.py: a
+bare FastAPI endpoint doing only decode -> softmax -> encode, on the event loop, and the same on
+FastAPI's thread pool). The service runs a tiny call on the event loop too, and a larger one on
+its own threads (app/routes/hot_path.py). Load from ``wrk`` (Debian package) on loopback: one
+thread, ``--connections`` keep-alive connections (default 1, 8 and 32; with 2 workers, fewer than
+32 can all land on one worker), ``--seconds`` per run (default 8). The calibrator is temperature
+scaling on SQLite, so each call also resolves the version in the database. The three servers
+alternate for ``--rounds`` rounds (default 3) per case; medians and the median ratios (with their
+range over the rounds) are reported.
 
 Every server runs with the same fixed glibc allocator thresholds (``ALLOCATOR``): with glibc's
 default dynamic mmap threshold, the on-loop floor's speed swings by 2x from run to run on this
 machine (435 to 1083 req/s seen for the same binary case), as 512 KB temporaries are either
 reused or mapped and faulted in afresh.
 
-Run: ``python benchmarks/service_latency.py [--seconds 8] [--workers 1,2]``.
+Run: ``python benchmarks/service_latency.py [--seconds 8] [--workers 1,2] [--connections 1,8,32]
+[--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -57,9 +60,10 @@ def start(command: list[str], env: dict) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def run_wrk(url: str, body: Path, content_type: str, accept: str, seconds: int) -> dict:
+def run_wrk(url: str, body: Path, content_type: str, accept: str, seconds: int, connections: int = 32) -> dict:
     result = subprocess.run(
-        ["wrk", "-t1", "-c32", f"-d{seconds}s", "--latency", "-s", str(REPO / "benchmarks/wrk_post.lua"), url],
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(REPO / "benchmarks/wrk_post.lua"),
+         url],
         env={**os.environ, "BODY_FILE": str(body), "CONTENT_TYPE": content_type, "ACCEPT": accept},
         capture_output=True, text=True, check=True)
     text = result.stdout
@@ -81,6 +85,9 @@ def main():
     seconds = int(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 8
     worker_counts = [int(w) for w in sys.argv[sys.argv.index("--workers") + 1].split(",")] \
         if "--workers" in sys.argv else [1, 2]
+    connection_counts = [int(c) for c in sys.argv[sys.argv.index("--connections") + 1].split(",")] \
+        if "--connections" in sys.argv else [1, 8, 32]
+    rounds_count = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else ROUNDS
     rng = np.random.default_rng(0)
     fit_logits = (3 * rng.standard_normal((2000, 1000))).astype(np.float32)
     fit_labels = rng.integers(0, 1000, 2000)
@@ -116,28 +123,34 @@ def main():
             ]
             servers = [("floor, on the event loop", ""), ("floor, on the thread pool", "-threaded"),
                        ("ours /v1 calibrate", None)]
-            for name, url, floor_url, body, content_type, accept in cases:
-                # the servers alternate over several rounds: this machine's speed drifts by
-                # tens of percent over minutes, so only interleaved ratios are comparable
-                rounds = [[run_wrk(url if suffix is None else floor_url + suffix, body, content_type, accept, seconds)
-                           for _, suffix in servers] for _ in range(ROUNDS)]
-                for index, (who, _) in enumerate(servers):
-                    results = [r[index] for r in rounds]
-                    rows.append([workers, name, who, f"{np.median([r['rps'] for r in results]):.0f}",
-                                 f"{np.median([r['p50'] for r in results]):.2f}",
-                                 f"{np.median([r['p99'] for r in results]):.2f}", sum(r["errors"] for r in results)])
-                for index, (who, _) in enumerate(servers[:2]):
-                    ratios = sorted(r[2]["rps"] / r[index]["rps"] for r in rounds)
-                    rows.append([workers, name, f"ours / {who} (req/s), median of rounds",
-                                 f"{np.median(ratios):.0%} (range {ratios[0]:.0%}-{ratios[-1]:.0%})", "", "", ""])
+            for connections in connection_counts:
+                for name, url, floor_url, body, content_type, accept in cases:
+                    # the servers alternate over several rounds: this machine's speed drifts by
+                    # tens of percent over minutes, so only interleaved ratios are comparable
+                    rounds = [[run_wrk(url if suffix is None else floor_url + suffix, body, content_type, accept,
+                                       seconds, connections)
+                               for _, suffix in servers] for _ in range(rounds_count)]
+                    for index, (who, _) in enumerate(servers):
+                        results = [r[index] for r in rounds]
+                        rows.append([workers, connections, name, who, f"{np.median([r['rps'] for r in results]):.0f}",
+                                     f"{np.median([r['p50'] for r in results]):.2f}",
+                                     f"{np.median([r['p99'] for r in results]):.2f}",
+                                     sum(r["errors"] for r in results)])
+                    for index, (who, _) in enumerate(servers[:2]):
+                        ratios = sorted(r[2]["rps"] / r[index]["rps"] for r in rounds)
+                        rows.append([workers, connections, name, f"ours / {who} (req/s), median of rounds",
+                                     f"**{np.median(ratios):.0%}** (range {ratios[0]:.0%}-{ratios[-1]:.0%})",
+                                     "", "", ""])
         finally:
             for process in (ours, floor):
                 process.terminate()
                 process.wait(timeout=20)
-    write("service_latency", "/calibrate, 64 x 1000 float32 logits, wrk -t1 -c32 on loopback",
-          ["workers", "payload", "server", "req/s", "p50 ms", "p99 ms", "non-2xx"], rows,
+    write("service_latency", f"/calibrate, 64 x 1000 float32 logits, wrk -t1 -c{'/'.join(map(str, connection_counts))} "
+          f"on loopback, {rounds_count} interleaved rounds of {seconds} s",
+          ["workers", "connections", "payload", "server", "req/s", "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["fastapi", "uvicorn", "orjson", "numpy"]),
-          "Client and server share the machine's 2 cores; ratios are the comparable figure. With 2 workers "
+          "Client and server share the machine's 2 cores (and, here, other jobs running on them: "
+          "the machine was loaded); ratios of interleaved rounds are the comparable figure. With 2 workers "
           "the 32 keep-alive connections are split between the workers by asyncio's accept loop, which can "
           "hand most of them to one worker: 2-worker figures vary with that split. Every server runs with "
           "the same fixed glibc allocator thresholds (MALLOC_MMAP_THRESHOLD_ 32 MiB, MALLOC_TRIM_THRESHOLD_ "
