@@ -6,6 +6,17 @@ step reads the composition's input kind; every later step reads the probabilitie
 before (taking logits as ``log(max(p, 1e-12))`` where it needs them). A composition of
 accuracy-preserving steps is accuracy-preserving.
 
+Ties in the returned dtype. A monotone step keeps each row's order only weakly once rounded:
+IRM's strict slope of 1e-9 is lost in a float32 output (or against an O(1) value), and a
+softmax of logits one ulp apart may round to equal values, so that a plain first-index argmax
+of the output could pick a class whose input was smaller (TS then IRM on float32 input changed
+it for about a third of the rows of near-tied logits). So, when the last step is
+accuracy-preserving, ``predict_proba`` ends as IRM's does, with ``strict_top`` in the returned
+dtype: each row's top entry is raised by one ulp where an entry with a smaller reference value
+ties with it. The reference is the composition's input when every step is accuracy-preserving
+(then a plain argmax of the output is the input's), and otherwise the last step's input (the
+earlier steps' output, computed once more in float64: the last step keeps its argmax).
+
 Option ``steps``: a non-empty list of ``{"method": name, "options": {...}}``; the steps'
 ``input`` options are set by the composition and may not be given.
 
@@ -17,9 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import Calibrator, FitDiagnostics
-from ..inputs import InputBatch
+from ..inputs import InputBatch, validate_inputs
 from ..options import INPUT_OPTION, Option
 from ..registry import create, from_dict
+from .isotonic import strict_top
 
 
 class Composition(Calibrator):
@@ -70,10 +82,23 @@ class Composition(Calibrator):
         total.message = "; ".join(messages)
         return total
 
-    def _predict(self, scores: InputBatch) -> np.ndarray:
-        for step in self.steps:
+    def _predict(self, scores: InputBatch, steps=None) -> np.ndarray:
+        for step in self.steps if steps is None else steps:
             scores = InputBatch(probabilities=step._predict(scores))
         return scores.probabilities
+
+    def predict_proba(self, x):
+        """As ``Calibrator.predict_proba``; then, where the last step is accuracy-preserving,
+        ``strict_top`` in the returned dtype (see the module docstring)."""
+        probabilities = super().predict_proba(x)
+        if not self.steps[-1].accuracy_preserving:
+            return probabilities
+        scores = validate_inputs(x, self.input)
+        if self.accuracy_preserving:
+            reference = getattr(scores, scores.source)
+        else:
+            reference = self._predict(scores.in_float64(), self.steps[:-1])
+        return strict_top(probabilities, reference)
 
     def _params(self) -> dict:
         return {"steps": [step.to_dict() for step in self.steps]}
