@@ -128,3 +128,19 @@ def _index_rows_0008(url: str) -> list[tuple]:
                 "SELECT prediction_id, chunk_id, row, labelled FROM logged_predictions ORDER BY chunk_id, row"))]
     finally:
         engine.dispose()
+
+
+def test_sampled_generated_ids_keep_one_row_each_and_the_rest_are_unknown(sqlite_url):
+    upgrade(sqlite_url)
+    app = create_app(Settings(database_url=sqlite_url, job_engine="embedded", log_flush_seconds=60))
+    with TestClient(app) as client:
+        fit(client)
+        _ok(client.put("/v1/calibrators/demo/logging", json={"sample_rate": 0.5}))
+        body = _ok(client.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[:200].tolist()}))
+        app.state.service.prediction_log.flush()
+        rows = _index_rows(sqlite_url)
+        assert len(rows) == body["logged"] and 0 < body["logged"] < 200
+        assert all(not pid.endswith(",") and n == 1 for pid, _, _, n in rows)
+        kept = {pid for pid, _, _, _ in rows}
+        answer = _ok(client.post("/v1/calibrators/demo/labels", json={"ids": body["ids"], "labels": [0] * 200}))
+        assert answer["statuses"] == ["labelled" if pid in kept else "unknown" for pid in body["ids"]]
