@@ -113,8 +113,9 @@ class RequestMiddleware:
             nonlocal received, body_done
             if body_done:
                 return await receive()
-            try:
-                message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.perf_counter()))
+            try:  # a timeout scope, not wait_for: 3.11's wait_for wraps receive() in a new task
+                async with asyncio.timeout(max(0.0, body_deadline - time.perf_counter())):
+                    message = await receive()
             except TimeoutError:
                 raise BodyTooSlow(self.body_seconds) from None
             if message["type"] == "http.request":
