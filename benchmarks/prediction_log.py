@@ -5,7 +5,9 @@ One server (``calibration-service serve``, 1 worker, SQLite in a temporary direc
 temperature-scaling calibrator, ``.npy`` batches of 64 x ``--classes`` float32 logits, ``wrk``
 with 32 connections for ``--seconds`` per run. The three settings alternate (``PUT .../logging``
 between runs) for ``--rounds`` rounds; medians and each round's ratio to its run with logging
-off (median and range) are reported, with the rows the log wrote and dropped (its buffer is
+off (median and range) are reported, and the server's CPU time per request (all its threads,
+from /proc; its ratio off/on is the throughput ratio once the cores are the bound, and steadier
+than req/s on a shared machine), with the rows the log wrote and dropped (its buffer is
 bounded) read from the observation summary. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import statistics
 import sys
 import tempfile
@@ -33,6 +36,21 @@ from benchmarks.service_latency import ALLOCATOR, run_wrk  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402
 
 RATES = (0.0, 0.1, 1.0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, *wrk_args) -> dict:
+    """A wrk run, with the server's CPU time per request over it and the 1.5 s after it, when the
+    log writes the run's last rows (flush_seconds 1)."""
+    before = cpu_seconds(pid)
+    result = run_wrk(*wrk_args)
+    time.sleep(1.5)
+    return {**result, "cpu_us": 1e6 * (cpu_seconds(pid) - before) / max(result["requests"], 1)}
 
 
 def main() -> None:
@@ -62,7 +80,8 @@ def main() -> None:
             for _ in range(args.rounds):
                 for rate in RATES:
                     client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
-                    results[rate].append(run_wrk(url, body, "application/x-npy", "application/x-npy", args.seconds))
+                    results[rate].append(measured(server.process.pid, url, body, "application/x-npy",
+                                                  "application/x-npy", args.seconds))
             time.sleep(2)  # the log's last flush
             summary = client.get("/v1/calibrators/bench/observations").json()
 
@@ -84,16 +103,20 @@ def main() -> None:
         rps = [r["rps"] for r in results[rate]]
         # each round's ratio to the same round's run with logging off (the runs alternate)
         ratios = sorted(r["rps"] / off["rps"] for r, off in zip(results[rate], results[0.0], strict=True))
+        # and the server's CPU per request: what throughput is once the cores are the bound
+        cpu_ratios = sorted(off["cpu_us"] / r["cpu_us"] for r, off in zip(results[rate], results[0.0], strict=True))
         rows.append([f"{rate:.0%}", f"{statistics.median(rps):.0f} ({min(rps):.0f}-{max(rps):.0f})",
                      f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})",
+                     f"{statistics.median(r['cpu_us'] for r in results[rate]):.0f}",
+                     f"{statistics.median(cpu_ratios):.3f} ({cpu_ratios[0]:.3f}-{cpu_ratios[-1]:.3f})",
                      f"{statistics.median(r['p50'] for r in results[rate]):.2f}",
                      f"{statistics.median(r['p99'] for r in results[rate]):.2f}",
                      sum(r["errors"] for r in results[rate])])
-    rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", 0])
+    rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", "-", "-", 0])
     write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
           f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite)",
-          ["logging", "req/s median (range)", "ratio to off, median of rounds (range)", "p50 ms", "p99 ms",
-           "non-2xx"], rows,
+          ["logging", "req/s median (range)", "ratio to off, median of rounds (range)", "server CPU us/request",
+           "CPU ratio off/on, median of rounds (range)", "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["numpy", "fastapi", "uvicorn", "sqlalchemy"]),
           f"Rows the log wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "
           f"{chunk} x {k} float32 .npz. Client and server share the machine's 2 cores (and, here, other "

@@ -75,6 +75,7 @@ def run_wrk(url: str, body: Path, content_type: str, accept: str, seconds: int, 
 
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)),
+            "requests": int(re.search(r"(\d+) requests in", text).group(1)),
             "p50": millis("50"), "p99": millis("99"), "errors": int(errors.group(1)) if errors else 0}
 
 
