@@ -50,11 +50,17 @@ def intervals(probs: np.ndarray, labels: np.ndarray, n_bins: int, n_resamples: i
 
 def evaluation(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15, bootstrap: int = 0,
                confidence: float = 0.95, seed: int = 0) -> dict:
-    """Metrics, reliability bins and optional intervals of one set of probabilities."""
-    out = {
-        "metrics": metric_values(probs, labels, n_bins),
-        "reliability_diagram": cal.reliability_diagram(probs, labels, n_bins=n_bins).to_dict(),
-    }
+    """Metrics, reliability bins and optional intervals of one set of probabilities that the
+    service has validated (a validated batch's, or a calibrator's output) and their validated
+    labels. A numpy ``(n, k)`` matrix is measured once, in row blocks (``measured``), not
+    re-validated by each metric; another array library's goes through the public metrics."""
+    if isinstance(probs, np.ndarray) and probs.ndim == 2:
+        out = _validated_evaluation(measured(probs, labels, n_bins))
+    else:
+        out = {
+            "metrics": metric_values(probs, labels, n_bins),
+            "reliability_diagram": cal.reliability_diagram(probs, labels, n_bins=n_bins).to_dict(),
+        }
     if bootstrap:
         out["intervals"] = intervals(probs, labels, n_bins, bootstrap, confidence, seed)
     return out
@@ -84,6 +90,14 @@ def fresh_probabilities(inputs: cal.InputBatch) -> np.ndarray:
     if inputs.source == "logits" and "probabilities" not in vars(inputs):
         return cal.softmax(inputs.logits)
     return inputs.probabilities
+
+
+def measured(probs: np.ndarray, labels: np.ndarray, n_bins: int) -> cal.ValidatedMetrics:
+    """``calibration.ValidatedMetrics`` of a validated numpy ``(n, k)`` matrix, fed in row blocks."""
+    result = cal.ValidatedMetrics(np.asarray(labels), probs.shape[1], n_bins)
+    for rows in cal.row_blocks(*probs.shape):
+        result.add(probs[rows])
+    return result
 
 
 def _validated_evaluation(measured: cal.ValidatedMetrics) -> dict:
