@@ -114,8 +114,18 @@ def main():
             base, floor_base = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{floor_port}"
             wait(f"{base}/readyz")
             wait(f"{floor_base}/docs")
-            httpx.post(f"{base}/v1/calibrators/bench/versions", timeout=120,
-                       json={"method": "temperature", "logits": fit_logits.tolist(), "labels": fit_labels.tolist()})
+            archive = io.BytesIO()  # as .npz: the JSON would be over CALIBRATION_MAX_JSON_BYTES
+            np.savez(archive, logits=fit_logits, labels=fit_labels)
+            fitted = httpx.post(f"{base}/v1/calibrators/bench/versions?method=temperature", timeout=120,
+                                content=archive.getvalue(), headers={"content-type": "application/x-npz"})
+            while fitted.status_code == 202 or fitted.json().get("status") in ("queued", "running"):
+                time.sleep(0.5)  # a loaded machine's fit can be a job
+                fitted = httpx.get(f"{base}{fitted.headers.get('Location') or fitted.url.path}", timeout=30)
+            assert fitted.status_code in (200, 201) and fitted.json().get("status", "succeeded") == "succeeded", \
+                fitted.text
+            probe = httpx.post(f"{base}/v1/calibrators/bench/calibrate", content=npy_body.read_bytes(), timeout=30,
+                               headers={"content-type": "application/x-npy"})
+            assert probe.status_code == 200, probe.text
             cases = [
                 ("JSON", f"{base}/v1/calibrators/bench/calibrate", f"{floor_base}/json", json_body,
                  "application/json", "application/json"),
