@@ -51,7 +51,8 @@ from ..base import Calibrator, FitDiagnostics, on_device, param_array
 from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
-from ..solvers import keeps_receding, minimize_newton
+from ..solvers import minimize_newton
+from .affine_numerics import affine_hessian_diagonal, check_finite_optimum, softmax_and_nll, standardisation
 
 MAX_ITERATIONS_OPTION = Option(
     "max_iterations", int, 1000, "Newton iterations at most; a fit stopped by this limit "
@@ -61,63 +62,6 @@ ODIR_OPTIONS = (
            minimum=0.0),
     Option("bias_l2", float, 0.0, "μ of the ODIR penalty on the intercepts.", minimum=0.0),
 )
-
-
-def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Column means and standard deviations of the features (a constant column gets scale 1)."""
-    centre = x.mean(axis=0)
-    scale = x.std(axis=0)
-    scale[scale == 0] = 1.0
-    return centre, scale
-
-
-def softmax_and_nll(out: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, float]:
-    """``softmax(out)`` and the mean NLL of the labels, with ``log Σ exp`` taken as
-    ``max + log1p(Σ of the other terms)`` so that a loss near 0 keeps its relative precision
-    (the trust-region solver compares predicted and actual decreases of it). Overwrites ``out``."""
-    rows = np.arange(len(out))
-    top = out.argmax(axis=1)
-    out -= out[rows, top][:, None]
-    e = np.exp(out)
-    e[rows, top] = 0.0
-    rest = e.sum(axis=1)
-    e[rows, top] = 1.0
-    return e / (1.0 + rest)[:, None], float(np.mean(np.log1p(rest) - out[rows, labels]))
-
-
-def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, theta, labels,
-                         free_logits=None) -> FitDiagnostics:
-    """The diagnostics, marked not converged when the objective has no finite minimiser
-    (``keeps_receding``: Newton steps from the solution keep moving the logits and lowering
-    the loss, along a direction certified to raise no label's margin). ``logits(v)`` is the
-    change of the logits along the parameter direction ``v``; ``free_logits(v)`` that of its
-    unpenalised part (a penalised component makes the loss grow quadratically along ``v``).
-    Only a fit that met its gradient tolerance, or whose loss is below 1e-9, is checked."""
-    def spread(step: np.ndarray) -> float:
-        change = logits(step)
-        return float(np.max(change.max(axis=1) - change.min(axis=1)))
-
-    def certify(direction: np.ndarray) -> bool:
-        """No label margin ``Δz_y - Δz_j`` falls (to 1e-6 of the largest rise) and one rises."""
-        change = (free_logits or logits)(direction)
-        margins = change[np.arange(len(labels)), labels][:, None] - change
-        margins[np.arange(len(labels)), labels] = 0.0
-        largest = float(margins.max())
-        return largest > 0 and float(margins.min()) >= -1e-6 * largest
-
-    if not (diagnostics.converged or (diagnostics.objective or np.inf) <= 1e-9):
-        return diagnostics
-    if not keeps_receding(objective, hessp, spread, theta, certify=certify):
-        return diagnostics
-    diagnostics.converged = False
-    diagnostics.message = (
-        "no finite optimum exists: this map separates some labels perfectly (or a class never "
-        "occurs among them), so the NLL keeps falling towards its infimum as the weights grow "
-        "without bound (Newton steps keep moving the logits); the parameters returned (weight "
-        f"norm {np.linalg.norm(theta):.3g}) are where "
-        f"the solver stopped ({diagnostics.message}); fit on more data or use fewer parameters "
-        "(e.g. temperature scaling)")
-    return diagnostics
 
 
 class _AffineSoftmax(Calibrator):
@@ -180,8 +124,16 @@ class _AffineSoftmax(Calibrator):
             change /= n
             return np.concatenate([(change.T @ x).ravel(), change.sum(axis=0)]) + penalty_gradient(v)
 
+        # the penalty's own diagonal, in standardised coordinates (W = W' / s, b = b' - W m)
+        penalty_diagonal = np.concatenate([
+            (2 * factor * off_diagonal / scale**2 + 2 * bias_factor * (centre / scale) ** 2).ravel(),
+            np.full(k, 2 * bias_factor)])
+
+        def diagonal(theta: np.ndarray) -> np.ndarray:
+            return affine_hessian_diagonal(probabilities(theta), x) + penalty_diagonal
+
         start = np.concatenate([np.diag(scale).ravel(), centre])
-        theta, diagnostics = minimize_newton(objective, None, start, hessp=hessp,
+        theta, diagnostics = minimize_newton(objective, None, start, hessp=hessp, diagonal=diagonal,
                                              maxiter=self.options["max_iterations"])
         self.weights_, self.bias_ = original(theta)
 

@@ -1,0 +1,80 @@
+"""Numerical pieces shared by the affine-softmax calibrators of ``linear`` (vector, matrix and
+Dirichlet scaling): standardised coordinates, a softmax with an NLL accurate near 0, the Hessian
+diagonal that preconditions the matrix fits, and the check that a fit has a finite optimum (see
+``linear``'s docstring for the methods, formulas and papers)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base import FitDiagnostics
+from ..solvers import keeps_receding
+
+
+def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and standard deviations of the features (a constant column gets scale 1)."""
+    centre = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale == 0] = 1.0
+    return centre, scale
+
+
+def softmax_and_nll(out: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, float]:
+    """``softmax(out)`` and the mean NLL of the labels, with ``log Σ exp`` taken as
+    ``max + log1p(Σ of the other terms)`` so that a loss near 0 keeps its relative precision
+    (the trust-region solver compares predicted and actual decreases of it). Overwrites ``out``."""
+    rows = np.arange(len(out))
+    top = out.argmax(axis=1)
+    out -= out[rows, top][:, None]
+    e = np.exp(out)
+    e[rows, top] = 0.0
+    rest = e.sum(axis=1)
+    e[rows, top] = 1.0
+    return e / (1.0 + rest)[:, None], float(np.mean(np.log1p(rest) - out[rows, labels]))
+
+
+def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, theta, labels,
+                         free_logits=None) -> FitDiagnostics:
+    """The diagnostics, marked not converged when the objective has no finite minimiser
+    (``keeps_receding``: Newton steps from the solution keep moving the logits and lowering
+    the loss, along a direction certified to raise no label's margin). ``logits(v)`` is the
+    change of the logits along the parameter direction ``v``; ``free_logits(v)`` that of its
+    unpenalised part (a penalised component makes the loss grow quadratically along ``v``).
+    Only a fit that met its gradient tolerance, or whose loss is below 1e-9, is checked. The
+    fitted parameters' own unpenalised part is tried first as the direction: if it raises no
+    label margin while raising one, the loss falls for ever along it (the penalty does not
+    change), so no finite minimiser exists."""
+    def spread(step: np.ndarray) -> float:
+        change = logits(step)
+        return float(np.max(change.max(axis=1) - change.min(axis=1)))
+
+    def certify(direction: np.ndarray) -> bool:
+        """No label margin ``Δz_y - Δz_j`` falls (to 1e-6 of the largest rise) and one rises."""
+        change = (free_logits or logits)(direction)
+        margins = change[np.arange(len(labels)), labels][:, None] - change
+        margins[np.arange(len(labels)), labels] = 0.0
+        largest = float(margins.max())
+        return largest > 0 and float(margins.min()) >= -1e-6 * largest
+
+    if not (diagnostics.converged or (diagnostics.objective or np.inf) <= 1e-9):
+        return diagnostics
+    # the fit's own unpenalised part may already be a certified direction (a solver that
+    # followed the ray far enough, where the Newton steps of keeps_receding drown in rounding)
+    if not (certify(theta) or keeps_receding(objective, hessp, spread, theta, certify=certify)):
+        return diagnostics
+    diagnostics.converged = False
+    diagnostics.message = (
+        "no finite optimum exists: this map separates some labels perfectly (or a class never "
+        "occurs among them), so the NLL keeps falling towards its infimum as the weights grow "
+        "without bound (Newton steps keep moving the logits); the parameters returned (weight "
+        f"norm {np.linalg.norm(theta):.3g}) are where "
+        f"the solver stopped ({diagnostics.message}); fit on more data or use fewer parameters "
+        "(e.g. temperature scaling)")
+    return diagnostics
+
+
+def affine_hessian_diagonal(p: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The diagonal of the mean NLL's Hessian for logits ``x Wᵀ + b`` (``W`` row-major, then
+    ``b``): ``Σ_i p_ij (1 - p_ij) x_il² / n`` and ``Σ_i p_ij (1 - p_ij) / n``."""
+    w = p * (1.0 - p)
+    return np.concatenate([(w.T @ (x * x)).ravel(), w.sum(axis=0)]) / len(p)
