@@ -3,12 +3,14 @@ fits run as part jobs that any worker takes, merged by the parent into the compa
 computes (``compare_in_parts``).
 
 Parts: the candidate x fold units are packed by longest processing time first into parts of near
-equal estimated cost (``app.costs.pack_units``): one part when the parent's process is the only one
-to run them (one worker, the embedded pool), else two per live worker, so that a worker that
-finishes early takes another. A fold's own work (its reference temperature scaling and the
-uncalibrated metrics) is repeated in each part that holds some of its candidates, so the packing
-splits a fold only where the balance needs it. (One part per fold, before: 5 folds on 2 workers
-took 3 rounds, at most 1.67x; one part per candidate and fold repeated that work 35 times.)
+equal estimated cost (``app.costs.pack_units``), one per live worker (one when the parent's process
+is the only one to run them: one worker, the embedded pool). A fold's own work (its reference
+temperature scaling and the uncalibrated metrics, ~0.7 s of CPU on 50000 x 100) is repeated in each
+part that holds some of its candidates, so the packing splits a fold only where the balance needs
+it. Measured (``benchmarks/fan_out.py``): two parts per worker, for slack, cost 2.5 s more CPU with 2
+workers and 6 s with 4 on a 10 s comparison, more than the slack won; one part per fold, before,
+needed 3 rounds for 5 folds on 2 workers (at most 1.67x); one part per candidate and fold repeated
+that fold work 35 times.
 
 The parent records the parts as queued jobs and offers them to the engine (Procrastinate: any
 worker takes them). Then it works too: it claims its parts that are still queued, last first
@@ -106,7 +108,7 @@ def merged(request: dict, parts: list[dict]) -> cal.Comparison:
 
 def plan(x, methods, folds: int, seed: int, kind: str, workers: int) -> tuple[dict, list[list]]:
     """The parts' shared request (candidates resolved, as in ``calibration.compare``) and their units:
-    one part for one worker, else two per worker, balanced by ``app.costs``' estimates."""
+    one part per worker, balanced by ``app.costs``' estimates."""
     scores = cal.validate_inputs(x, kind)
     try:
         candidates = cal.prepare_comparison(scores.n, scores.k, methods, folds, kind)
@@ -115,7 +117,7 @@ def plan(x, methods, folds: int, seed: int, kind: str, workers: int) -> tuple[di
     rows = scores.n - scores.n // folds  # the training rows of a fold
     seconds = [estimated_fit_seconds(c.method, c.options, rows, scores.k) for c in candidates]
     setup = FOLD_SETUP_FITS * estimated_fit_seconds("temperature", {}, rows, scores.k)
-    units = pack_units(seconds, folds, setup, 1 if workers <= 1 else 2 * workers)
+    units = pack_units(seconds, folds, setup, max(1, workers))
     return {"candidates": [c.to_dict() for c in candidates], "folds": folds, "seed": seed, "input": kind}, units
 
 
