@@ -8,8 +8,10 @@ queues them.
 work: for a 64×1000 float32 ``.npy`` calibrate, 660 µs of CPU a request through the pool against
 450 µs on the loop (in-process, one request at a time), the handover being two wake-ups, a
 context switch and the GIL passing back and forth. So each kind of call (function, path,
-Content-Type) learns its cost per body byte from its last ``WINDOW`` runs (the smallest: a run
-that waited for the GIL or a core measures long, never short), and a call whose estimate (that
+Content-Type) learns its cost per body byte from its last ``WINDOW`` runs (their CPU time, the
+smallest: a run that waited for the GIL or a core measures long, never short; a run that waited
+``STALL`` times longer than it worked and than the budget, on a slow database say, counts its
+wall time), and a call whose estimate (that
 cost × its body's bytes) is within ``CALIBRATION_INLINE_SECONDS`` (default 1 ms; 0 turns this
 off) runs on the loop. A kind's first call always goes to the pool. Calls on the loop run one
 after another, so when one of them turns out over the budget (a heavier calibrator behind the
@@ -43,6 +45,7 @@ from ..decoding import RequestBody
 WINDOW = 8  # runs a kind of call remembers
 MAX_KINDS = 4096  # kinds remembered (paths name calibrators): forgotten all at once beyond it
 DEFAULT_INLINE_SECONDS = 0.001
+STALL = 10  # a call whose wall time is this many times its CPU time (and the budget) waited on something
 
 
 def body_bytes(args) -> int | None:
@@ -83,10 +86,13 @@ class HotPath:
         runs.append(seconds / max(size, 1))
 
     def timed(self, kind: tuple, size: int | None, inline: bool, fn, *args):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         result = fn(*args)
         if size is not None:
-            self.learn(kind, size, time.perf_counter() - start, inline)
+            wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+            # the call's CPU time: on a busy machine its wall time also counts the time other
+            # processes held the core; unless it waited far longer than it worked (a slow database)
+            self.learn(kind, size, wall if wall > STALL * max(self.inline_seconds, cpu) else cpu, inline)
         return result
 
     async def run(self, kind: tuple, fn, *args):

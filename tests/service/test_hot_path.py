@@ -136,3 +136,14 @@ def test_tiny_calibrate_calls_run_on_the_event_loop_and_costly_ones_on_the_serve
         runs.append(1e-3)
         assert client.post("/v1/calibrators/demo/calibrate", json=small).status_code == 200
         assert threads[-1].startswith("hot-path")
+
+
+def test_a_call_learns_its_cpu_time_unless_it_waited_far_longer_than_it_worked():
+    from app.routes.hot_path import HotPath
+
+    hot = HotPath(1, inline_seconds=0.001)
+    waits, works = ("waits",), ("works",)
+    assert hot.timed(waits, 1000, True, time.sleep, 0.05) is None  # 50 ms of waiting on the loop
+    assert hot.estimate(waits, 1000) >= 0.05 and not hot.runs_inline(waits, 1000)
+    hot.timed(works, 1000, False, sum, range(1000))
+    assert hot.estimate(works, 1000) < 0.001 and hot.runs_inline(works, 1000)
