@@ -2,10 +2,13 @@
 candidate x fold fits run as ``compare-part`` jobs on real ``calibration-service worker`` processes
 (Procrastinate on Postgres) or in the parent's own process (the embedded pool with
 ``CALIBRATION_JOB_FAN_OUT=on``); the merge equals the single job: the comparison's values, and an
-``auto`` fit's stored version byte for byte. Cancelling the parent cancels its parts."""
+``auto`` fit's stored version byte for byte. Cancelling the parent cancels its parts; a part whose
+worker is killed fails the parent ("Worker lost") instead of leaving it waiting."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import httpx
@@ -184,3 +187,29 @@ def test_cancelling_a_fanned_out_auto_fit_cancels_its_parts_and_stores_nothing(p
     assert len(parts) == 2 and "cancelled" in {p["status"] for p in parts}, parts
     assert {p["status"] for p in parts} <= {"cancelled", "succeeded"}, parts
     assert http.get("/v1/calibrators/stopped/versions/1").status_code == 404
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_part_whose_worker_is_killed_fails_the_auto_fit_instead_of_hanging(procrastinate):
+    url, http, workers = procrastinate
+    kind, x, y = load_split("cifar100_densenet-bc-100", "val")
+    body = {"method": "auto", "options": {"folds": 10}, kind: x.tolist(), "labels": y.tolist()}
+    workers(2)
+    live_workers(url, 2)
+    started = http.post("/v1/calibrators/lost-part/versions", json=body, headers={"Prefer": "respond-async"})
+    assert started.status_code == 202, started.text
+    location = started.headers["Location"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        parent = http.get(location).json()["worker"]
+        elsewhere = [p for p in parts_of(http) if p["status"] == "running" and p["worker"] != parent]
+        if elsewhere:
+            break
+        time.sleep(0.05)
+    assert elsewhere, parts_of(http)
+    os.kill(int(elsewhere[0]["worker"].rsplit(":", 1)[1]), signal.SIGKILL)  # that worker process only
+    job = wait_for(http, location, 120)
+    assert job["status"] == "failed" and job["error"]["title"] == "Worker lost", job
+    assert elsewhere[0]["id"] in job["error"]["detail"]
+    assert http.get("/v1/calibrators/lost-part/versions/1").status_code == 404
