@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     serve_threads: int | None = Field(None, ge=1, le=64, description="Threads per process for calibrate "
                                       "and /v2 inference (other work uses anyio's default pool); by default 2 "
                                       "when there are at least 2 cores per worker, else 1.")
-    inline_seconds: float = Field(0.001, ge=0, le=0.05, description="Calibrate and /v2 inference calls "
+    inline_seconds: float = Field(0.002, ge=0, le=0.05, description="Calibrate and /v2 inference calls "
                                   "estimated to take at most this long run on the event loop instead of a "
                                   "thread (app/routes/hot_path.py); 0: always on a thread.")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 above).")
