@@ -12,8 +12,8 @@ Content-Type) learns its cost per body byte from its last ``WINDOW`` runs (their
 smallest: a run that waited for the GIL or a core measures long, never short; a run that waited
 ``STALL`` times longer than it worked and than the budget, on a slow database say, counts its
 wall time), and a call whose estimate (that cost × its body's bytes) is within
-``CALIBRATION_INLINE_SECONDS`` (default 2 ms: a 64×1000 ``.npy`` call took 0.45 ms of CPU alone
-and up to ~1 ms on a loaded machine; 0 turns this off) runs on the loop. A kind's first call
+``CALIBRATION_INLINE_SECONDS`` (default 2 ms: a 64×1000 ``.npy`` call took 0.33-0.56 ms of CPU
+in-process, and the budget leaves room for a loaded machine; 0 turns this off) runs on the loop. A kind's first call
 always goes to the pool. Calls on the loop run one after another, so when one of them turns out
 over the budget (a heavier calibrator behind the same name, a slow database) its kind forgets
 its other runs and the next call is estimated from it: at most one such call stalls the loop
