@@ -213,25 +213,11 @@ def _check(parent: Parent, rows) -> None:
 
 
 def fit_auto_in_parts(calibrator, comparison_of) -> None:
-    """Make this ``auto`` calibrator's fit take its comparison from ``comparison_of(x, labels,
-    candidates, folds, seed, kind)`` (the parts) instead of computing it itself; the rest is
-    ``calibration.methods.auto``'s ``_fit`` step for step (select, refit the chosen candidate on all
-    the data), so the stored version is the one a single job stores (tested byte for byte)."""
-    options = calibrator.options
-
-    def fit(scores: cal.InputBatch, labels):
-        kind = scores.source
-        calibrator.comparison_ = comparison_of(getattr(scores, kind), labels, options["candidates"] or None,
-                                               options["folds"], options["seed"], kind)
-        calibrator.selection_ = cal.select(calibrator.comparison_, options["preserve_accuracy"])
-        calibrator.chosen_ = calibrator.selection_.chosen.create(kind)
-        calibrator.chosen_.fit_batch(scores, labels, warn=False)
-        calibrator.accuracy_preserving = calibrator.chosen_.accuracy_preserving
-        inner = calibrator.chosen_.diagnostics_
-        return cal.FitDiagnostics(inner.converged, inner.iterations, f"chose {calibrator.selection_.chosen.name}: "
-                                  f"{inner.message}", inner.gradient_norm, inner.objective)
-
-    calibrator._fit = fit
+    """Make this ``auto`` calibrator take its comparison from ``comparison_of(x, labels, candidates,
+    folds, seed, kind)`` (the parts) instead of computing it itself; selection and the refit on all
+    the data stay auto's own, so the stored version is the one a single job stores (tested byte for
+    byte)."""
+    calibrator.comparison_source = comparison_of
 
 
 class PartFailed(ServiceError):

@@ -46,11 +46,16 @@ class AutoCalibrator(Calibrator):
         super().__init__(**options)
         self.accuracy_preserving = self.options["preserve_accuracy"]
         self.progress = None  # progress(done, total) after each cross-validation fit (a job's progress)
+        # comparison_source(x, labels, candidates, folds, seed, kind) -> Comparison: where the
+        # cross-validation runs instead of here (a job's parts on other workers; app.fan_out)
+        self.comparison_source = None
 
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         kind = scores.source  # binary scores arrive as (n, 2) logits
-        self.comparison_ = compare(getattr(scores, kind), labels, self.options["candidates"] or None,
-                                   self.options["folds"], self.options["seed"], kind, self.progress)
+        arguments = (getattr(scores, kind), labels, self.options["candidates"] or None, self.options["folds"],
+                     self.options["seed"], kind)
+        self.comparison_ = (compare(*arguments, self.progress) if self.comparison_source is None
+                            else self.comparison_source(*arguments))
         self.selection_ = select(self.comparison_, self.options["preserve_accuracy"])
         self.chosen_ = self.selection_.chosen.create(kind)
         self.chosen_.fit_batch(scores, labels, warn=False)
