@@ -35,13 +35,8 @@ class WorkPool:
 
     def _work(self) -> None:
         while (task := self.tasks.get()) is not None:
-            loop, future, fn, args = task
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # handed to the request that asked for the work
-                loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                loop.call_soon_threadsafe(_settle, future, result, None)
+            _run(*task)
+            del task  # it holds the request's arrays: not kept alive until this thread's next task
 
     async def run(self, fn, *args):
         """``fn(*args)`` on a work thread, or a 503 when the pool and its queue are full."""
@@ -64,6 +59,17 @@ class WorkPool:
         """Let each thread end after its current task."""
         for _ in range(self.capacity):
             self.tasks.put(None)
+
+
+def _run(loop, future, fn, args) -> None:
+    """``fn(*args)``, its result or exception handed to the request's event loop; nothing of the
+    call outlives it on this thread."""
+    try:
+        result = fn(*args)
+    except BaseException as exc:  # handed to the request that asked for the work
+        loop.call_soon_threadsafe(_settle, future, None, exc)
+    else:
+        loop.call_soon_threadsafe(_settle, future, result, None)
 
 
 def _settle(future: asyncio.Future, result, error: BaseException | None) -> None:
