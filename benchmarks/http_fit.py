@@ -12,7 +12,7 @@ Memory: a server's resident set size read from ``/proc`` every 5 ms during one f
 just before, as a multiple of the body's bytes; for the timed shape and for 50000 x 1000 (a 191 MiB
 body, with the body and entry limits raised). The server (one work thread) has fitted the same
 body once (first-use imports, caches and heap growth are not counted) and then 1000 of its rows
-(a work thread keeps its last task's arguments until its next task: the large body is not held).
+(before work threads dropped their finished task, the large body stayed held until the next one).
 
 Run: ``flock /tmp/calib-bench.lock python benchmarks/http_fit.py [--rounds 9] [--method temperature]``.
 """
