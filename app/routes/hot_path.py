@@ -13,7 +13,9 @@ smallest: a run that waited for the GIL or a core measures long, never short; a 
 ``STALL`` times longer than it worked and than the budget, on a slow database say, counts its
 wall time), and a call whose estimate (that cost × its body's bytes) is within
 ``CALIBRATION_INLINE_SECONDS`` (default 2 ms: a 64×1000 ``.npy`` call took 0.33-0.56 ms of CPU
-in-process, and the budget leaves room for a loaded machine; 0 turns this off) runs on the loop. A kind's first call
+in-process, and the budget leaves room for a loaded machine; 0 turns this off) runs on the loop,
+on SQLite only: there the version lookup is a local read; on Postgres it is a network round trip
+that can wait for a pooled connection, which must never happen on the loop. A kind's first call
 always goes to the pool. Calls on the loop run one after another, so when one of them turns out
 over the budget (a heavier calibrator behind the same name, a slow database) its kind forgets
 its other runs and the next call is estimated from it: at most one such call stalls the loop
@@ -105,6 +107,11 @@ class HotPath:
 def install(app: FastAPI, threads: int) -> ThreadPoolExecutor:
     settings = getattr(app.state, "settings", None)
     inline = getattr(settings, "inline_seconds", DEFAULT_INLINE_SECONDS)
+    db = getattr(app.state, "db", None)
+    if db is not None and db.dialect != "sqlite":
+        # the version lookup is a network round trip that may wait for a pooled connection (up to
+        # the pool's timeout, behind fits): never on the loop, where it would stall every request
+        inline = 0.0
     app.state.hot_path = HotPath(threads, inline)
     return app.state.hot_path.pool
 

@@ -147,3 +147,25 @@ def test_a_call_learns_its_cpu_time_unless_it_waited_far_longer_than_it_worked()
     assert hot.estimate(waits, 1000) >= 0.05 and not hot.runs_inline(waits, 1000)
     hot.timed(works, 1000, False, sum, range(1000))
     assert hot.estimate(works, 1000) < 0.001 and hot.runs_inline(works, 1000)
+
+
+@pytest.mark.postgres
+def test_on_postgres_calibrate_never_runs_on_the_event_loop(postgres_url):
+    """The version lookup is a network round trip there, which may wait for a pooled connection."""
+    upgrade(postgres_url)
+    app = create_app(Settings(database_url=postgres_url, serve_threads=1, inline_seconds=0.05))
+    threads = []
+    with TestClient(app) as client:
+        fit(client)
+        service = app.state.service
+        serving = service.serving
+
+        def recorded(reference):
+            threads.append(threading.current_thread().name)
+            return serving(reference)
+
+        service.serving = recorded
+        small = {"logits": LOGITS[:2].tolist()}
+        for _ in range(4):
+            assert client.post("/v1/calibrators/demo/calibrate", json=small).status_code == 200
+        assert len(threads) == 4 and all(t.startswith("hot-path") for t in threads)
