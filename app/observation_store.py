@@ -17,6 +17,7 @@ from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from .models import LoggedPredictionRow, ObservationChunkRow, PredictionChunkRow, VersionRow, utcnow
+from .store import dialect_insert
 
 LABEL_DTYPE = np.dtype("<i4")
 IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters
@@ -231,14 +232,6 @@ def find_logged(session: Session, calibrator_id: int, ids: list[str]) -> dict[st
     return found
 
 
-def _insert_ignoring_conflicts(session: Session):
-    if session.bind.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(LoggedPredictionRow)
-
-
 def claim_labels(session: Session, calibrator_id: int, ids: list[str]) -> set[str]:
     """Mark ``ids`` labelled where they were not yet; returns those this call marked (a
     concurrent call for the same id marks it once: the update takes the row's lock, and a
@@ -256,7 +249,7 @@ def claim_labels(session: Session, calibrator_id: int, ids: list[str]) -> set[st
     for start in range(0, len(batched), IN_LIST):
         values = [{"calibrator_id": calibrator_id, "prediction_id": pid, "chunk_id": chunk, "row": row,
                    "labelled": True, "n_rows": 0} for pid, (chunk, row) in batched[start:start + IN_LIST]]
-        statement = _insert_ignoring_conflicts(session).values(values)
+        statement = dialect_insert(session)(LoggedPredictionRow).values(values)
         statement = statement.on_conflict_do_nothing(index_elements=["calibrator_id", "prediction_id"])
         claimed.update(pid for (pid,) in session.execute(statement.returning(LoggedPredictionRow.prediction_id)))
     return claimed
