@@ -107,20 +107,25 @@ def test_a_kind_of_call_runs_on_the_loop_only_once_its_runs_show_it_tiny():
     assert not HotPath(1, inline_seconds=0).runs_inline(kind, 1)
 
 
+def record_serving_threads(app) -> list[str]:
+    """The name of the thread each calibrate call looks its version up on, in order."""
+    threads, service = [], app.state.service
+    serving = service.serving
+
+    def recorded(reference):
+        threads.append(threading.current_thread().name)
+        return serving(reference)
+
+    service.serving = recorded
+    return threads
+
+
 def test_tiny_calibrate_calls_run_on_the_event_loop_and_costly_ones_on_the_serve_threads(sqlite_url):
     upgrade(sqlite_url)
     app = create_app(Settings(database_url=sqlite_url, serve_threads=1, inline_seconds=0.05))
-    threads = []
     with TestClient(app) as client:
         fit(client)
-        service = app.state.service
-        serving = service.serving
-
-        def recorded(reference):
-            threads.append(threading.current_thread().name)
-            return serving(reference)
-
-        service.serving = recorded
+        threads = record_serving_threads(app)
         small = {"logits": LOGITS[:2].tolist()}
         answers = [client.post("/v1/calibrators/demo/calibrate", json=small) for _ in range(3)]
         assert [a.status_code for a in answers] == [200] * 3
@@ -154,17 +159,9 @@ def test_on_postgres_calibrate_never_runs_on_the_event_loop(postgres_url):
     """The version lookup is a network round trip there, which may wait for a pooled connection."""
     upgrade(postgres_url)
     app = create_app(Settings(database_url=postgres_url, serve_threads=1, inline_seconds=0.05))
-    threads = []
     with TestClient(app) as client:
         fit(client)
-        service = app.state.service
-        serving = service.serving
-
-        def recorded(reference):
-            threads.append(threading.current_thread().name)
-            return serving(reference)
-
-        service.serving = recorded
+        threads = record_serving_threads(app)
         small = {"logits": LOGITS[:2].tolist()}
         for _ in range(4):
             assert client.post("/v1/calibrators/demo/calibrate", json=small).status_code == 200
