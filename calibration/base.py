@@ -41,11 +41,25 @@ class FitDiagnostics:
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
-        out = asdict(self)
+        out = plain(asdict(self))
         for key in ("gradient_norm", "objective"):
             if out[key] is not None and not math.isfinite(out[key]):
                 out[key] = None
         return out
+
+
+def plain(value):
+    """``value`` with numpy scalars and arrays as Python numbers and lists (what JSON encoders
+    take: orjson refuses ``numpy.float64`` although it subclasses ``float``)."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 class Calibrator:
@@ -156,7 +170,7 @@ class Calibrator:
             "options": dict(self.options),
             "n_classes": self.n_classes_,
             "n_samples": self.n_samples_,
-            "params": self._params(),
+            "params": plain(self._params()),
             "diagnostics": self.diagnostics_.to_dict(),
         }
 

@@ -184,13 +184,13 @@ def fit_brier_temperature(shifted: ShiftedLogits):
         solved = None if warm is None else halley_brier(shifted, warm, STEP_TOLERANCE, quadratic=True)
         if solved is not None:
             beta, sums, delta, iterations = solved
-            return 1.0 / beta, FitDiagnostics(
+            return 1.0 / float(beta), FitDiagnostics(  # plain floats: parameters are stored as JSON
                 converged=True,
                 iterations=iterations,
                 message="Halley's method on the Brier slope from a subsample's basin (gradient and "
                         "objective at the iterate before the last step)",
-                gradient_norm=abs(sums.slope),
-                objective=sums.loss,
+                gradient_norm=float(abs(sums.slope)),
+                objective=float(sums.loss),
             ), (sums, delta)
     t, diagnostics = solve_brier_temperature(shifted)
     return t, diagnostics, None

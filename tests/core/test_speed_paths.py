@@ -10,6 +10,7 @@ materialised components, and ETS must not allocate n x k arrays beyond the float
 import tracemalloc
 
 import numpy as np
+import orjson
 import pytest
 
 import calibration as cal
@@ -121,3 +122,13 @@ def test_a_failed_safeguard_falls_back_to_the_full_grid(monkeypatch):
     assert "Halley" not in slow.diagnostics_.message and slow.diagnostics_.converged
     assert slow.temperature_ == pytest.approx(fast.temperature_, rel=1e-12)
     np.testing.assert_allclose(slow.weights_, fast.weights_, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["ensemble_temperature", "temperature", "expectation_consistency"])
+def test_fits_on_the_fast_paths_store_plain_json_and_read_back_exactly(method):
+    """The Halley path returned numpy scalars: ETS's stored temperature was a ``numpy.float64``,
+    which orjson refuses, so an ``auto`` job on 50000 x 1000 that chose ETS failed as it stored."""
+    logits, labels = large_set()
+    fitted = cal.create(method, {"objective": "brier"} if method == "temperature" else {}).fit(logits, labels)
+    stored = orjson.loads(orjson.dumps(fitted.to_dict()))
+    np.testing.assert_array_equal(cal.from_dict(stored).predict_proba(logits[:100]), fitted.predict_proba(logits[:100]))
