@@ -97,12 +97,14 @@ def test_a_job_whose_process_died_is_reported_failed_not_running_for_ever(kind, 
     base = server.start()
     input_kind, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
     # 20 folds: about 11 s of work on a fast CPU (5 folds took 2.2 s, and the job could end
-    # before the check below); the server is killed after 2.5 s whatever the length
+    # before the check below); the server is killed 2.5 s after the job started, whatever its length
     body = {input_kind: x_val.tolist(), "labels": y_val.tolist(), "folds": 20}
     started = httpx.post(f"{base}/v1/compare", json=body, headers={"Prefer": "respond-async"}, timeout=60)
     assert started.status_code == 202
     location = started.headers["location"]
-    # the heartbeat (every 0.2 s) keeps a live job running well past the stale time
+    # its process may take seconds to start on a loaded machine; once running, the heartbeat
+    # (every 0.2 s) keeps the live job running well past the stale time
+    assert _until(lambda: httpx.get(f"{base}{location}").json()["status"] == "running", 60)
     time.sleep(2.5)
     assert httpx.get(f"{base}{location}").json()["status"] == "running"
     server.stop(kill=True)  # its job processes exit with it (they watch their parent)
