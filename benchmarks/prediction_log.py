@@ -123,8 +123,8 @@ def main() -> None:
            "CPU ratio off/on, median of rounds (range)", "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["numpy", "fastapi", "uvicorn", "sqlalchemy"]),
           f"Rows the log wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "
-          f"{chunk} x {k} float32 .npz. Client and server share the machine's 2 cores (and, here, other "
-          "jobs running on them: the machine was loaded); the ratios of interleaved rounds are the "
+          f"{chunk} x {k} float32 .npz. Client and server share the machine's 2 cores "
+          f"(load average {os.getloadavg()[0]:.1f} at the end); the ratios of interleaved rounds are the "
           "comparable figure.")
 
 
