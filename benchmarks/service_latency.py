@@ -160,8 +160,8 @@ def main():
           f"on loopback, {rounds_count} interleaved rounds of {seconds} s",
           ["workers", "connections", "payload", "server", "req/s", "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["fastapi", "uvicorn", "orjson", "numpy"]),
-          "Client and server share the machine's 2 cores (and, here, other jobs running on them: "
-          "the machine was loaded); ratios of interleaved rounds are the comparable figure. With 2 workers "
+          f"Client and server share the machine's 2 cores (load average {os.getloadavg()[0]:.1f} at the "
+          "end); ratios of interleaved rounds are the comparable figure. With 2 workers "
           "the 32 keep-alive connections are split between the workers by asyncio's accept loop, which can "
           "hand most of them to one worker: 2-worker figures vary with that split. Every server runs with "
           "the same fixed glibc allocator thresholds (MALLOC_MMAP_THRESHOLD_ 32 MiB, MALLOC_TRIM_THRESHOLD_ "
