@@ -169,29 +169,39 @@ BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch 
 GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.generated_ids
 
 
+KEPT_DTYPE = np.dtype("<u4")  # the numbers of a sampled batch's kept ids (migration 0010)
+
+
 def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
-                    inputs: np.ndarray, ids: list[tuple[str, int]], batches: list[tuple[str, int, int]] = ()) -> int:
+                    inputs: np.ndarray, ids: list[tuple[str, int]],
+                    batches: list[tuple[str, int, int, np.ndarray | None]] = ()) -> int:
     """Store one chunk of logged inputs with their ids: ``ids`` as ``(id, row)``, one index row
     each (an id already logged for this calibrator keeps its first prediction), and ``batches``
-    of generated ids as ``(prefix, first row, n)``, one index row per batch (migration 0009):
-    at 64 rows a request that is 64 times fewer B-tree inserts. Returns how many ids were new."""
+    of generated ids as ``(prefix, first row, n, kept)``, one index row per batch (migrations 0009
+    and 0010): ``kept`` is ``None`` for a batch logged in full (ids ``0..n-1`` at rows ``first`` to
+    ``first + n - 1``), else the ``n`` sorted numbers of the ids a sampling rate kept, the ``j``-th
+    at row ``first + j``. At 64 rows a request that is up to 64 times fewer B-tree inserts.
+    Returns how many ids were new."""
     data, dtype = raw(inputs)
-    # a Core insert: the ORM's unit of work cost ~2 ms a flush here, for one row
-    chunk_id = session.execute(insert(PredictionChunkRow).returning(PredictionChunkRow.id), {
+    # a Core insert on the table: the ORM's bulk-insert path cost ~1.7 ms a flush, for one row
+    chunks = PredictionChunkRow.__table__
+    chunk_id = session.connection().execute(insert(chunks).returning(chunks.c.id), {
         "calibrator_id": calibrator_id, "version": version, "input_kind": kind, "n_rows": len(inputs),
         "n_classes": n_classes, "dtype": dtype, "inputs": data, "created_at": utcnow()}).scalar_one()
     # the driver's own executemany: SQLAlchemy's per-row parameter handling cost a whole core at
     # 66000 logged rows a second (benchmarks/prediction_log.py)
     marker = "?" if session.bind.dialect.name == "sqlite" else "%s"
-    statement = ("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled, n_rows) "
-                 f"VALUES ({marker}, {marker}, {marker}, {marker}, {marker}, {marker}) "
+    statement = ("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled, n_rows, kept) "
+                 f"VALUES ({marker}, {marker}, {marker}, {marker}, {marker}, {marker}, {marker}) "
                  "ON CONFLICT (calibrator_id, prediction_id) DO NOTHING")
-    rows = [(calibrator_id, prefix + BATCH_MARK, chunk_id, first, False, n) for prefix, first, n in batches]
-    rows += [(calibrator_id, pid, chunk_id, row, False, 1) for pid, row in ids]
+    rows = [(calibrator_id, prefix + BATCH_MARK, chunk_id, first, False, n,
+             None if kept is None else np.asarray(kept, dtype=KEPT_DTYPE).tobytes())
+            for prefix, first, n, kept in batches]
+    rows += [(calibrator_id, pid, chunk_id, row, False, 1, None) for pid, row in ids]
     if not rows:
         return 0
     inserted = session.connection().exec_driver_sql(statement, rows).rowcount
-    return inserted - len(batches) + sum(n for _, _, n in batches)  # batch keys are random: all new
+    return inserted - len(batches) + sum(n for _, _, n, _ in batches)  # batch keys are random: all new
 
 
 def _generated(session: Session, calibrator_id: int, ids) -> dict[str, tuple[int, int]]:
@@ -206,11 +216,18 @@ def _generated(session: Session, calibrator_id: int, ids) -> dict[str, tuple[int
     for start in range(0, len(keys), IN_LIST):
         rows = session.execute(
             select(LoggedPredictionRow.prediction_id, LoggedPredictionRow.chunk_id, LoggedPredictionRow.row,
-                   LoggedPredictionRow.n_rows)
+                   LoggedPredictionRow.n_rows, LoggedPredictionRow.kept)
             .where(LoggedPredictionRow.calibrator_id == calibrator_id,
                    LoggedPredictionRow.prediction_id.in_(keys[start:start + IN_LIST])))
-        for key, chunk, first, n in rows:
-            found.update({pid: (chunk, first + i) for pid, i in wanted[key] if i < n})
+        for key, chunk, first, n, kept in rows:
+            if kept is None:
+                found.update({pid: (chunk, first + i) for pid, i in wanted[key] if i < n})
+                continue
+            numbers = np.frombuffer(kept, dtype=KEPT_DTYPE)
+            for pid, i in wanted[key]:
+                j = int(np.searchsorted(numbers, i))
+                if j < len(numbers) and numbers[j] == i:
+                    found[pid] = (chunk, first + j)
     return found
 
 

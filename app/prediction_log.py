@@ -5,8 +5,8 @@ calibrator's rate, copies the kept rows into an in-memory buffer and returns at 
 background thread writes the buffer every ``flush_seconds`` (or sooner once ``flush_rows``
 rows wait), one chunk per (calibrator, version) in one transaction each. The buffer is bounded
 by ``max_buffer_bytes``: rows beyond it are dropped and counted, never queued without bound.
-Each client id is one index row; a batch of generated ids kept in full (sampling rate 1) is one
-index row for the whole batch (``observation_store.log_predictions``, migration 0009): at 64
+Each client id is one index row; a batch of generated ids is one index row for the whole batch,
+at any sampling rate (``observation_store.log_predictions``, migrations 0009 and 0010): at 64
 rows a request, the writer's per-id B-tree inserts were most of what logging cost the server.
 A label call flushes this process's buffer first (``flush``), so a label posted right after its
 prediction finds it; with several processes a label can reach one whose prediction is still in
@@ -79,6 +79,7 @@ class _Pending:
     inputs: np.ndarray
     ids: list[str]
     prefix: str | None = None  # the ids are this prefix and the row number: one index row in all
+    kept: np.ndarray | None = None  # with a prefix: the numbers of the ids a sampling rate kept
 
 
 @dataclass
@@ -122,21 +123,20 @@ class PredictionLog:
         values = np.asarray(values)
         if values.dtype.kind != "f":
             values = values.astype(np.float64)
-        prefix = None
+        prefix = id_prefix(ids) if generated and n else None
         if resolved.log_rate >= 1.0:
-            kept_values, kept_ids = np.array(values, copy=True), ids
-            prefix = id_prefix(ids) if generated and n else None
+            kept_values, kept_ids, kept = np.array(values, copy=True), ids, None
         else:
-            keep = np.flatnonzero(self._rng.random(n) < resolved.log_rate)
-            if not len(keep):
+            kept = np.flatnonzero(self._rng.random(n) < resolved.log_rate)
+            if not len(kept):
                 return ids, 0
-            kept_values, kept_ids = values[keep], [ids[i] for i in keep]
+            kept_values, kept_ids = values[kept], [ids[i] for i in kept]
         with self._lock:
             if self.stats.buffered_bytes + kept_values.nbytes > self.max_buffer_bytes:
                 self.stats.dropped_rows += len(kept_ids)
                 return ids, 0
             self._pending.append(_Pending(resolved.calibrator_id, resolved.version, kind, n_classes,
-                                          kept_values, kept_ids, prefix))
+                                          kept_values, kept_ids, prefix, kept))
             self.stats.buffered_rows += len(kept_ids)
             self.stats.buffered_bytes += kept_values.nbytes
             full = self.stats.buffered_rows >= self.flush_rows
@@ -178,13 +178,14 @@ class PredictionLog:
             return written
 
     @staticmethod
-    def _index(items: list[_Pending]) -> tuple[list[tuple[str, int]], list[tuple[str, int, int]]]:
-        """The index rows of items written as one chunk: ``(id, row)`` of client (and sampled)
-        ids, ``(prefix, first row, n)`` of whole batches of generated ids."""
+    def _index(items: list[_Pending]) -> tuple[list[tuple[str, int]], list[tuple]]:
+        """The index rows of items written as one chunk: ``(id, row)`` of client ids,
+        ``(prefix, first row, n, kept)`` of batches of generated ids (``kept`` ``None`` when
+        logged in full)."""
         ids, batches, offset = [], [], 0
         for item in items:
             if item.prefix is not None:
-                batches.append((item.prefix, offset, len(item.ids)))
+                batches.append((item.prefix, offset, len(item.ids), item.kept))
             else:
                 ids.extend(zip(item.ids, range(offset, offset + len(item.ids)), strict=True))
             offset += len(item.ids)

@@ -1,6 +1,7 @@
-"""The compact prediction log (migration 0009): a batch of generated ids logged in full is one
-index row, client and sampled ids one row each, and labels still answer per id, on SQLite and
-Postgres; a database with rows written before 0009 reads the same after the upgrade, and back."""
+"""The compact prediction log (migrations 0009 and 0010): a batch of generated ids is one index
+row whether logged in full or sampled, client ids one row each, and labels still answer per id and
+join the row that was served, on SQLite and Postgres; a database with rows written before 0009 or
+0010 reads the same after the upgrade, and back."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def test_rows_logged_before_0009_read_the_same_after_it_and_a_downgrade_expands_
     engine = make_engine(url)
     with Session(engine) as session, session.begin():
         assert find_logged(session, 1, ["x", "y", "z"]) == {"x": (chunk, 0, False), "y": (chunk, 1, True)}
-        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [], [("0123456789abcdef-", 0, 3)])
+        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [], [("0123456789abcdef-", 0, 3, None)])
         assert claim_labels(session, 1, ["x", "0123456789abcdef-2"]) == {"x", "0123456789abcdef-2"}
         assert claim_labels(session, 1, ["x", "0123456789abcdef-2"]) == set()
         assert logged_counts(session, 1) == (5, 3)
@@ -130,17 +131,82 @@ def _index_rows_0008(url: str) -> list[tuple]:
         engine.dispose()
 
 
-def test_sampled_generated_ids_keep_one_row_each_and_the_rest_are_unknown(sqlite_url):
-    upgrade(sqlite_url)
-    app = create_app(Settings(database_url=sqlite_url, job_engine="embedded", log_flush_seconds=60))
+def _kept_numbers(url: str) -> list[np.ndarray]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [np.frombuffer(kept, dtype="<u4") for (kept,) in connection.execute(text(
+                "SELECT kept FROM logged_predictions WHERE kept IS NOT NULL ORDER BY chunk_id, row"))]
+    finally:
+        engine.dispose()
+
+
+def _observed_pairs(url: str) -> list[tuple[tuple, int]]:
+    """(input row, label) of every stored observation."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            chunks = connection.execute(text(
+                "SELECT inputs, labels, dtype, n_rows, n_classes FROM observation_chunks ORDER BY id")).all()
+    finally:
+        engine.dispose()
+    pairs = []
+    for inputs, labels, dtype, n, k in chunks:
+        x = np.frombuffer(inputs, dtype=dtype).reshape(n, k)
+        y = np.frombuffer(labels, "<i4").tolist()
+        pairs += [(tuple(row), label) for row, label in zip(x.tolist(), y, strict=True)]
+    return pairs
+
+
+def test_a_sampled_batch_of_generated_ids_is_one_index_row_and_labels_join_the_rows_served(database_url):
+    app = create_app(Settings(database_url=database_url, job_engine="embedded", log_flush_seconds=60))
     with TestClient(app) as client:
         fit(client)
         _ok(client.put("/v1/calibrators/demo/logging", json={"sample_rate": 0.5}))
-        body = _ok(client.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[:200].tolist()}))
+        first = _ok(client.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[:200].tolist()}))
+        binary = client.post("/v1/calibrators/demo/calibrate", content=npy(LOGITS[200:300]),
+                             headers={"content-type": "application/x-npy", "accept": "application/x-npy"})
+        assert binary.status_code == 200
         app.state.service.prediction_log.flush()
-        rows = _index_rows(sqlite_url)
-        assert len(rows) == body["logged"] and 0 < body["logged"] < 200
-        assert all(not pid.endswith(",") and n == 1 for pid, _, _, n in rows)
-        kept = {pid for pid, _, _, _ in rows}
-        answer = _ok(client.post("/v1/calibrators/demo/labels", json={"ids": body["ids"], "labels": [0] * 200}))
-        assert answer["statuses"] == ["labelled" if pid in kept else "unknown" for pid in body["ids"]]
+        rows = _index_rows(database_url)
+        logged = [first["logged"], int(binary.headers["prediction-logged"])]
+        assert 0 < logged[0] < 200 and 0 < logged[1] < 100
+        # one index row per batch, each counting the rows it kept, at consecutive chunk rows
+        assert [(r[0].endswith(","), r[1], r[3]) for r in rows] == [(True, 0, logged[0]), (True, logged[0], logged[1])]
+        kept = _kept_numbers(database_url)
+        assert [len(numbers) for numbers in kept] == logged
+        assert all(np.all(np.diff(numbers.astype(np.int64)) > 0) for numbers in kept)
+
+        # a label for every served id: the kept ones join the inputs served under them, the rest are unknown
+        prefix = binary.headers["prediction-id-prefix"]
+        ids = first["ids"] + [f"{prefix}{i}" for i in range(100)]
+        order = np.random.default_rng(3).permutation(300)
+        labels = [int(i % 4) for i in order]
+        answer = _ok(client.post("/v1/calibrators/demo/labels",
+                                 json={"ids": [ids[i] for i in order], "labels": labels}))
+        was_kept = set(kept[0].tolist()) | {200 + i for i in kept[1].tolist()}
+        assert answer["statuses"] == ["labelled" if i in was_kept else "unknown" for i in order]
+        pairs = _observed_pairs(database_url)
+        assert sorted(pairs) == sorted((tuple(LOGITS[i].tolist()), int(i % 4)) for i in was_kept)
+        assert _ok(client.get("/v1/calibrators/demo/observations"))["prediction_log"]["labelled"] == len(was_kept)
+
+
+def test_a_sampled_batch_written_at_0010_is_expanded_by_the_downgrade_to_0009(sqlite_url):
+    upgrade(sqlite_url)
+    engine = make_engine(sqlite_url)
+    with Session(engine) as session, session.begin():
+        session.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
+                             "VALUES (1, 'old', 1, '2026-11-01 00:00:00', 0.5)"))
+        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [],
+                        [("0123456789abcdef-", 0, 3, np.array([1, 4, 9]))])
+        assert claim_labels(session, 1, ["0123456789abcdef-4"]) == {"0123456789abcdef-4"}
+        assert find_logged(session, 1, ["0123456789abcdef-0", "0123456789abcdef-9"]) == {
+            "0123456789abcdef-9": (1, 2, False)}
+    engine.dispose()
+    downgrade(sqlite_url, "0009")
+    engine = make_engine(sqlite_url)
+    with Session(engine) as session, session.begin():
+        assert logged_counts(session, 1) == (3, 1)
+    engine.dispose()
+    assert _index_rows(sqlite_url) == [("0123456789abcdef-1", 0, False, 1), ("0123456789abcdef-4", 1, True, 1),
+                                       ("0123456789abcdef-9", 2, False, 1)]
