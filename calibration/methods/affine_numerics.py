@@ -1,7 +1,7 @@
 """Numerical pieces shared by the affine-softmax calibrators of ``linear`` (vector, matrix and
-Dirichlet scaling): standardised coordinates, a softmax with an NLL accurate near 0, the Hessian
-diagonal that preconditions the matrix fits, and the check that a fit has a finite optimum (see
-``linear``'s docstring for the methods, formulas and papers)."""
+Dirichlet scaling): standardised coordinates, a softmax with an NLL accurate near 0, and the
+check that a fit has a finite optimum (see ``linear``'s docstring for the methods, formulas and
+papers)."""
 
 from __future__ import annotations
 
@@ -72,9 +72,3 @@ def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, 
         "(e.g. temperature scaling)")
     return diagnostics
 
-
-def affine_hessian_diagonal(p: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The diagonal of the mean NLL's Hessian for logits ``x Wᵀ + b`` (``W`` row-major, then
-    ``b``): ``Σ_i p_ij (1 - p_ij) x_il² / n`` and ``Σ_i p_ij (1 - p_ij) / n``."""
-    w = p * (1.0 - p)
-    return np.concatenate([(w.T @ (x * x)).ravel(), w.sum(axis=0)]) / len(p)
