@@ -55,7 +55,7 @@ from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
 from ..solvers import minimize_newton
 from .affine_numerics import check_finite_optimum, softmax_and_nll, standardisation
-from .class_block_preconditioner import class_block_preconditioner, penalty_blocks
+from .class_block_preconditioner import class_block_preconditioner
 from .trust_region_pcg import minimize_newton_preconditioned
 
 MAX_ITERATIONS_OPTION = Option(
@@ -137,7 +137,7 @@ class _AffineSoftmax(Calibrator):
                                                  maxiter=self.options["max_iterations"])
         else:  # measured at k = 100: trust-ncg stalled after 30 steps (see the preconditioner)
             build = class_block_preconditioner(np.concatenate([x, np.ones((n, 1))], axis=1),
-                                               penalty_blocks(factor, bias_factor, centre, scale))
+                                               factor, bias_factor, centre, scale)
             theta, diagnostics = minimize_newton_preconditioned(
                 objective, hessp, lambda theta: build(probabilities(theta)), start,
                 maxiter=self.options["max_iterations"])
