@@ -1,0 +1,96 @@
+"""Issue #19: the isotonic fit that sends PAVA only the clusters holding a positive and the ends
+of the runs without one, and never forms per-score float arrays beyond the sorted scores, gives
+the knots of the plain fit (PAVA on every cluster) bit for bit."""
+
+import numpy as np
+import pytest
+from scipy.optimize import isotonic_regression
+
+import calibration as cal
+from calibration.methods.isotonic import MERGE_ATOL, MERGE_RTOL, fit_isotonic_binary
+from tests.helpers import DATASETS, load_split
+
+
+def plain_merge_close(values):
+    """The cluster of each sorted distinct value, as the fit computed it before issue #19."""
+    cluster = np.zeros(len(values), dtype=np.int64)
+    if len(values) < 2:
+        return cluster
+    close = np.diff(values) <= MERGE_ATOL + MERGE_RTOL * np.abs(values[:-1])
+    new = np.concatenate([[True], ~close])
+    if close.any():
+        run_starts = np.flatnonzero(close & new[:-1])
+        run_ends = np.flatnonzero(close & ~np.append(close[1:], False)) + 1
+        narrow = values[run_ends] - values[run_starts] <= MERGE_ATOL + MERGE_RTOL * np.abs(values[run_starts])
+        i, last = run_starts[~narrow], run_ends[~narrow]
+        while len(i):
+            new[i] = True
+            limit = values[i] + MERGE_ATOL + MERGE_RTOL * np.abs(values[i])
+            i = np.minimum(np.searchsorted(values, limit, side="right"), last + 1)
+            going = i <= last
+            i, last = i[going], last[going]
+    return np.cumsum(new) - 1
+
+
+def plain_fit(x, positive):
+    """Knots of the fit before issue #19: PAVA on one value per cluster."""
+    ordered = np.sort(x)
+    new_value = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    starts = np.flatnonzero(new_value)
+    distinct = ordered[starts]
+    cluster = plain_merge_close(distinct)
+    first = np.flatnonzero(np.concatenate([[True], cluster[1:] != cluster[:-1]]))
+    values = distinct[first]
+    counts = np.bincount(cluster, weights=np.diff(np.append(starts, len(ordered))))
+    hits = np.bincount(cluster[np.searchsorted(distinct, x[positive])], minlength=len(values))
+    fitted = isotonic_regression(hits / counts, weights=counts).x
+    if len(values) <= 2:
+        return values, fitted
+    inner = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
+    keep = np.concatenate([[True], inner, [True]])
+    return values[keep], fitted[keep]
+
+
+def assert_same(x, positive):
+    xs, ys = fit_isotonic_binary(x, positive)
+    plain_xs, plain_ys = plain_fit(x, positive)
+    np.testing.assert_array_equal(xs, plain_xs)
+    np.testing.assert_array_equal(ys, plain_ys)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_scores_with_repeats_near_ties_and_sparse_positives(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    x = rng.random(n) ** rng.uniform(1, 20)  # many tiny scores, clustered near 0
+    if seed % 3 == 0:
+        x = np.round(x, int(rng.integers(2, 6)))  # many repeats
+    if seed % 3 == 1:  # chains of near ties, some wider than one cluster (walked greedily)
+        x[: n // 2] = rng.choice([1e-12, 0.3]) * np.cumprod(1 + rng.uniform(0, 4e-7, n // 2))
+    positive = rng.random(n) < rng.choice([0.0, 0.001, 0.05, 0.5, 1.0])
+    assert_same(x, positive)
+
+
+def test_small_edge_cases():
+    assert_same(np.array([0.3]), np.array([True]))
+    assert_same(np.array([0.3, 0.3]), np.array([False, False]))
+    assert_same(np.array([0.1, 0.2, 0.3]), np.array([False, False, False]))
+    assert_same(np.array([0.1, 0.2, 0.3]), np.array([False, True, False]))
+    assert_same(np.array([0.5, 0.1, 0.2, 0.3, 0.9]), np.array([True, False, False, True, False]))
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_real_sets_irm_and_irova(name):
+    kind, x, labels = load_split(name, "val")
+    batch = cal.validate_inputs(x, kind)
+    p = batch.probabilities
+    positive = np.arange(batch.k)[None, :] == labels[:, None]
+    irm = cal.IsotonicMulticlass(input=kind).fit(x, labels)
+    plain_xs, plain_ys = plain_fit(p.ravel(), positive.ravel())
+    np.testing.assert_array_equal(irm.knots_x_, plain_xs)
+    np.testing.assert_array_equal(irm.knots_y_, plain_ys)
+    irova = cal.IsotonicOneVsAll(input=kind).fit(x, labels)
+    for j in range(batch.k):
+        plain_xs, plain_ys = plain_fit(p[:, j], labels == j)
+        np.testing.assert_array_equal(irova.knots_[j][0], plain_xs)
+        np.testing.assert_array_equal(irova.knots_[j][1], plain_ys)
