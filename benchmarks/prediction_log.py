@@ -4,12 +4,15 @@
 One server (``calibration-service serve``, 1 worker, SQLite in a temporary directory, the
 scheduler off: its drift-monitor jobs on the logged rows belong to the alarms feature), a
 temperature-scaling calibrator, ``.npy`` batches of 64 x ``--classes`` float32 logits, ``wrk``
-with 32 connections for ``--seconds`` per run. The three settings alternate (``PUT .../logging``
-between runs) for ``--rounds`` rounds; medians and each round's ratio to its run with logging
-off (median and range) are reported, and the server's CPU time per request (all its threads,
-from /proc; its ratio off/on is the throughput ratio once the cores are the bound, and steadier
-than req/s on a shared machine), with the rows the log wrote and dropped (its buffer is
-bounded) read from the observation summary. The append figure is rows per second of ``POST
+with 32 connections for ``--seconds`` per run. The settings alternate (``PUT .../logging``
+between runs) for ``--rounds`` rounds: off, 10% and 100% with generated ids (the service names
+the rows; a batch of them is one index row), and 100% with 64 fresh client ids a request (the
+``Prediction-Ids`` header; one index row per id, the worst case). Medians and each round's ratio
+to its run with logging off (median and range) are reported, and the server's CPU time per
+request (all its threads, from /proc, split into the event loop's thread and the others, i.e.
+the log's writer; its ratio off/on is the throughput ratio once the cores are the bound, and
+steadier than req/s on a shared machine), with the rows the log wrote read from the observation
+summary. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
 Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
@@ -18,6 +21,7 @@ Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import statistics
@@ -36,22 +40,42 @@ from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.service_latency import ALLOCATOR, run_wrk  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402
 
-RATES = (0.0, 0.1, 1.0)
+# (label, sampling rate, client ids per request: None for generated ids)
+SETTINGS = (("0%", 0.0, None), ("10%", 0.1, None), ("100%", 1.0, None), ("100%, client ids", 1.0, 64))
+
+
+def _stat_seconds(path: str) -> float:
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
     """User and system CPU time of a process (all its threads) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _stat_seconds(f"/proc/{pid}/stat")
 
 
-def measured(pid: int, *wrk_args) -> dict:
+def thread_seconds(pid: int) -> dict[int, float]:
+    """CPU time of each thread of a process so far."""
+    seconds = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):  # the thread ended
+            seconds[int(tid)] = _stat_seconds(f"/proc/{pid}/task/{tid}/stat")
+    return seconds
+
+
+def measured(pid: int, *wrk_args, env: dict | None = None) -> dict:
     """A wrk run, with the server's CPU time per request over it and the 1.5 s after it, when the
-    log writes the run's last rows (flush_seconds 1)."""
-    before = cpu_seconds(pid)
-    result = run_wrk(*wrk_args)
+    log writes the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
+    process's main thread: requests, and the sampling into the log's buffer) and on the others
+    (the log's writer; the serve threads, idle while calls run on the loop)."""
+    before, threads = cpu_seconds(pid), thread_seconds(pid)
+    result = run_wrk(*wrk_args, env=env)
     time.sleep(1.5)
-    return {**result, "cpu_us": 1e6 * (cpu_seconds(pid) - before) / max(result["requests"], 1)}
+    after = thread_seconds(pid)
+    main = after.get(pid, 0.0) - threads.get(pid, 0.0)
+    n = max(result["requests"], 1)
+    total = cpu_seconds(pid) - before
+    return {**result, "cpu_us": 1e6 * total / n, "main_us": 1e6 * main / n, "other_us": 1e6 * (total - main) / n}
 
 
 def main() -> None:
@@ -79,13 +103,14 @@ def main() -> None:
                 "method": "temperature", "logits": fit_logits.tolist(), "labels": fit_labels.tolist()})
             assert fitted.status_code == 201, fitted.text
             url = f"{base}/v1/calibrators/bench/calibrate"
-            results: dict[float, list[dict]] = {rate: [] for rate in RATES}
+            results: dict[str, list[dict]] = {label: [] for label, _, _ in SETTINGS}
             run_wrk(url, body, "application/x-npy", "application/x-npy", 2)  # warm-up
             for _ in range(args.rounds):
-                for rate in RATES:
+                for label, rate, client_ids in SETTINGS:
                     client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
-                    results[rate].append(measured(server.process.pid, url, body, "application/x-npy",
-                                                  "application/x-npy", args.seconds))
+                    results[label].append(measured(
+                        server.process.pid, url, body, "application/x-npy", "application/x-npy", args.seconds,
+                        env=None if client_ids is None else {"CLIENT_IDS": str(client_ids)}))
             time.sleep(2)  # the log's last flush
             summary = client.get("/v1/calibrators/bench/observations").json()
 
@@ -103,23 +128,28 @@ def main() -> None:
         finally:
             server.stop()
     rows = []
-    for rate in RATES:
-        rps = [r["rps"] for r in results[rate]]
+    off = results["0%"]
+    for label, _, _ in SETTINGS:
+        runs = results[label]
+        rps = [r["rps"] for r in runs]
         # each round's ratio to the same round's run with logging off (the runs alternate)
-        ratios = sorted(r["rps"] / off["rps"] for r, off in zip(results[rate], results[0.0], strict=True))
+        ratios = sorted(r["rps"] / o["rps"] for r, o in zip(runs, off, strict=True))
         # and the server's CPU per request: what throughput is once the cores are the bound
-        cpu_ratios = sorted(off["cpu_us"] / r["cpu_us"] for r, off in zip(results[rate], results[0.0], strict=True))
-        rows.append([f"{rate:.0%}", f"{statistics.median(rps):.0f} ({min(rps):.0f}-{max(rps):.0f})",
+        cpu_ratios = sorted(o["cpu_us"] / r["cpu_us"] for r, o in zip(runs, off, strict=True))
+        rows.append([label, f"{statistics.median(rps):.0f} ({min(rps):.0f}-{max(rps):.0f})",
                      f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})",
-                     f"{statistics.median(r['cpu_us'] for r in results[rate]):.0f}",
+                     f"{statistics.median(r['cpu_us'] for r in runs):.0f} "
+                     f"({statistics.median(r['main_us'] for r in runs):.0f} + "
+                     f"{statistics.median(r['other_us'] for r in runs):.0f})",
                      f"{statistics.median(cpu_ratios):.3f} ({cpu_ratios[0]:.3f}-{cpu_ratios[-1]:.3f})",
-                     f"{statistics.median(r['p50'] for r in results[rate]):.2f}",
-                     f"{statistics.median(r['p99'] for r in results[rate]):.2f}",
-                     sum(r["errors"] for r in results[rate])])
+                     f"{statistics.median(r['p50'] for r in runs):.2f}",
+                     f"{statistics.median(r['p99'] for r in runs):.2f}",
+                     sum(r["errors"] for r in runs)])
     rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", "-", "-", 0])
     write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
           f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite)",
-          ["logging", "req/s median (range)", "ratio to off, median of rounds (range)", "server CPU us/request",
+          ["logging", "req/s median (range)", "ratio to off, median of rounds (range)",
+           "server CPU us/request (event loop + other threads)",
            "CPU ratio off/on, median of rounds (range)", "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["numpy", "fastapi", "uvicorn", "sqlalchemy"]),
           f"Rows the log wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "

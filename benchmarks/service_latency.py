@@ -60,11 +60,12 @@ def start(command: list[str], env: dict) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def run_wrk(url: str, body: Path, content_type: str, accept: str, seconds: int, connections: int = 32) -> dict:
+def run_wrk(url: str, body: Path, content_type: str, accept: str, seconds: int, connections: int = 32,
+            env: dict | None = None) -> dict:
     result = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(REPO / "benchmarks/wrk_post.lua"),
          url],
-        env={**os.environ, "BODY_FILE": str(body), "CONTENT_TYPE": content_type, "ACCEPT": accept},
+        env={**os.environ, "BODY_FILE": str(body), "CONTENT_TYPE": content_type, "ACCEPT": accept, **(env or {})},
         capture_output=True, text=True, check=True)
     text = result.stdout
 
