@@ -39,7 +39,8 @@ ODIR leaves the diagonal free) ``+ 2 bias_factor u uᵀ`` with ``u = [-m/s, 1]``
 
 Memory: the blocks and their inverses hold ``2 k d²`` numbers. Above ``MAX_BLOCK_ENTRIES``
 (``k d²`` = 2²⁴, 128 MiB each: k ≥ 256) only the blocks' diagonals are kept (Jacobi with the
-same deflation; at k = 100 it measured STEPS_FALLBACK).
+same deflation: at k = 100 it measured 29 / 4881 and 35 / 19691, little better than Jacobi;
+the deflation pays on top of the blocks, 433 → 93 products on WRN).
 """
 
 from __future__ import annotations
