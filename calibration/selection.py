@@ -11,7 +11,7 @@ by a stated rule.
    test). Held-out NLL only scores the labels that occur; it cannot see a class that the
    candidate has declared impossible for rows where no such label happens to fall. So in each
    fold the candidate's held-out probabilities ``c`` are compared with those of temperature
-   scaling fitted on the same folds, ``r`` (``comparison.tail_risk``)::
+   scaling fitted on the same folds, ``r`` (``metrics.scores.tail_risk``)::
 
        tail = mean_i sum_{j : c_ij < 1e-6 r_ij} r_ij log(r_ij / c_ij)
 

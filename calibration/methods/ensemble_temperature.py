@@ -28,6 +28,8 @@ of ``temperature.solve_brier_temperature`` otherwise), whose last pass also give
 Gram matrix and the linear term; with nll, the label entries of the components come from one
 blocked row-sum pass each. 50000 x 1000 float32: 5.7 log-softmax passes (was 93) and a peak of
 2.25x the input's bytes (was 6.0x; the float64 copy is 2x); see ``benchmarks/core_speed.py``.
+Prediction on the host goes in row blocks into the output (issue #19: the two components and
+their weighted sums were five n x k arrays).
 
 Backends: prediction on the input's device; the temperature is fitted as in temperature
 scaling (sums on the device, solver on the host), the label entries and Gram sums of the
@@ -44,6 +46,7 @@ from scipy.optimize import brentq
 from ..backend import label_entries, namespace, row_dot, to_host
 from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import InputBatch
+from ..metrics.validated import row_blocks
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
 from .brier_temperature import BrierSums, fit_brier_temperature
@@ -189,9 +192,18 @@ class EnsembleTemperatureScaling(Calibrator):
         return gram, linear
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
-        scaled, identity = self._components(scores)
         w1, w2, w3 = (float(w) for w in self.weights_)
-        return w1 * scaled + w2 * identity + w3 / scores.k
+        if scores.xp is not np:
+            scaled, identity = self._components(scores)
+            return w1 * scaled + w2 * identity + w3 / scores.k
+        out = np.empty((scores.n, scores.k))
+        for rows in row_blocks(scores.n, scores.k):  # row by row the arithmetic of the device path
+            block = out[rows]
+            block[...] = softmax(scores.logits[rows] / self.temperature_, overwrite=True)
+            block *= w1
+            block += w2 * (softmax(scores.logits[rows]) if scores.source == "logits" else scores.probabilities[rows])
+            block += w3 / scores.k
+        return out
 
     def _params(self) -> dict:
         return {"temperature": self.temperature_, "weights": self.weights_.tolist()}

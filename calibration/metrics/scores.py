@@ -12,6 +12,8 @@
 * ``calibration_gain``: ``brier(raw) - brier(calibrated)`` on one evaluation set, the ΔECE²
   of Mix-n-Match (Zhang et al. 2020, eq. 8): for a map that keeps the ranking of predictions
   it is the drop in squared calibration error; positive means the map helped.
+* ``tail_risk``: ``mean_i sum_{j: c_ij < 1e-6 r_ij} r_ij log(r_ij / c_ij)`` of calibrated
+  probabilities ``c`` against reference ones ``r`` (the support guard of ``calibration.selection``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ import numpy as np
 
 from ..backend import device, label_entries, namespace, row_dot, to_host
 from ._inputs import labelled_probabilities, probabilities_and_labels, top_label_of
+from .validated import row_blocks
+
+UNSUPPORTED_RATIO = 1e-6
+TINY = 1e-300
 
 
 def label_ranks(values, labels: np.ndarray) -> np.ndarray:
@@ -76,3 +82,20 @@ def calibration_gain(raw_probs, calibrated_probs, labels) -> float:
             f"{np.shape(calibrated_probs)}"
         )
     return brier(raw_probs, labels) - brier(calibrated_probs, labels)
+
+
+def tail_risk(calibrated: np.ndarray, reference: np.ndarray) -> float:
+    """The expected extra NLL per row, were the labels drawn from ``reference``, from the
+    entries where ``calibrated`` is more than ``1 / UNSUPPORTED_RATIO`` times more certain that
+    the class is wrong: ``mean_i sum_{j: c_ij < 1e-6 r_ij} r_ij log(r_ij / c_ij)`` (``c`` floored
+    at ``TINY``). Such claims are orders of magnitude beyond anything the validation rows can
+    check; held-out NLL cannot see them when no held-out label falls there, this can
+    (``calibration.selection``, the support guard)."""
+    parts = []
+    for rows in row_blocks(*calibrated.shape):  # row-major order, as on the whole matrix
+        c, r = calibrated[rows], reference[rows]
+        small = c < UNSUPPORTED_RATIO * r
+        c, r = np.maximum(c[small], TINY), r[small]
+        parts.append(r * np.log(r / c))
+    terms = np.concatenate(parts)
+    return float(np.sum(terms) / len(calibrated)) if len(terms) else 0.0

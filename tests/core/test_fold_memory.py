@@ -1,0 +1,80 @@
+"""Issue #19: cross-validation and the isotonic and ETS maps without n x k float64 temporaries
+beyond the ones they return; the blocked computations equal the whole-matrix formulas bit for bit,
+and the traced peaks stay within a few times the input's bytes (they were 8x and 15x)."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration.base import normalise_rows
+from calibration.comparison import tail_risk
+from calibration.inputs import InputBatch
+from calibration.methods.isotonic import STRICT_SLOPE, interpolate_monotone
+from calibration.metrics.scores import TINY, UNSUPPORTED_RATIO
+
+NAMES = ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass",
+         "isotonic_one_vs_all", "irova_ts"]
+
+
+def synthetic(n, k, seed=0):
+    """Over-confident logits: N(0, 1) plus 4 on the label, divided by 0.5."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    logits = rng.standard_normal((n, k))
+    logits[np.arange(n), labels] += 4.0
+    return logits / 0.5, labels
+
+
+def traced_peak(run) -> int:
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_compare_peak_is_a_few_times_the_input():
+    """Held during the folds: a fold's training and test rows and its reference (1.2x the float64
+    input); the largest candidate adds IROvA-TS's two training-set predictions (1.6x)."""
+    logits, labels = synthetic(2000, 200)
+    peak = traced_peak(lambda: cal.compare(logits, labels, NAMES))
+    assert peak < 3.5 * logits.nbytes
+
+
+def test_irm_fit_peak_is_its_sorted_copy_and_flags():
+    logits, labels = synthetic(3000, 300, seed=1)
+    batch = cal.validate_inputs(logits, "logits")
+    peak = traced_peak(lambda: cal.IsotonicMulticlass().fit_batch(batch, labels))
+    assert peak < 2.0 * logits.nbytes  # the sorted copy (1x), a flag per entry, int32 cluster starts
+
+
+@pytest.mark.parametrize("kind", ["logits", "probabilities"])
+def test_blocked_predictions_equal_the_whole_matrix_formulas(kind):
+    logits, labels = synthetic(3000, 300, seed=2)  # 900000 entries: several row blocks
+    x = cal.softmax(logits) if kind == "probabilities" else logits
+    batch = InputBatch(**{kind: x})
+    ets = cal.create("ensemble_temperature", {"input": kind}).fit(x, labels)
+    w1, w2, w3 = ets.weights_
+    whole = w1 * cal.softmax(batch.logits / ets.temperature_) + w2 * batch.probabilities + w3 / batch.k
+    np.testing.assert_array_equal(ets.predict_batch(InputBatch(**{kind: x})), whole)
+    irm = cal.create("isotonic_multiclass", {"input": kind}).fit(x, labels)
+    p = batch.probabilities
+    whole = normalise_rows(interpolate_monotone(p, irm.knots_x_, irm.knots_y_) + STRICT_SLOPE * p)
+    np.testing.assert_array_equal(irm.predict_batch(InputBatch(**{kind: x})), whole)
+    irova = cal.create("isotonic_one_vs_all", {"input": kind}).fit(x, labels)
+    whole = normalise_rows(np.stack([interpolate_monotone(p[:, j], xs, ys)
+                                     for j, (xs, ys) in enumerate(irova.knots_)], axis=1))
+    np.testing.assert_array_equal(irova.predict_batch(InputBatch(**{kind: x})), whole)
+
+
+def test_blocked_tail_risk_equals_the_whole_matrix_formula():
+    rng = np.random.default_rng(3)
+    reference = cal.softmax(rng.standard_normal((1500, 500)))  # 750000 entries: two row blocks
+    calibrated = cal.softmax(4 * rng.standard_normal((1500, 500)))
+    calibrated[rng.random(calibrated.shape) < 0.01] = 0.0
+    small = calibrated < UNSUPPORTED_RATIO * reference
+    c, r = np.maximum(calibrated[small], TINY), reference[small]
+    assert tail_risk(calibrated, reference) == float(np.sum(r * np.log(r / c)) / len(calibrated))
