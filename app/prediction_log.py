@@ -162,6 +162,7 @@ class PredictionLog:
                                    item.inputs.dtype.str), []).append(item)
             written = 0
             for (calibrator_id, version, kind, n_classes, _), items in groups.items():
+                items.sort(key=lambda item: item.prefix is not None)  # client ids first: rows 0..m-1
                 rows = sum(len(item.ids) for item in items)
                 ids, batches = self._index(items)
                 try:
@@ -178,16 +179,16 @@ class PredictionLog:
             return written
 
     @staticmethod
-    def _index(items: list[_Pending]) -> tuple[list[tuple[str, int]], list[tuple]]:
-        """The index rows of items written as one chunk: ``(id, row)`` of client ids,
-        ``(prefix, first row, n, kept)`` of batches of generated ids (``kept`` ``None`` when
-        logged in full)."""
+    def _index(items: list[_Pending]) -> tuple[list[str], list[tuple]]:
+        """The index rows of items written as one chunk, client ids' items first: the client ids
+        (of rows 0, 1, ...), and ``(prefix, first row, n, kept)`` of batches of generated ids
+        (``kept`` ``None`` when logged in full)."""
         ids, batches, offset = [], [], 0
         for item in items:
             if item.prefix is not None:
                 batches.append((item.prefix, offset, len(item.ids), item.kept))
             else:
-                ids.extend(zip(item.ids, range(offset, offset + len(item.ids)), strict=True))
+                ids.extend(item.ids)
             offset += len(item.ids)
         return ids, batches
 

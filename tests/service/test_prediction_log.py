@@ -58,10 +58,11 @@ def test_generated_ids_are_one_index_row_per_batch_and_labels_answer_per_id(data
         assert len(served) == 15 == len(set(served))
         app.state.service.prediction_log.flush()
         rows = _index_rows(database_url)
-        # three batches (5, 3 and 4 generated ids) and three client ids, all in one chunk
-        assert [(r[1], r[3]) for r in rows if r[0].endswith(",")] == [(0, 5), (5, 3), (8, 4)]
+        # three client ids (first: one statement writes their rows 0, 1, 2) and three batches (5, 3
+        # and 4 generated ids), all in one chunk
         assert sorted((r[0], r[1], r[3]) for r in rows if not r[0].endswith(",")) == [
-            ("a", 12, 1), ("b-0", 13, 1), ("c", 14, 1)]
+            ("a", 0, 1), ("b-0", 1, 1), ("c", 2, 1)]
+        assert [(r[1], r[3]) for r in rows if r[0].endswith(",")] == [(3, 5), (8, 3), (11, 4)]
         logged = _ok(client.get("/v1/calibrators/demo/observations"))["prediction_log"]
         assert logged == {"sample_rate": 1.0, "logged": 15, "labelled": 0}
 
@@ -81,7 +82,7 @@ def test_generated_ids_are_one_index_row_per_batch_and_labels_answer_per_id(data
         # each label joined the chunk row that was served under its id
         labelled = _index_rows(database_url)
         positions = sorted(r[1] for r in labelled if r[2])
-        assert positions == sorted([1, 6, 11, 13, 0, 12])
+        assert positions == sorted([3 + 1, 8 + 1, 11 + 3, 1, 3 + 0, 0])
         assert sum(r[3] for r in labelled) == 15
 
 
@@ -210,3 +211,21 @@ def test_a_sampled_batch_written_at_0010_is_expanded_by_the_downgrade_to_0009(sq
     engine.dispose()
     assert _index_rows(sqlite_url) == [("0123456789abcdef-1", 0, False, 1), ("0123456789abcdef-4", 1, True, 1),
                                        ("0123456789abcdef-9", 2, False, 1)]
+
+
+def test_client_ids_with_json_and_sql_metacharacters_are_stored_and_joined_as_given(database_url):
+    app = create_app(Settings(database_url=database_url, job_engine="embedded", log_flush_seconds=60))
+    odd = ['q"uote', "back\\slash", "{x}", "[1]", "it's", "%s", "?", "a\\u0041", " ".join(["w"] * 3)]
+    with TestClient(app) as client:
+        fit(client)
+        _ok(client.put("/v1/calibrators/demo/logging", json={"sample_rate": 1.0}))
+        body = _ok(client.post("/v1/calibrators/demo/calibrate",
+                               json={"logits": LOGITS[:len(odd)].tolist(), "ids": odd}))
+        assert body["ids"] == odd and body["logged"] == len(odd)
+        app.state.service.prediction_log.flush()
+        assert sorted(r[0] for r in _index_rows(database_url)) == sorted(odd)
+        labels = [i % 4 for i in range(len(odd))]
+        answer = _ok(client.post("/v1/calibrators/demo/labels", json={"ids": odd[::-1], "labels": labels[::-1]}))
+        assert answer["statuses"] == ["labelled"] * len(odd)
+        assert sorted(_observed_pairs(database_url)) == sorted(
+            (tuple(LOGITS[i].tolist()), i % 4) for i in range(len(odd)))
