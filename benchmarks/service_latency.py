@@ -7,7 +7,9 @@ thread, ``--connections`` keep-alive connections (default 1, 8 and 32; with 2 wo
 32 can all land on one worker), ``--seconds`` per run (default 8). The calibrator is temperature
 scaling on SQLite, so each call also resolves the version in the database. The three servers
 alternate for ``--rounds`` rounds (default 3) per case; medians and the median ratios (with their
-range over the rounds) are reported.
+range over the rounds) are reported, of requests per second and of the server's CPU time per
+request (its process tree, from /proc; the ratio is the floor's over ours: what the throughput
+ratio becomes once the cores are the bound, steadier than req/s on a shared machine).
 
 Every server runs with the same fixed glibc allocator thresholds (``ALLOCATOR``): with glibc's
 default dynamic mmap threshold, the on-loop floor's speed swings by 2x from run to run on this
@@ -55,6 +57,25 @@ def wait(url: str) -> None:
 ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User and system CPU time so far of a process and its descendants (uvicorn's workers)."""
+    parents, seconds = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            parents[int(entry)] = int(fields[1])
+            seconds[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tree, grown = {pid}, True
+    while grown:
+        children = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= children
+        grown = bool(children)
+    return sum(seconds.get(p, 0.0) for p in tree)
+
+
 def start(command: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=REPO, env={**os.environ, **ALLOCATOR, **env},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -81,6 +102,13 @@ def run_wrk(url: str, body: Path, content_type: str, accept: str, seconds: int, 
 
 
 ROUNDS = 3
+
+
+def timed_run(pid: int, *wrk_args) -> dict:
+    """A wrk run with the server's CPU time per request (its process tree, over the run)."""
+    before = tree_cpu_seconds(pid)
+    result = run_wrk(*wrk_args)
+    return {**result, "cpu_us": 1e6 * (tree_cpu_seconds(pid) - before) / max(result["requests"], 1)}
 
 
 def main():
@@ -139,27 +167,31 @@ def main():
                 for name, url, floor_url, body, content_type, accept in cases:
                     # the servers alternate over several rounds: this machine's speed drifts by
                     # tens of percent over minutes, so only interleaved ratios are comparable
-                    rounds = [[run_wrk(url if suffix is None else floor_url + suffix, body, content_type, accept,
-                                       seconds, connections)
+                    rounds = [[timed_run(ours.pid if suffix is None else floor.pid,
+                                         url if suffix is None else floor_url + suffix, body, content_type,
+                                         accept, seconds, connections)
                                for _, suffix in servers] for _ in range(rounds_count)]
                     for index, (who, _) in enumerate(servers):
                         results = [r[index] for r in rounds]
                         rows.append([workers, connections, name, who, f"{np.median([r['rps'] for r in results]):.0f}",
+                                     f"{np.median([r['cpu_us'] for r in results]):.0f}",
                                      f"{np.median([r['p50'] for r in results]):.2f}",
                                      f"{np.median([r['p99'] for r in results]):.2f}",
                                      sum(r["errors"] for r in results)])
                     for index, (who, _) in enumerate(servers[:2]):
                         ratios = sorted(r[2]["rps"] / r[index]["rps"] for r in rounds)
-                        rows.append([workers, connections, name, f"ours / {who} (req/s), median of rounds",
-                                     f"**{np.median(ratios):.0%}** (range {ratios[0]:.0%}-{ratios[-1]:.0%})",
-                                     "", "", ""])
+                        cpu = sorted(r[index]["cpu_us"] / r[2]["cpu_us"] for r in rounds)
+                        rows.append([workers, connections, name, f"ours / {who}, median of rounds (range)",
+                                     f"**{np.median(ratios):.0%}** ({ratios[0]:.0%}-{ratios[-1]:.0%})",
+                                     f"{np.median(cpu):.0%} ({cpu[0]:.0%}-{cpu[-1]:.0%})", "", "", ""])
         finally:
             for process in (ours, floor):
                 process.terminate()
                 process.wait(timeout=20)
     write("service_latency", f"/calibrate, 64 x 1000 float32 logits, wrk -t1 -c{'/'.join(map(str, connection_counts))} "
           f"on loopback, {rounds_count} interleaved rounds of {seconds} s",
-          ["workers", "connections", "payload", "server", "req/s", "p50 ms", "p99 ms", "non-2xx"], rows,
+          ["workers", "connections", "payload", "server", "req/s", "server CPU us/request (ratio: floor's / ours)",
+           "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["fastapi", "uvicorn", "orjson", "numpy"]),
           f"Client and server share the machine's 2 cores (load average {os.getloadavg()[0]:.1f} at the "
           "end); ratios of interleaved rounds are the comparable figure. With 2 workers "
