@@ -16,8 +16,8 @@ The parent records the parts as queued jobs and offers them to the engine (Procr
 worker takes them). Then it works too: it claims its parts that are still queued, last first
 (workers take the first first), and runs them in its own process on the arrays it already holds;
 a worker reads the parent's arrays once per process (``app.tasks``). It then waits for the parts
-other workers run (polling every ``POLL_SECONDS``; a part whose worker went silent fails the job)
-and merges them. Every part runs the same stratified folds with the same seed, so the merged
+other workers run (polling every ``POLL_SECONDS``; a part whose worker went silent is marked lost
+and run by the parent itself) and merges them. Every part runs the same stratified folds with the same seed, so the merged
 per-fold values equal the single job's (fit times aside). A cancelled parent cancels its parts; a
 part whose parent is no longer running is cancelled when it starts.
 """
@@ -137,6 +137,14 @@ class Parent:
         progress.step(f"cross-validation in {parts} parts: {done} of {total} fits",
                       progress.start + (progress.end - progress.start) * done / total)
 
+    def take_over(self, part_id: str, request: dict, x, labels, total: int) -> dict:
+        """Run a part whose worker went silent (already marked failed, "Worker lost") in this
+        process and return its result: the parent holds the arrays, and every part's units are
+        deterministic, so the merge is what the lost worker would have given."""
+        result = run_units(x, labels, request, lambda done, _units: self.progress.folds(self.done + done, total))
+        self.done += sum(len(indices) for _, indices in request["units"])
+        return result
+
     def run_here(self, part_id: str, request: dict, x, labels, total: int) -> None:
         """Run a part in this process if it is still queued (its progress also the parent's)."""
         with self.db.write() as session:
@@ -176,20 +184,24 @@ def compare_in_parts(parent: Parent, shared: dict, units: list[list], x, labels,
     for part_id in ids:
         offer(part_id)
     sizes = {part_id: sum(len(i) for _, i in r["units"]) for part_id, r in zip(ids, requests, strict=True)}
+    by_id = dict(zip(ids, requests, strict=True))
     total = sum(sizes.values())
+    taken: dict[str, dict] = {}  # the results of parts whose worker was lost, run here instead
     try:
         for part_id, request in reversed(list(zip(ids, requests, strict=True))):
             parent.run_here(part_id, request, x, labels, total)
         reported = 0.0
         while True:
             with parent.db.read() as session:
-                rows = [job_store.get_job(session, part_id) for part_id in ids]
-            _check(parent, rows)
+                rows = [job_store.get_job(session, part_id) for part_id in ids if part_id not in taken]
+            for part_id in _lost(parent, rows):
+                taken[part_id] = parent.take_over(part_id, by_id[part_id], x, labels, total)
             done = [row for row in rows if row.status == "succeeded"]
-            if len(done) == len(rows):
-                return merged(shared, [row.result for row in rows])
+            if len(done) + len(taken) == len(ids):
+                results = {row.id: row.result for row in done} | taken
+                return merged(shared, [results[part_id] for part_id in ids])
             if time.monotonic() - reported >= STEP_SECONDS:
-                parent.report(sum(sizes[row.id] for row in done), total, len(rows))
+                parent.report(sum(sizes[row.id] for row in done) + sum(sizes[i] for i in taken), total, len(ids))
                 reported = time.monotonic()
             time.sleep(POLL_SECONDS)
     except (JobCancelled, PartFailed):
@@ -199,17 +211,20 @@ def compare_in_parts(parent: Parent, shared: dict, units: list[list], x, labels,
         raise
 
 
-def _check(parent: Parent, rows) -> None:
-    """``PartFailed`` for a part that failed or was cancelled, or whose worker is silent (lost)."""
+def _lost(parent: Parent, rows) -> list[str]:
+    """The parts whose worker went silent, marked failed ("Worker lost") by this call so that the
+    parent runs them itself; ``PartFailed`` for a part that failed or was cancelled otherwise."""
+    lost = []
     for row in rows:
         if row.status == "running" and row.updated_at < utcnow() - parent.stale:
-            lost = {"status": 503, "title": "Worker lost",
-                    "detail": f"the worker running part {row.id} of this job stopped; send the request again"}
+            problem = {"status": 503, "title": "Worker lost",
+                       "detail": f"the worker running part {row.id} stopped; the parent job ran the part itself"}
             with parent.db.write() as session:
-                job_store.fail_if_silent(session, row.id, utcnow() - parent.stale, lost)
-            raise PartFailed(lost)
-        if row.status in ("failed", "cancelled"):
+                if job_store.fail_if_silent(session, row.id, utcnow() - parent.stale, problem):
+                    lost.append(row.id)
+        elif row.status in ("failed", "cancelled"):
             raise PartFailed(row.error or {"status": 500, "title": "Part cancelled", "detail": "a part was cancelled"})
+    return lost
 
 
 def fit_auto_in_parts(calibrator, comparison_of) -> None:

@@ -129,11 +129,12 @@ def finished_durations(session: Session) -> list[tuple[str, str, float]]:
     return [(kind, status, (finished - started).total_seconds()) for kind, status, started, finished in rows]
 
 
-def fail_if_silent(session: Session, job_id: str, silent_since: datetime, error: dict) -> None:
+def fail_if_silent(session: Session, job_id: str, silent_since: datetime, error: dict) -> bool:
     """Mark a running job failed with ``error`` if its heartbeat is older than ``silent_since``
-    (only if it still is: its worker may have finished it, or beaten, since it was read)."""
+    (only if it still is: its worker may have finished it, or beaten, since it was read); True
+    when this call marked it."""
     now = utcnow()
-    session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running",
+    return session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running",
                                          JobRow.updated_at < silent_since)
                     .values(status="failed", error=error, updated_at=now, finished_at=now, payload=None,
-                            step="failed"))
+                            step="failed")).rowcount == 1
