@@ -17,9 +17,9 @@ worker takes them). Then it works too: it claims its parts that are still queued
 (workers take the first first), and runs them in its own process on the arrays it already holds;
 a worker reads the parent's arrays once per process (``app.tasks``). It then waits for the parts
 other workers run (polling every ``POLL_SECONDS``; a part whose worker went silent is marked lost
-and run by the parent itself) and merges them. Every part runs the same stratified folds with the same seed, so the merged
-per-fold values equal the single job's (fit times aside). A cancelled parent cancels its parts; a
-part whose parent is no longer running is cancelled when it starts.
+and run by the parent itself) and merges them. Every part runs the same stratified folds with the
+same seed, so the merged per-fold values equal the single job's (fit times aside). A cancelled
+parent cancels its parts; a part whose parent is no longer running is cancelled when it starts.
 """
 
 from __future__ import annotations
