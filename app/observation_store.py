@@ -171,6 +171,7 @@ GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_
 
 
 KEPT_DTYPE = np.dtype("<u4")  # the numbers of a sampled batch's kept ids (migration 0010)
+IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded parameter)
 
 
 def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
@@ -193,16 +194,20 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     columns = "INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled, n_rows, kept) "
     conflict = " ON CONFLICT (calibrator_id, prediction_id) DO NOTHING"
     inserted = 0
-    if ids:
-        # the client ids in one statement that unpacks an array in the database: per id, half the
-        # CPU of the driver's executemany, which converts each row's parameters in Python
-        if session.bind.dialect.name == "sqlite":
-            unpack = ("SELECT ?, value, ?, key, 0, 1, NULL FROM json_each(?) WHERE true", orjson.dumps(ids).decode())
-        else:
-            unpack = ("SELECT %s, u.id, %s, u.ord - 1, false, 1, NULL FROM unnest(%s::text[]) WITH ORDINALITY "
-                      "AS u(id, ord)", ids)
-        inserted = connection.exec_driver_sql(columns + unpack[0] + conflict,
-                                              (calibrator_id, chunk_id, unpack[1])).rowcount
+    # the client ids in statements that unpack an array in the database (IDS_PER_STATEMENT at a
+    # time): per id, half the CPU of the driver's executemany, which converts each row's
+    # parameters in Python. On Postgres in id order, so that two processes logging the same ids
+    # lock them in the same order (no deadlock); a duplicate's first row still wins.
+    if session.bind.dialect.name == "sqlite":
+        unpack = "SELECT ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE true"
+    else:
+        unpack = ("SELECT %s, u.id, %s, u.ord - 1 + %s, false, 1, NULL FROM unnest(%s::text[]) WITH ORDINALITY "
+                  "AS u(id, ord) ORDER BY u.id, u.ord")
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        part = ids[start:start + IDS_PER_STATEMENT]
+        array = orjson.dumps(part).decode() if session.bind.dialect.name == "sqlite" else part
+        parameters = (calibrator_id, chunk_id, start, array)
+        inserted += connection.exec_driver_sql(columns + unpack + conflict, parameters).rowcount
     if batches:
         # the driver's own executemany: SQLAlchemy's per-row parameter handling cost a whole core at
         # 66000 logged rows a second (benchmarks/prediction_log.py)

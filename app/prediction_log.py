@@ -37,7 +37,9 @@ MAX_ID_LENGTH = 128
 
 
 def check_ids(ids: list[str], n: int) -> None:
-    """Client prediction ids: one per row, distinct, 1-128 printable ASCII characters, no comma."""
+    """Client prediction ids: one per row, distinct, 1-128 printable ASCII characters, no comma,
+    and not of the form of the service's generated ids (``generated_ids``: those name rows of a
+    logged batch, and a client id of that form would stand beside its first prediction)."""
     if len(ids) != n:
         raise InvalidInput(f"ids has {len(ids)} entries for {n} rows")
     for pid in ids:
@@ -45,6 +47,9 @@ def check_ids(ids: list[str], n: int) -> None:
                 and pid.strip() == pid):
             raise InvalidInput(f"prediction id {pid[:40]!r} must be 1-{MAX_ID_LENGTH} printable ASCII "
                                "characters without commas or surrounding spaces")
+        if observation_store.GENERATED.fullmatch(pid):
+            raise InvalidInput(f"prediction id {pid!r} has the form of the ids the service generates (16 hex "
+                               "digits, '-', a row number): those are reserved; name your rows otherwise")
     if len(set(ids)) != n:
         raise InvalidInput("prediction ids must be distinct within a batch")
 

@@ -36,11 +36,14 @@ def downgrade() -> None:
     batches = connection.execute(sa.text(
         "SELECT calibrator_id, prediction_id, chunk_id, row, kept FROM logged_predictions WHERE kept IS NOT NULL"
     )).all()
+    # a labelled id of the batch already has its own row (``n_rows`` 0: the batch row counted it):
+    # it keeps that row, which now stands for itself
     insert = sa.text("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled, n_rows) "
                      "VALUES (:calibrator_id, :prediction_id, :chunk_id, :row, false, 1) "
-                     "ON CONFLICT (calibrator_id, prediction_id) DO NOTHING")
+                     "ON CONFLICT (calibrator_id, prediction_id) DO UPDATE SET n_rows = 1 "
+                     "WHERE logged_predictions.n_rows = 0")
     for calibrator_id, key, chunk_id, first, kept in batches:
-        prefix = key[:-1]  # labelled ids of the batch already have their row: they keep it
+        prefix = key[:-1]
         numbers = np.frombuffer(kept, dtype="<u4")
         rows = [{"calibrator_id": calibrator_id, "prediction_id": f"{prefix}{i}", "chunk_id": chunk_id,
                  "row": first + j} for j, i in enumerate(numbers.tolist())]
@@ -48,7 +51,4 @@ def downgrade() -> None:
             connection.execute(insert, rows[start:start + EXPAND])
         connection.execute(sa.text("DELETE FROM logged_predictions WHERE calibrator_id = :c AND prediction_id = :p"),
                            {"c": calibrator_id, "p": key})
-        # its labelled ids (``n_rows`` 0: the batch row counted them) now stand for themselves
-        connection.execute(sa.text("UPDATE logged_predictions SET n_rows = 1 WHERE calibrator_id = :c "
-                                   "AND prediction_id LIKE :p AND n_rows = 0"), {"c": calibrator_id, "p": prefix + "%"})
     op.drop_column("logged_predictions", "kept")

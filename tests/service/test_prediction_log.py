@@ -229,3 +229,36 @@ def test_client_ids_with_json_and_sql_metacharacters_are_stored_and_joined_as_gi
         assert answer["statuses"] == ["labelled"] * len(odd)
         assert sorted(_observed_pairs(database_url)) == sorted(
             (tuple(LOGITS[i].tolist()), i % 4) for i in range(len(odd)))
+
+
+def test_client_ids_of_the_generated_form_are_refused(sqlite_url):
+    upgrade(sqlite_url)
+    app = create_app(Settings(database_url=sqlite_url, job_engine="embedded"))
+    with TestClient(app) as client:
+        fit(client)
+        _ok(client.put("/v1/calibrators/demo/logging", json={"sample_rate": 1.0}))
+        served = _ok(client.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[:2].tolist()}))["ids"]
+        # sent back as the client's own ids (say, to score the rows again): they would stand beside
+        # the batch that already holds them, so they are refused, naming the reason
+        again = client.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[:2].tolist(), "ids": served})
+        assert again.status_code == 422 and "generates" in again.json()["detail"], again.text
+        near = ["0123456789abcdef-x", "0123456789ABCDEF-1", "0123456789abcde-1"]  # not of that form
+        assert _ok(client.post("/v1/calibrators/demo/calibrate",
+                               json={"logits": LOGITS[:3].tolist(), "ids": near}))["ids"] == near
+
+
+def test_client_ids_over_several_statements_keep_their_rows(database_url, monkeypatch):
+    from app import observation_store
+    monkeypatch.setattr(observation_store, "IDS_PER_STATEMENT", 2)
+    upgrade(database_url)
+    engine = make_engine(database_url)
+    with Session(engine) as session, session.begin():
+        session.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
+                             "VALUES (1, 'many', 1, '2026-11-01 00:00:00', 1.0)"))
+        ids = ["e", "a", "d", "b", "c"]
+        assert log_predictions(session, 1, 1, "logits", 4, np.zeros((5, 4)), ids) == 5
+        assert log_predictions(session, 1, 1, "logits", 4, np.zeros((2, 4)), ["f", "a"]) == 1  # "a" keeps its first
+        found = find_logged(session, 1, ids + ["f"])
+        assert {pid: row for pid, (_, row, _) in found.items()} == {"e": 0, "a": 1, "d": 2, "b": 3, "c": 4, "f": 0}
+        assert len({chunk for chunk, _, _ in found.values()}) == 2
+    engine.dispose()
