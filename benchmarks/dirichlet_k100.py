@@ -10,11 +10,12 @@ label probability below 2.2e-16, which no fit here reaches). Its default referen
 parametrisation (last row of W fixed at 0) penalises a different representative of the same
 map, i.e. another objective; and for k > 36 it uses L-BFGS-B (``factr=1``), here too.
 
-Reported per fit: seconds (one fit each, in the same process, one after the other), solver
-iterations, whether it converged (ours: its own report, largest gradient entry ≤ 1e-6 in
-standardised coordinates; dirichletcal: L-BFGS-B's warnflag = 0), the largest entry of the
-objective's gradient in (W, b) and the objective itself, both computed here by one formula for
-both, and train/test NLL.
+Reported per fit: seconds (one fit each, in the same process, one after the other), the
+1-minute load average just before it (a 2-core machine shared with other work), solver
+iterations, ours' Hessian-vector products, whether it converged (ours: its own report, largest
+gradient entry ≤ 1e-6 in standardised coordinates; dirichletcal: L-BFGS-B's warnflag = 0), the
+largest entry of the objective's gradient in (W, b) and the objective itself, both computed
+here by one formula for both, and train/test NLL.
 
 Run: ``flock /tmp/calib-bench.lock .venv/bin/python benchmarks/dirichlet_k100.py [λ ...]``
 (λ = μ; default 1). dirichletcal 0.5.3 needs jax (see benchmarks/README.md).
@@ -22,6 +23,8 @@ Run: ``flock /tmp/calib-bench.lock .venv/bin/python benchmarks/dirichlet_k100.py
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 import warnings
@@ -110,22 +113,28 @@ def main() -> None:
         f, f_test = log_softmax(x), log_softmax(x_test)
         for lam in lams:
             times = {}
-            for label, run in (("ours: dirichlet ODIR (trust-region Newton-PCG)", ours),
+            for label, run in (("ours: dirichlet ODIR (trust-region Newton-CG, class-block preconditioner)", ours),
                                ("dirichletcal FullDirichletCalibrator (L-BFGS-B)", dirichletcal)):
+                load = os.getloadavg()[0]
                 seconds, iterations, converged, weights, bias, message = run(x, y, lam)
                 value, gradient, nll = objective(weights, bias, f, y, lam, lam)
                 times[label] = seconds
-                rows.append([name, f"{lam:g}", label, f"{seconds:.1f}", iterations, converged,
-                             f"{gradient:.2e}", f"{value:.8f}", f"{nll:.6f}",
-                             f"{test_nll(weights, bias, f_test, y_test):.4f}"])
+                products = re.search(r"\((\d+) Hessian-vector products\)", message)
+                rows.append([name, f"{lam:g}", label, f"{seconds:.1f}", f"{load:.1f}", iterations,
+                             products.group(1) if products else "", converged, f"{gradient:.2e}",
+                             f"{value:.8f}", f"{nll:.6f}", f"{test_nll(weights, bias, f_test, y_test):.4f}"])
                 print(rows[-1], message, flush=True)
             ours_seconds, their_seconds = times.values()
-            rows.append([name, f"{lam:g}", "ratio dirichletcal / ours", f"{their_seconds / ours_seconds:.2f}",
-                         "", "", "", "", "", ""])
+            rows.append([name, f"{lam:g}", "ratio dirichletcal / ours", f"{their_seconds / ours_seconds:.3g}",
+                         "", "", "", "", "", "", "", ""])
+            write_table(rows)  # after every pair, so that a run cut short keeps what it measured
+
+
+def write_table(rows: list[list]) -> None:
     env = environment(["numpy", "scipy", "jax", "dirichletcal"])
     write("dirichlet_k100", "Dirichlet-ODIR at k = 100 (CIFAR-100, 5000 x 100 validation sets)",
-          ["set", "λ = μ", "implementation", "seconds", "iterations", "converged",
-           "max |gradient|", "objective", "train NLL", "test NLL"], rows, env,
+          ["set", "λ = μ", "implementation", "seconds", "load before", "iterations", "Hessian-vector products",
+           "converged", "max |gradient|", "objective", "train NLL", "test NLL"], rows, env,
           notes=__doc__.split("\n\n", 1)[1].split("\n\nRun:")[0])
 
 
