@@ -1,5 +1,5 @@
-"""Persistence of observations (labelled rows in binary chunks) and of the prediction log (logged
-inputs with their prediction ids), on SQLite and Postgres alike.
+"""Persistence of observations (labelled rows in binary chunks), on SQLite and Postgres alike
+(the prediction log's is ``app.prediction_log_store``).
 
 A chunk holds its rows as one raw little-endian array (``dtype``, C order) and, for
 observations, the labels as int32: never one row per float, never a pickle (``np.frombuffer``
@@ -8,17 +8,14 @@ reads them back). Every function takes a session from ``Database.read()`` or ``w
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-import orjson
-from sqlalchemy import Integer, cast, delete, func, insert, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from .models import LoggedPredictionRow, ObservationChunkRow, PredictionChunkRow, VersionRow, utcnow
-from .store import dialect_insert
+from .models import ObservationChunkRow, VersionRow, utcnow
 
 LABEL_DTYPE = np.dtype("<i4")
 IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters
@@ -155,153 +152,3 @@ def delete_before(session: Session, calibrator_id: int | None, before: datetime)
     removed = session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(*where))
     session.execute(delete(ObservationChunkRow).where(*where))
     return int(removed)
-
-
-def delete_predictions_before(session: Session, before: datetime) -> int:
-    """Delete prediction-log chunks (and their ids) created before ``before``; returns the chunks removed."""
-    old = select(PredictionChunkRow.id).where(PredictionChunkRow.created_at < before).scalar_subquery()
-    session.execute(delete(LoggedPredictionRow).where(LoggedPredictionRow.chunk_id.in_(old)))
-    return session.execute(delete(PredictionChunkRow).where(PredictionChunkRow.created_at < before)).rowcount
-
-
-# -- the prediction log --------------------------------------------------------------------------
-
-BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
-GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.generated_ids
-
-
-KEPT_DTYPE = np.dtype("<u4")  # the numbers of a sampled batch's kept ids (migration 0010)
-IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded parameter)
-
-
-def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
-                    inputs: np.ndarray, ids: list[str],
-                    batches: list[tuple[str, int, int, np.ndarray | None]] = ()) -> int:
-    """Store one chunk of logged inputs with their ids: ``ids``, the client ids of rows 0, 1, ...,
-    one index row each (an id already logged for this calibrator keeps its first prediction),
-    and ``batches`` of generated ids as ``(prefix, first row, n, kept)``, one index row per batch
-    (migrations 0009 and 0010): ``kept`` is ``None`` for a batch logged in full (ids ``0..n-1``
-    at rows ``first`` to ``first + n - 1``), else the ``n`` sorted numbers of the ids a sampling
-    rate kept, the ``j``-th at row ``first + j``. At 64 rows a request that is up to 64 times
-    fewer B-tree inserts. Returns how many ids were new."""
-    data, dtype = raw(inputs)
-    # a Core insert on the table: the ORM's bulk-insert path cost ~1.7 ms a flush, for one row
-    chunks = PredictionChunkRow.__table__
-    connection = session.connection()
-    chunk_id = connection.execute(insert(chunks).returning(chunks.c.id), {
-        "calibrator_id": calibrator_id, "version": version, "input_kind": kind, "n_rows": len(inputs),
-        "n_classes": n_classes, "dtype": dtype, "inputs": data, "created_at": utcnow()}).scalar_one()
-    columns = "INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled, n_rows, kept) "
-    conflict = " ON CONFLICT (calibrator_id, prediction_id) DO NOTHING"
-    inserted = 0
-    # the client ids in statements that unpack an array in the database (IDS_PER_STATEMENT at a
-    # time): per id, half the CPU of the driver's executemany, which converts each row's
-    # parameters in Python. On Postgres in id order, so that two processes logging the same ids
-    # lock them in the same order (no deadlock); a duplicate's first row still wins.
-    if session.bind.dialect.name == "sqlite":
-        unpack = "SELECT ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE true"
-    else:
-        unpack = ("SELECT %s, u.id, %s, u.ord - 1 + %s, false, 1, NULL FROM unnest(%s::text[]) WITH ORDINALITY "
-                  "AS u(id, ord) ORDER BY u.id, u.ord")
-    for start in range(0, len(ids), IDS_PER_STATEMENT):
-        part = ids[start:start + IDS_PER_STATEMENT]
-        array = orjson.dumps(part).decode() if session.bind.dialect.name == "sqlite" else part
-        parameters = (calibrator_id, chunk_id, start, array)
-        inserted += connection.exec_driver_sql(columns + unpack + conflict, parameters).rowcount
-    if batches:
-        # the driver's own executemany: SQLAlchemy's per-row parameter handling cost a whole core at
-        # 66000 logged rows a second (benchmarks/prediction_log.py)
-        marker = "?" if session.bind.dialect.name == "sqlite" else "%s"
-        rows = [(calibrator_id, prefix + BATCH_MARK, chunk_id, first, False, n,
-                 None if kept is None else np.asarray(kept, dtype=KEPT_DTYPE).tobytes())
-                for prefix, first, n, kept in batches]
-        connection.exec_driver_sql(columns + f"VALUES ({', '.join([marker] * 7)})" + conflict, rows)
-        inserted += sum(n for _, _, n, _ in batches)  # batch keys are random: all new
-    return inserted
-
-
-def _generated(session: Session, calibrator_id: int, ids) -> dict[str, tuple[int, int]]:
-    """``{id: (chunk_id, row)}`` of the generated ``ids`` that a logged batch holds."""
-    wanted: dict[str, list[tuple[str, int]]] = {}
-    for pid in ids:
-        match = GENERATED.fullmatch(pid)
-        if match:
-            wanted.setdefault(match.group(1) + BATCH_MARK, []).append((pid, int(match.group(2))))
-    found: dict[str, tuple[int, int]] = {}
-    keys = list(wanted)
-    for start in range(0, len(keys), IN_LIST):
-        rows = session.execute(
-            select(LoggedPredictionRow.prediction_id, LoggedPredictionRow.chunk_id, LoggedPredictionRow.row,
-                   LoggedPredictionRow.n_rows, LoggedPredictionRow.kept)
-            .where(LoggedPredictionRow.calibrator_id == calibrator_id,
-                   LoggedPredictionRow.prediction_id.in_(keys[start:start + IN_LIST])))
-        for key, chunk, first, n, kept in rows:
-            if kept is None:
-                found.update({pid: (chunk, first + i) for pid, i in wanted[key] if i < n})
-                continue
-            numbers = np.frombuffer(kept, dtype=KEPT_DTYPE)
-            for pid, i in wanted[key]:
-                j = int(np.searchsorted(numbers, i))
-                if j < len(numbers) and numbers[j] == i:
-                    found[pid] = (chunk, first + j)
-    return found
-
-
-def find_logged(session: Session, calibrator_id: int, ids: list[str]) -> dict[str, tuple[int, int, bool]]:
-    """``{prediction_id: (chunk_id, row, labelled)}`` of the ``ids`` that were logged: an id's own
-    row, else (a generated id not labelled yet) its batch's."""
-    found: dict[str, tuple[int, int, bool]] = {}
-    own = [pid for pid in ids if BATCH_MARK not in pid]
-    for start in range(0, len(own), IN_LIST):
-        part = own[start:start + IN_LIST]
-        rows = session.execute(
-            select(LoggedPredictionRow.prediction_id, LoggedPredictionRow.chunk_id, LoggedPredictionRow.row,
-                   LoggedPredictionRow.labelled)
-            .where(LoggedPredictionRow.calibrator_id == calibrator_id,
-                   LoggedPredictionRow.prediction_id.in_(part)))
-        found.update({pid: (chunk, row, labelled) for pid, chunk, row, labelled in rows})
-    batched = _generated(session, calibrator_id, [pid for pid in own if pid not in found])
-    found.update({pid: (chunk, row, False) for pid, (chunk, row) in batched.items()})
-    return found
-
-
-def claim_labels(session: Session, calibrator_id: int, ids: list[str]) -> set[str]:
-    """Mark ``ids`` labelled where they were not yet; returns those this call marked (a
-    concurrent call for the same id marks it once: the update takes the row's lock, and a
-    generated id's labelled row, ``n_rows`` 0, is inserted once under the primary key)."""
-    claimed: set[str] = set()
-    for start in range(0, len(ids), IN_LIST):
-        part = ids[start:start + IN_LIST]
-        rows = session.execute(
-            update(LoggedPredictionRow)
-            .where(LoggedPredictionRow.calibrator_id == calibrator_id,
-                   LoggedPredictionRow.prediction_id.in_(part), LoggedPredictionRow.labelled.is_(False))
-            .values(labelled=True).returning(LoggedPredictionRow.prediction_id))
-        claimed.update(pid for (pid,) in rows)
-    batched = list(_generated(session, calibrator_id, [pid for pid in ids if pid not in claimed]).items())
-    for start in range(0, len(batched), IN_LIST):
-        values = [{"calibrator_id": calibrator_id, "prediction_id": pid, "chunk_id": chunk, "row": row,
-                   "labelled": True, "n_rows": 0} for pid, (chunk, row) in batched[start:start + IN_LIST]]
-        statement = dialect_insert(session)(LoggedPredictionRow).values(values)
-        statement = statement.on_conflict_do_nothing(index_elements=["calibrator_id", "prediction_id"])
-        claimed.update(pid for (pid,) in session.execute(statement.returning(LoggedPredictionRow.prediction_id)))
-    return claimed
-
-
-def prediction_chunks(session: Session, chunk_ids: set[int]) -> dict[int, tuple]:
-    """``{chunk_id: (version, kind, n_classes, inputs array)}`` of logged chunks."""
-    chunks = {}
-    for chunk in session.scalars(select(PredictionChunkRow).where(PredictionChunkRow.id.in_(sorted(chunk_ids)))):
-        array = from_raw(chunk.inputs, chunk.dtype, chunk.n_rows, chunk.n_classes, chunk.input_kind)
-        chunks[chunk.id] = (chunk.version, chunk.input_kind, chunk.n_classes, array)
-    return chunks
-
-
-def logged_counts(session: Session, calibrator_id: int) -> tuple[int, int]:
-    """Logged predictions of a calibrator, and how many of them have their label."""
-    total, labelled = session.execute(
-        select(func.coalesce(func.sum(LoggedPredictionRow.n_rows), 0),
-               func.coalesce(func.sum(cast(LoggedPredictionRow.labelled, Integer)), 0))
-        .where(LoggedPredictionRow.calibrator_id == calibrator_id)).one()
-    return int(total), int(labelled)
-

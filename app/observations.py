@@ -14,7 +14,7 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.exc import NoResultFound
 
-from . import observation_store, store
+from . import observation_store, prediction_log_store, store
 from .batches import ArrayBatch, validated
 from .db import Database
 from .errors import InvalidInput, NotFound, TooLarge
@@ -77,7 +77,7 @@ class Observations:
             calibrator = store.calibrator_row(session, name)
             facts = observation_store.chunk_facts(session, calibrator.id)
             shape = observation_store.shape_of(session, calibrator.id)
-            logged, labelled = observation_store.logged_counts(session, calibrator.id)
+            logged, labelled = prediction_log_store.logged_counts(session, calibrator.id)
         by_source, by_version, by_day = Counter(), Counter(), Counter()
         class_counts = np.zeros(shape[1] if shape else 0, dtype=np.int64)
         for source, version, created_at, n_rows, counts in facts:
@@ -126,13 +126,14 @@ class Observations:
             first.setdefault(pid, position)
         with self.db.write() as session:
             calibrator = store.calibrator_row(session, name)
-            found = observation_store.find_logged(session, calibrator.id, list(first))
-            chunks = observation_store.prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
+            found = prediction_log_store.find_logged(session, calibrator.id, list(first))
+            chunks = prediction_log_store.prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
             for pid, (chunk, _, _) in found.items():
                 label, n_classes = labels[first[pid]], chunks[chunk][2]
                 if not 0 <= label < max(n_classes, 2):
                     raise InvalidInput(f"label {label} of prediction {pid!r} is outside [0, {max(n_classes, 2)})")
-            claimed = observation_store.claim_labels(session, calibrator.id, [p for p, v in found.items() if not v[2]])
+            unlabelled = [p for p, v in found.items() if not v[2]]
+            claimed = prediction_log_store.claim_labels(session, calibrator.id, unlabelled)
             by_version: dict[tuple, tuple[list, list]] = {}
             for pid, position in first.items():  # in the order the ids were posted
                 if pid in claimed:

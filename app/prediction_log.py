@@ -6,7 +6,7 @@ background thread writes the buffer every ``flush_seconds`` (or sooner once ``fl
 rows wait), one chunk per (calibrator, version) in one transaction each. The buffer is bounded
 by ``max_buffer_bytes``: rows beyond it are dropped and counted, never queued without bound.
 Each client id is one index row; a batch of generated ids is one index row for the whole batch,
-at any sampling rate (``observation_store.log_predictions``, migrations 0009 and 0010): at 64
+at any sampling rate (``prediction_log_store.log_predictions``, migrations 0009 and 0010): at 64
 rows a request, the writer's per-id B-tree inserts were most of what logging cost the server.
 A label call flushes this process's buffer first (``flush``), so a label posted right after its
 prediction finds it; with several processes a label can reach one whose prediction is still in
@@ -26,7 +26,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from . import observation_store
+from . import observation_store, prediction_log_store
 from .db import Database
 from .errors import InvalidInput
 from .models import utcnow
@@ -47,7 +47,7 @@ def check_ids(ids: list[str], n: int) -> None:
                 and pid.strip() == pid):
             raise InvalidInput(f"prediction id {pid[:40]!r} must be 1-{MAX_ID_LENGTH} printable ASCII "
                                "characters without commas or surrounding spaces")
-        if observation_store.GENERATED.fullmatch(pid):
+        if prediction_log_store.GENERATED.fullmatch(pid):
             raise InvalidInput(f"prediction id {pid!r} has the form of the ids the service generates (16 hex "
                                "digits, '-', a row number): those are reserved; name your rows otherwise")
     if len(set(ids)) != n:
@@ -172,7 +172,7 @@ class PredictionLog:
                 ids, batches = self._index(items)
                 try:
                     with self.db.write() as session:
-                        observation_store.log_predictions(
+                        prediction_log_store.log_predictions(
                             session, calibrator_id, version, kind, n_classes,
                             np.concatenate([item.inputs for item in items]), ids, batches)
                     written += rows
@@ -203,7 +203,7 @@ class PredictionLog:
             if self.observation_retention_days > 0:
                 observation_store.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
             if self.log_retention_days > 0:
-                observation_store.delete_predictions_before(session, now - timedelta(days=self.log_retention_days))
+                prediction_log_store.delete_predictions_before(session, now - timedelta(days=self.log_retention_days))
 
     def _run(self) -> None:
         next_retention = time.monotonic()

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from app.db import make_engine
 from app.main import create_app
 from app.migrate import downgrade, upgrade
-from app.observation_store import claim_labels, find_logged, log_predictions, logged_counts
+from app.prediction_log_store import claim_labels, find_logged, log_predictions, logged_counts
 from app.settings import Settings
 from tests.service.test_api import LOGITS, fit, npy
 
@@ -248,8 +248,8 @@ def test_client_ids_of_the_generated_form_are_refused(sqlite_url):
 
 
 def test_client_ids_over_several_statements_keep_their_rows(database_url, monkeypatch):
-    from app import observation_store
-    monkeypatch.setattr(observation_store, "IDS_PER_STATEMENT", 2)
+    from app import prediction_log_store
+    monkeypatch.setattr(prediction_log_store, "IDS_PER_STATEMENT", 2)
     upgrade(database_url)
     engine = make_engine(database_url)
     with Session(engine) as session, session.begin():
@@ -258,7 +258,7 @@ def test_client_ids_over_several_statements_keep_their_rows(database_url, monkey
         ids = ["e", "a", "d", "b", "c"]
         assert log_predictions(session, 1, 1, "logits", 4, np.zeros((5, 4)), ids) == 5
         assert log_predictions(session, 1, 1, "logits", 4, np.zeros((2, 4)), ["f", "a"]) == 1  # "a" keeps its first
-        found = find_logged(session, 1, ids + ["f"])
+        found = find_logged(session, 1, [*ids, "f"])
         assert {pid: row for pid, (_, row, _) in found.items()} == {"e": 0, "a": 1, "d": 2, "b": 3, "c": 4, "f": 0}
         assert len({chunk for chunk, _, _ in found.values()}) == 2
     engine.dispose()
