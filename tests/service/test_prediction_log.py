@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from app.db import make_engine
 from app.main import create_app
-from app.migrate import downgrade, upgrade
+from app.migrate import downgrade, downgrade_losses, upgrade
 from app.prediction_log_store import claim_labels, find_logged, log_predictions, logged_counts
 from app.settings import Settings
 from tests.service.test_api import LOGITS, fit, npy
@@ -262,3 +262,17 @@ def test_client_ids_over_several_statements_keep_their_rows(database_url, monkey
         assert {pid: row for pid, (_, row, _) in found.items()} == {"e": 0, "a": 1, "d": 2, "b": 3, "c": 4, "f": 0}
         assert len({chunk for chunk, _, _ in found.values()}) == 2
     engine.dispose()
+
+
+def test_downgrades_that_rewrite_the_log_are_not_reported_as_losses_but_dropping_it_is(sqlite_url):
+    upgrade(sqlite_url)
+    engine = make_engine(sqlite_url)
+    with Session(engine) as session, session.begin():
+        session.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
+                             "VALUES (1, 'old', 1, '2026-11-01 00:00:00', 0.5)"))
+        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), ["c"],
+                        [("0123456789abcdef-", 1, 2, np.array([0, 7]))])
+    engine.dispose()
+    assert downgrade_losses(sqlite_url, "0009") == {}
+    assert downgrade_losses(sqlite_url, "0008") == {}
+    assert downgrade_losses(sqlite_url, "0005") == {"calibrators": 1, "prediction_chunks": 1, "logged_predictions": 2}
