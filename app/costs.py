@@ -135,10 +135,14 @@ def fitted_parameters(method: str, options: dict, n: int, k: int) -> int:
 
 
 def solver_entries(method: str, options: dict, n: int, k: int) -> int:
-    """Entries of the largest dense matrix a fit's solver holds beyond its inputs: vector scaling's
-    exact (2k)² Hessian (``auto`` and ``composition``: their largest candidate or step)."""
+    """Entries of the largest dense matrices a fit's solver holds beyond its inputs: vector
+    scaling's exact (2k)² Hessian; matrix and Dirichlet scaling's class blocks and their inverses
+    where their solver builds them (``MatrixScaling.solver_entries``); ``auto`` and
+    ``composition``: their largest candidate or step."""
     if method == "vector":
         return 4 * k * k
+    if method in ("matrix", "dirichlet"):
+        return cal.MatrixScaling.solver_entries(k)
     if method == "auto":
         candidates = cal.prepare_comparison(n, k, options.get("candidates") or None, options.get("folds", 5),
                                             options.get("input", "logits"))
@@ -174,8 +178,8 @@ def check_fit_parameters(method: str, options: dict, n: int, k: int, limit: int,
         return  # options the fit will refuse with its own precise error
     if solver > max_entries:
         raise InvalidInput(f"fitting {method} on {k} classes needs a {solver}-entry Hessian (vector scaling's "
-                           f"(2k)²), over the limit of {max_entries} entries (CALIBRATION_MAX_ENTRIES); use "
-                           "fewer classes or a method with fewer parameters")
+                           f"(2k)², or its class blocks), over the limit of {max_entries} entries "
+                           "(CALIBRATION_MAX_ENTRIES); use fewer classes or a method with fewer parameters")
     if count > limit:
         raise InvalidInput(f"fitting {method} on {n} rows of {k} classes would store up to {count} fitted "
                            f"parameters, over the limit of {limit} (CALIBRATION_MAX_PARAMETERS); "

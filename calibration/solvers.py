@@ -11,9 +11,8 @@
   the fit counts as converged when the final gradient's largest entry is below ``gtol``.
 * ``minimize_newton``: trust-region Newton with the exact Hessian (``trust-exact``) or
   Hessian-vector products (``trust-ncg``); same criterion.
-* ``minimize_newton_pcg``: trust-region Newton with Hessian-vector products and a diagonal
-  (Jacobi) preconditioner, Steihaug's truncated conjugate gradients in the preconditioner's
-  norm; same criterion. For matrix and Dirichlet scaling with many classes.
+  (Matrix and Dirichlet scaling with many classes use ``calibration.methods.trust_region_pcg``,
+  with a class-block preconditioner.)
 * ``keeps_receding``: whether a convex NLL has no finite minimiser along the direction Newton's
   method takes from a solution (separable data), so that a fit can say so.
 """
@@ -123,7 +122,6 @@ def minimize_newton(
     x0: np.ndarray,
     *,
     hessp: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
-    diagonal: Callable[[np.ndarray], np.ndarray] | None = None,
     gtol: float = 1e-6,
     maxiter: int = 1000,
 ) -> tuple[np.ndarray, FitDiagnostics]:
@@ -134,9 +132,7 @@ def minimize_newton(
     the Hessian in memory nor its factorisation. (``trust-krylov`` stopped early here, at a
     "bad approximation", on ill-conditioned matrix-scaling fits that ``trust-ncg`` finished.)
     Same criterion as ``minimize_smooth``: converged when the largest gradient entry is at most
-    ``gtol``. With ``hessp`` and the Hessian's ``diagonal`` too, ``minimize_newton_pcg``."""
-    if hess is None and diagonal is not None:
-        return minimize_newton_pcg(fun, hessp, diagonal, x0, gtol=gtol, maxiter=maxiter)
+    ``gtol``."""
     if hess is not None:
         result = minimize(fun, x0, jac=True, hess=hess, method="trust-exact",
                           options={"maxiter": maxiter, "gtol": gtol * 1e-3})
@@ -144,83 +140,6 @@ def minimize_newton(
         result = minimize(fun, x0, jac=True, hessp=hessp, method="trust-ncg",
                           options={"maxiter": maxiter, "gtol": gtol * 1e-3})
     return result.x, _diagnostics(result, gtol)
-
-
-def minimize_newton_pcg(
-    fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
-    hessp: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    diagonal: Callable[[np.ndarray], np.ndarray],
-    x0: np.ndarray,
-    *,
-    gtol: float = 1e-6,
-    maxiter: int = 1000,
-) -> tuple[np.ndarray, FitDiagnostics]:
-    """Trust-region Newton-CG with a diagonal preconditioner ``D = diagonal(x)`` (the Hessian's
-    diagonal, recomputed at every iterate): each step minimises the quadratic model
-    ``g·s + ½ sᵀHs`` in the region ``sᵀDs ≤ Δ²`` by Steihaug's preconditioned conjugate
-    gradients (Nocedal & Wright, Alg. 7.2, with ``z = r / D``), stopped at the boundary, at
-    negative curvature or at a residual of ``min(0.5, sqrt(|r₀|))·|r₀|`` in ``D⁻¹``'s norm (a
-    superlinear inexact Newton method); the region grows after a good step on its boundary
-    (ρ > 3/4) and shrinks to a quarter of the step after a poor one (ρ < 1/4); a step is
-    taken when ρ > 0.1 (or, where the predicted decrease is within rounding of the loss, when
-    the loss does not rise). Without preconditioning (scipy's ``trust-ncg``) a 5000 × 100
-    Dirichlet fit needed hundreds of Hessian-vector products per step: the Hessian's diagonal
-    spans orders of magnitude between classes the model is sure of and the others. Converged
-    when the largest gradient entry is at most ``gtol``."""
-    x = np.array(x0, dtype=np.float64)
-    f, g = fun(x)
-    radius, products, message = math.inf, 0, f"no convergence in {maxiter} iterations"
-    iteration = 0
-    for iteration in range(1, maxiter + 1):
-        if float(np.max(np.abs(g))) <= gtol * 1e-3:
-            message, iteration = "gradient below tolerance", iteration - 1
-            break
-        d = diagonal(x)
-        d = np.maximum(d, 1e-12 * float(d.max()) + 1e-300)
-        if not math.isfinite(radius):
-            radius = math.sqrt(float(g @ (g / d)))  # a first region as large as the gradient
-        s, hs = np.zeros_like(x), np.zeros_like(x)
-        r, z = g.copy(), g / d
-        p, rz = -z, float(g @ z)
-        tolerance = min(0.5, math.sqrt(math.sqrt(rz))) * math.sqrt(rz)
-        boundary = False
-        for _ in range(x.size):
-            hp = hessp(x, p)
-            products += 1
-            curvature = float(p @ hp)
-            if curvature > 0:
-                alpha = rz / curvature
-                step = s + alpha * p
-                if float(step @ (d * step)) < radius**2:
-                    s, hs = step, hs + alpha * hp
-                    r = r + alpha * hp
-                    z = r / d
-                    rz_new = float(r @ z)
-                    if math.sqrt(rz_new) <= tolerance:
-                        break
-                    p, rz = -z + (rz_new / rz) * p, rz_new
-                    continue
-            # to the boundary along p: |s + τ p|_D = radius
-            a, b, c = float(p @ (d * p)), 2 * float(s @ (d * p)), float(s @ (d * s)) - radius**2
-            tau = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
-            s, hs, boundary = s + tau * p, hs + tau * hp, True
-            break
-        predicted = -(float(g @ s) + 0.5 * float(s @ hs))
-        f_new, g_new = fun(x + s)
-        actual = f - f_new
-        rounding = predicted <= 64 * EPS * max(abs(f), 1e-300)
-        rho = actual / predicted if predicted > 0 else -math.inf
-        if rho < 0.25 and not (rounding and actual >= 0):
-            radius = 0.25 * math.sqrt(float(s @ (d * s)))
-        elif rho > 0.75 and boundary:
-            radius *= 2
-        if rho > 0.1 or (rounding and actual >= 0):
-            x, f, g = x + s, f_new, g_new
-        elif radius < 1e-14 * max(1.0, math.sqrt(float(x @ (d * x)))):
-            message = "the trust region shrank to rounding level"
-            break
-    result = _Result(x, f, g, iteration, f"{message} ({products} Hessian-vector products)")
-    return x, _diagnostics(result, gtol)
 
 
 @dataclass

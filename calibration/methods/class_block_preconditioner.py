@@ -38,7 +38,8 @@ its bias ``b_j = b'_j - W'_j·(m / s)``: ``R_j = 2 factor diag(1/s², 0)`` (entr
 ODIR leaves the diagonal free) ``+ 2 bias_factor u uᵀ`` with ``u = [-m/s, 1]``.
 
 Memory: the blocks and their inverses hold ``2 k d²`` numbers. Above ``MAX_BLOCK_ENTRIES``
-(``k d²`` = 2²⁴, 128 MiB each: k ≥ 256) only the blocks' diagonals are kept (Jacobi with the
+(``k d²`` = 2²³, 64 MiB each: k ≥ 203; both together then stay within the service's default
+request budget of 2²⁴ entries, ``app.costs.solver_entries``) only the blocks' diagonals are kept (Jacobi with the
 same deflation: at k = 100 it measured 29 / 4881 and 35 / 19691, little better than Jacobi;
 the deflation pays on top of the blocks, 433 → 93 products on WRN).
 """
@@ -48,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 KEEP = 1e-3
-MAX_BLOCK_ENTRIES = 1 << 24
+MAX_BLOCK_ENTRIES = 1 << 23
 
 
 def class_block_preconditioner(features: np.ndarray, factor: float, bias_factor: float,

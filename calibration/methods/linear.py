@@ -54,9 +54,12 @@ from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
 from ..solvers import minimize_newton
+from . import class_block_preconditioner as blocks
 from .affine_numerics import check_finite_optimum, softmax_and_nll, standardisation
 from .class_block_preconditioner import class_block_preconditioner
 from .trust_region_pcg import minimize_newton_preconditioned
+
+PRECONDITIONED_ABOVE = 36  # classes above which matrix and Dirichlet fits use the class-block preconditioner
 
 MAX_ITERATIONS_OPTION = Option(
     "max_iterations", int, 1000, "Newton iterations at most; a fit stopped by this limit "
@@ -70,6 +73,14 @@ ODIR_OPTIONS = (
 
 class _AffineSoftmax(Calibrator):
     full_matrix: ClassVar[bool]
+
+    @staticmethod
+    def solver_entries(k: int) -> int:
+        """Numbers held by the dense matrices a full-matrix fit on ``k`` classes builds beyond its
+        inputs: the class blocks and their inverses, ``2k(k+1)²``, where the preconditioned
+        solver keeps them whole; else none of more than O(k²)."""
+        d = k + 1
+        return 2 * k * d * d if k > PRECONDITIONED_ABOVE and k * d * d <= blocks.MAX_BLOCK_ENTRIES else 0
 
     def _features(self, scores: InputBatch) -> np.ndarray:
         return scores.logits
@@ -132,7 +143,7 @@ class _AffineSoftmax(Calibrator):
         # 36: dirichletcal's switch to L-BFGS. (At k = 10 the preconditioned path measured faster
         # too, 0.04-0.35 s against 0.05-0.85 s on 5000-row CIFAR-10 sets, and converged where
         # trust-ncg hit 1000 steps: matrix, λ = 0, ResNet-50 focal loss; not switched yet.)
-        if k <= 36:
+        if k <= PRECONDITIONED_ABOVE:
             theta, diagnostics = minimize_newton(objective, None, start, hessp=hessp,
                                                  maxiter=self.options["max_iterations"])
         else:  # measured at k = 100: trust-ncg stalled after 30 steps (see the preconditioner)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.costs import estimated_fit_seconds, fitted_parameters, isotonic_blocks
+from app.costs import estimated_fit_seconds, fitted_parameters, isotonic_blocks, solver_entries
 from tests.service.live import LiveServer
 from tests.service.test_hostile_input import zip_bomb
 
@@ -104,9 +104,18 @@ def test_vector_scaling_of_3000_classes_is_refused_for_its_hessian(client):
                                                                 "labels": [0, 1, 2]})
     assert response.status_code == 422
     assert response.json()["detail"].startswith(
-        "fitting vector on 3000 classes needs a 36000000-entry Hessian (vector scaling's (2k)²), over the limit "
+        "fitting vector on 3000 classes needs a 36000000-entry Hessian (vector scaling's (2k)², or its class blocks), "
+        "over the limit "
         "of 16777216 entries (CALIBRATION_MAX_ENTRIES)")
     assert estimated_fit_seconds("vector", {}, 3000, 1000) > 60  # measured 67 s
+
+
+def test_matrix_and_dirichlet_count_their_class_blocks_where_the_fit_builds_them():
+    # k = 100: blocks and inverses of (k+1)² each, per class; k <= 36 (trust-ncg) and k >= 203
+    # (the blocks' diagonals only) hold no dense matrix beyond O(k²)
+    assert solver_entries("dirichlet", {}, 5000, 100) == solver_entries("matrix", {}, 5000, 100) == 2 * 100 * 101**2
+    assert solver_entries("dirichlet", {}, 5000, 36) == solver_entries("dirichlet", {}, 5000, 203) == 0
+    assert 2 * 202 * 203**2 <= 1 << 24  # within the default request budget wherever the blocks are built
 
 
 def test_two_million_histogram_bins_is_a_422_naming_the_maximum(client):
