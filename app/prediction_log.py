@@ -18,7 +18,7 @@ The same thread applies the retention settings (observations and the log) every
 from __future__ import annotations
 
 import logging
-import secrets
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -55,9 +55,13 @@ def check_ids(ids: list[str], n: int) -> None:
 
 
 def generated_ids(n: int) -> list[str]:
-    """``n`` fresh ids: a random 64-bit prefix and the row number (``3f9c…-0``, ``3f9c…-1``)."""
-    prefix = secrets.token_hex(8)
-    return [f"{prefix}-{i}" for i in range(n)]
+    """``n`` fresh ids: a random 64-bit prefix and the row number (``3f9c…-0``, ``3f9c…-1``).
+
+    The prefix comes from ``random``'s generator (seeded from the OS, reseeded in a forked
+    child), not ``secrets``: ids need to be distinct, not secret, and ``os.urandom`` releases the
+    GIL for its system call, a hand-over to the log's writer thread on every request."""
+    prefix = f"{random.getrandbits(64):016x}-"
+    return [prefix + str(i) for i in range(n)]
 
 
 def id_prefix(generated: list[str]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import random
 import re
 import time
 
@@ -67,7 +67,9 @@ class RequestMiddleware:
         start = time.perf_counter()
         headers = dict(scope["headers"])
         given_id = headers.get(b"x-request-id", b"").decode("latin-1")
-        request_id = given_id if REQUEST_ID.match(given_id) else os.urandom(16).hex()
+        # random's generator, not os.urandom: a request id must be unique, not secret, and
+        # urandom's system call releases the GIL, a hand-over to any waiting thread per request
+        request_id = given_id if REQUEST_ID.match(given_id) else f"{random.getrandbits(128):032x}"
         scope.setdefault("state", {})["request_id"] = request_id
         status_holder = {"status": 500}
         limit = self.max_body_bytes
