@@ -59,3 +59,22 @@ def write(name: str, title: str, header: list[str], rows: list[list], env: dict,
     (RESULTS / f"{name}.md").write_text(text)
     print(text)
     return text
+
+
+def cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and its live descendants (``/proc``)."""
+    parents, times = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tree, grew = {root}, True
+    while grew:
+        found = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= found
+        grew = bool(found)
+    return sum(times.get(pid, 0.0) for pid in tree)

@@ -40,12 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from app.migrate import upgrade  # noqa: E402
-from benchmarks._common import environment, write  # noqa: E402
+from benchmarks._common import cpu_seconds, environment, write  # noqa: E402
 from benchmarks.jobs import ADMIN_URL, ENV, stop  # noqa: E402
 from tests.helpers import load_split  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def body(rows: int) -> bytes:
@@ -54,25 +52,6 @@ def body(rows: int) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **{kind: x[picked], "labels": y[picked]})
     return buffer.getvalue()
-
-
-def cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of ``root`` and its live descendants (``/proc``)."""
-    parents, times = {}, {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(fields[1])
-            times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / TICK
-    tree, grew = {root}, True
-    while grew:
-        found = {pid for pid, parent in parents.items() if parent in tree} - tree
-        tree |= found
-        grew = bool(found)
-    return sum(times.get(pid, 0.0) for pid in tree)
 
 
 def start_workers(url: str, count: int, env: dict) -> subprocess.Popen:

@@ -38,7 +38,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import environment, write  # noqa: E402
+from benchmarks._common import cpu_seconds, environment, write  # noqa: E402
 from tests.service.live import free_port  # noqa: E402
 
 
@@ -55,25 +55,6 @@ def wait(url: str) -> None:
 
 
 ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User and system CPU time so far of a process and its descendants (uvicorn's workers)."""
-    parents, seconds = {}, {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            parents[int(entry)] = int(fields[1])
-            seconds[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    tree, grown = {pid}, True
-    while grown:
-        children = {child for child, parent in parents.items() if parent in tree} - tree
-        tree |= children
-        grown = bool(children)
-    return sum(seconds.get(p, 0.0) for p in tree)
 
 
 def start(command: list[str], env: dict) -> subprocess.Popen:
@@ -106,9 +87,9 @@ ROUNDS = 3
 
 def timed_run(pid: int, *wrk_args) -> dict:
     """A wrk run with the server's CPU time per request (its process tree, over the run)."""
-    before = tree_cpu_seconds(pid)
+    before = cpu_seconds(pid)
     result = run_wrk(*wrk_args)
-    return {**result, "cpu_us": 1e6 * (tree_cpu_seconds(pid) - before) / max(result["requests"], 1)}
+    return {**result, "cpu_us": 1e6 * (cpu_seconds(pid) - before) / max(result["requests"], 1)}
 
 
 def main():

@@ -5,6 +5,8 @@ join the row that was served, on SQLite and Postgres; a database with rows writt
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from sqlalchemy import text
@@ -30,6 +32,20 @@ def _index_rows(url: str) -> list[tuple]:
         with engine.connect() as connection:
             return [tuple(r) for r in connection.execute(text(
                 "SELECT prediction_id, row, labelled, n_rows FROM logged_predictions ORDER BY chunk_id, row"))]
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def log_session(url: str, name: str = "old", rate: float = 0.5):
+    """A write session on a migrated database holding calibrator 1, ``name``, logging at ``rate``."""
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with Session(engine) as session, session.begin():
+            session.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
+                                 "VALUES (1, :name, 1, '2026-11-01 00:00:00', :rate)"), {"name": name, "rate": rate})
+            yield session
     finally:
         engine.dispose()
 
@@ -193,17 +209,12 @@ def test_a_sampled_batch_of_generated_ids_is_one_index_row_and_labels_join_the_r
 
 
 def test_a_sampled_batch_written_at_0010_is_expanded_by_the_downgrade_to_0009(sqlite_url):
-    upgrade(sqlite_url)
-    engine = make_engine(sqlite_url)
-    with Session(engine) as session, session.begin():
-        session.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
-                             "VALUES (1, 'old', 1, '2026-11-01 00:00:00', 0.5)"))
+    with log_session(sqlite_url, "old", 0.5) as session:
         log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [],
                         [("0123456789abcdef-", 0, 3, np.array([1, 4, 9]))])
         assert claim_labels(session, 1, ["0123456789abcdef-4"]) == {"0123456789abcdef-4"}
         assert find_logged(session, 1, ["0123456789abcdef-0", "0123456789abcdef-9"]) == {
             "0123456789abcdef-9": (1, 2, False)}
-    engine.dispose()
     downgrade(sqlite_url, "0009")
     engine = make_engine(sqlite_url)
     with Session(engine) as session, session.begin():
@@ -250,29 +261,19 @@ def test_client_ids_of_the_generated_form_are_refused(sqlite_url):
 def test_client_ids_over_several_statements_keep_their_rows(database_url, monkeypatch):
     from app import prediction_log_store
     monkeypatch.setattr(prediction_log_store, "IDS_PER_STATEMENT", 2)
-    upgrade(database_url)
-    engine = make_engine(database_url)
-    with Session(engine) as session, session.begin():
-        session.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
-                             "VALUES (1, 'many', 1, '2026-11-01 00:00:00', 1.0)"))
+    with log_session(database_url, "many", 1.0) as session:
         ids = ["e", "a", "d", "b", "c"]
         assert log_predictions(session, 1, 1, "logits", 4, np.zeros((5, 4)), ids) == 5
         assert log_predictions(session, 1, 1, "logits", 4, np.zeros((2, 4)), ["f", "a"]) == 1  # "a" keeps its first
         found = find_logged(session, 1, [*ids, "f"])
         assert {pid: row for pid, (_, row, _) in found.items()} == {"e": 0, "a": 1, "d": 2, "b": 3, "c": 4, "f": 0}
         assert len({chunk for chunk, _, _ in found.values()}) == 2
-    engine.dispose()
 
 
 def test_downgrades_that_rewrite_the_log_are_not_reported_as_losses_but_dropping_it_is(sqlite_url):
-    upgrade(sqlite_url)
-    engine = make_engine(sqlite_url)
-    with Session(engine) as session, session.begin():
-        session.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
-                             "VALUES (1, 'old', 1, '2026-11-01 00:00:00', 0.5)"))
+    with log_session(sqlite_url, "old", 0.5) as session:
         log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), ["c"],
                         [("0123456789abcdef-", 1, 2, np.array([0, 7]))])
-    engine.dispose()
     assert downgrade_losses(sqlite_url, "0009") == {}
     assert downgrade_losses(sqlite_url, "0008") == {}
     assert downgrade_losses(sqlite_url, "0005") == {"calibrators": 1, "prediction_chunks": 1, "logged_predictions": 2}
