@@ -59,6 +59,7 @@ from .affine_numerics import check_finite_optimum, softmax_and_nll, standardisat
 from .class_block_preconditioner import class_block_preconditioner
 from .trust_region_pcg import minimize_newton_preconditioned
 
+BLOCK_ENTRIES = 1 << 19  # entries of a block of rows in vector scaling's sums (4 MiB of float64)
 PRECONDITIONED_ABOVE = 36  # classes above which matrix and Dirichlet fits use the class-block preconditioner
 
 MAX_ITERATIONS_OPTION = Option(
@@ -194,30 +195,41 @@ class VectorScaling(_AffineSoftmax):
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         z = self._features(scores)
         n, k = z.shape
-        rows = np.arange(n)
         centre, scale = standardisation(z)
-        x = (z - centre) / scale
-        state = {}
+        # the sums over rows in blocks of about BLOCK_ENTRIES entries (one block, the whole
+        # array at once, up to 5000 x 100): the fit then holds a block's standardised features
+        # and probabilities, not ~5.5 float64 copies of the rows (issue #19: auto on
+        # 50000 x 1000 peaked with vector scaling's fit)
+        step = max(1, BLOCK_ENTRIES // k)
+        blocks = [slice(start, min(start + step, n)) for start in range(0, n, step)]
 
-        def probabilities(theta: np.ndarray) -> np.ndarray:
-            if state.get("theta") is None or not np.array_equal(state["theta"], theta):
-                p, nll = softmax_and_nll(x * theta[:k] + theta[k:], labels)
-                state.update(theta=theta.copy(), p=p, loss=nll)
-            return state["p"]
+        def features(block: slice) -> np.ndarray:
+            return (z[block] - centre) / scale
+
+        def probabilities(theta: np.ndarray, block: slice, x: np.ndarray) -> tuple[np.ndarray, float]:
+            return softmax_and_nll(x * theta[:k] + theta[k:], labels[block])
 
         def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            residual = probabilities(theta).copy()
-            residual[rows, labels] -= 1.0
-            return state["loss"], np.concatenate([np.einsum("ij,ij->j", residual, x), residual.sum(axis=0)]) / n
+            loss, gradient = 0.0, np.zeros(2 * k)
+            for block in blocks:
+                x = features(block)
+                residual, nll = probabilities(theta, block, x)
+                residual[np.arange(len(x)), labels[block]] -= 1.0
+                loss += nll * (len(x) / n)  # one block: the mean NLL itself, to the bit
+                gradient[:k] += np.einsum("ij,ij->j", residual, x)
+                gradient[k:] += residual.sum(axis=0)
+            return loss, gradient / n
 
         def hessian(theta: np.ndarray) -> np.ndarray:
-            p = probabilities(theta)
-            u = p * x
-            h = np.empty((2 * k, 2 * k))
-            h[:k, :k] = np.diag(np.einsum("ij,ij->j", u, x)) - u.T @ u
-            h[:k, k:] = np.diag(u.sum(axis=0)) - u.T @ p
+            h = np.zeros((2 * k, 2 * k))
+            for block in blocks:
+                x = features(block)
+                p, _ = probabilities(theta, block, x)
+                u = p * x
+                h[:k, :k] += np.diag(np.einsum("ij,ij->j", u, x)) - u.T @ u
+                h[:k, k:] += np.diag(u.sum(axis=0)) - u.T @ p
+                h[k:, k:] += np.diag(p.sum(axis=0)) - p.T @ p
             h[k:, :k] = h[:k, k:].T
-            h[k:, k:] = np.diag(p.sum(axis=0)) - p.T @ p
             return h / n
 
         theta, diagnostics = minimize_newton(objective, hessian, np.concatenate([scale, centre]),
@@ -231,7 +243,8 @@ class VectorScaling(_AffineSoftmax):
                 last.update(t=t.copy(), h=hessian(t))
             return last["h"] @ v
 
-        return check_finite_optimum(diagnostics, objective, hessp, lambda v: x * v[:k] + v[k:], theta, labels)
+        return check_finite_optimum(diagnostics, objective, hessp, lambda v: features(slice(None)) * v[:k] + v[k:],
+                                    theta, labels)
 
 
 class MatrixScaling(_AffineSoftmax):
