@@ -137,7 +137,7 @@ class Parent:
         progress.step(f"cross-validation in {parts} parts: {done} of {total} fits",
                       progress.start + (progress.end - progress.start) * done / total)
 
-    def take_over(self, part_id: str, request: dict, x, labels, total: int) -> dict:
+    def take_over(self, request: dict, x, labels, total: int) -> dict:
         """Run a part whose worker went silent (already marked failed, "Worker lost") in this
         process and return its result: the parent holds the arrays, and every part's units are
         deterministic, so the merge is what the lost worker would have given."""
@@ -195,7 +195,7 @@ def compare_in_parts(parent: Parent, shared: dict, units: list[list], x, labels,
             with parent.db.read() as session:
                 rows = [job_store.get_job(session, part_id) for part_id in ids if part_id not in taken]
             for part_id in _lost(parent, rows):
-                taken[part_id] = parent.take_over(part_id, by_id[part_id], x, labels, total)
+                taken[part_id] = parent.take_over(by_id[part_id], x, labels, total)
             done = [row for row in rows if row.status == "succeeded"]
             if len(done) + len(taken) == len(ids):
                 results = {row.id: row.result for row in done} | taken

@@ -49,20 +49,21 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # time): per id, half the CPU of the driver's executemany, which converts each row's
     # parameters in Python. On Postgres in id order, so that two processes logging the same ids
     # lock them in the same order (no deadlock); a duplicate's first row still wins.
-    if session.bind.dialect.name == "sqlite":
+    sqlite = session.bind.dialect.name == "sqlite"
+    if sqlite:
         unpack = "SELECT ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE true"
     else:
         unpack = ("SELECT %s, u.id, %s, u.ord - 1 + %s, false, 1, NULL FROM unnest(%s::text[]) WITH ORDINALITY "
                   "AS u(id, ord) ORDER BY u.id, u.ord")
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = ids[start:start + IDS_PER_STATEMENT]
-        array = orjson.dumps(part).decode() if session.bind.dialect.name == "sqlite" else part
+        array = orjson.dumps(part).decode() if sqlite else part
         parameters = (calibrator_id, chunk_id, start, array)
         inserted += connection.exec_driver_sql(columns + unpack + conflict, parameters).rowcount
     if batches:
         # the driver's own executemany: SQLAlchemy's per-row parameter handling cost a whole core at
         # 66000 logged rows a second (benchmarks/prediction_log.py)
-        marker = "?" if session.bind.dialect.name == "sqlite" else "%s"
+        marker = "?" if sqlite else "%s"
         rows = [(calibrator_id, prefix + BATCH_MARK, chunk_id, first, False, n,
                  None if kept is None else np.asarray(kept, dtype=KEPT_DTYPE).tobytes())
                 for prefix, first, n, kept in batches]

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..base import Calibrator, FitDiagnostics, on_device, param_array
 from ..inputs import InputBatch
+from ..metrics.validated import BLOCK_ENTRIES, row_blocks
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
 from ..solvers import minimize_newton
@@ -59,7 +60,6 @@ from .affine_numerics import check_finite_optimum, softmax_and_nll, standardisat
 from .class_block_preconditioner import class_block_preconditioner
 from .trust_region_pcg import minimize_newton_preconditioned
 
-BLOCK_ENTRIES = 1 << 19  # entries of a block of rows in vector scaling's sums (4 MiB of float64)
 PRECONDITIONED_ABOVE = 36  # classes above which matrix and Dirichlet fits use the class-block preconditioner
 
 MAX_ITERATIONS_OPTION = Option(
@@ -200,8 +200,7 @@ class VectorScaling(_AffineSoftmax):
         # array at once, up to 5000 x 100): the fit then holds a block's standardised features
         # and probabilities, not ~5.5 float64 copies of the rows (issue #19: auto on
         # 50000 x 1000 peaked with vector scaling's fit)
-        step = max(1, BLOCK_ENTRIES // k)
-        blocks = [slice(start, min(start + step, n)) for start in range(0, n, step)]
+        blocks = row_blocks(n, k, BLOCK_ENTRIES)
 
         def features(block: slice) -> np.ndarray:
             return (z[block] - centre) / scale
