@@ -118,6 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2.router)
     app.include_router(ui.router)  # the dashboard at /ui (HTML, not in the OpenAPI document)
     document_common_errors(app, calibrators.DOCS_ORDER)
+    hot_path.install_shortcut(app, [route for router in (calibrators.router, v2.router) for route in router.routes
+                                    if route.path.endswith(("/calibrate", "/infer"))])
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry, max_header_bytes=settings.max_header_bytes,
                        body_seconds=settings.body_seconds)
