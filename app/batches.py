@@ -11,6 +11,7 @@ from pydantic import BaseModel
 import calibration as cal
 
 from .errors import InvalidInput
+from .prediction_log import Served
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,22 @@ class CalibratedBatch:
     probabilities: np.ndarray
     inputs: np.ndarray  # the validated input (logits or probabilities): argmax ties follow it
     class_names: list[str] | None
-    ids: list[str] | None = None  # prediction ids (the client's, or generated when logging)
-    logged: int | None = None  # rows kept in the prediction log (None: logging off)
-    id_prefix: str | None = None  # generated ids are this prefix and the row number
+    served: Served | None = None  # what the prediction log did with the batch (None: logging off)
+
+    @property
+    def ids(self) -> list[str] | None:
+        """The rows' prediction ids (the client's, or generated) when the calibrator logs."""
+        return None if self.served is None else self.served.ids
+
+    @property
+    def logged(self) -> int | None:
+        """Rows kept in the prediction log (``None``: logging off)."""
+        return None if self.served is None else self.served.logged
+
+    @property
+    def id_prefix(self) -> str | None:
+        """Generated ids are this prefix and the row number."""
+        return None if self.served is None else self.served.prefix
 
     def predicted_class(self) -> np.ndarray:
         return cal.predicted_class(self.probabilities, self.inputs)

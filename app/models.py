@@ -233,6 +233,7 @@ class LoggedPredictionRow(Base):
     # ids this row stands for: 1; a batch of generated ids (``prefix,``: rows ``row`` to ``row + n_rows - 1``)
     # n_rows; a labelled generated id 0 (app.observation_store, migration 0009)
     n_rows: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
-    # a batch of generated ids logged at a sampling rate below 1: the numbers ``i`` of the ids kept,
-    # sorted little-endian uint32, the ``j``-th at chunk row ``row + j`` (migration 0010); else null
+    # a batch of generated ids that an earlier release sampled row by row: the numbers ``i`` of the ids
+    # kept, sorted little-endian uint32, the ``j``-th at chunk row ``row + j`` (migration 0010); read,
+    # no longer written (batches are now logged whole or not at all); else null
     kept: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)

@@ -88,7 +88,8 @@ class LabelsOut(BaseModel):
 
 
 class LoggingRequest(_Strict):
-    sample_rate: float = Field(ge=0, le=1, description="Share of calibrated rows logged (0 turns logging off)")
+    sample_rate: float = Field(ge=0, le=1, description="Share of calibrate requests logged, each whole "
+                                                       "(so also of rows; 0 turns logging off)")
 
 
 class LoggingOut(BaseModel):

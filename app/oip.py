@@ -222,8 +222,9 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
           model_name: str, model_version: int, predict=None, log=None) -> tuple[bytes, dict[str, str]]:
     """Run the calibrator (through ``predict(calibrator, scores)``, the service's device, when
     given) and encode the response (JSON, plus binary outputs if asked). ``log(array, ids)`` hands
-    the input to the prediction log and returns ``(ids, rows logged)``, or ``(ids, None)`` when the
-    calibrator does not log; with logging on the response's ``parameters`` carry ``ids`` and ``logged``."""
+    the input to the prediction log and returns what it did (``app.prediction_log.Served``), or
+    ``None`` when the calibrator does not log; with logging on the response's ``parameters`` carry
+    ``ids`` and ``logged``."""
     allowed = accepted_inputs(tensor_names)
     if allowed and request.input_name not in allowed:
         raise bad(f"unknown input {_short(request.input_name)}; this model takes {', '.join(allowed)}")
@@ -241,7 +242,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)
     except ValueError as exc:
         raise bad(str(exc)) from exc
-    ids, logged = log(request.array, request.ids) if log else (None, None)
+    served = log(request.array, request.ids) if log else None
     names = output_names(tensor_names)
     by_name = {name: kind for kind, name in names.items()}
     wanted = request.outputs if request.outputs else [RequestedOutput(names["probabilities"], None)]
@@ -269,8 +270,8 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
     response = {"model_name": model_name, "model_version": str(model_version), "outputs": outputs}
     if request.id is not None:
         response["id"] = request.id
-    if logged is not None:
-        response["parameters"] = {"ids": ids, "logged": logged}
+    if served is not None:
+        response["parameters"] = {"ids": served.ids, "logged": served.logged}
     header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not binary:
         return header, {"content-type": "application/json"}

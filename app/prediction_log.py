@@ -1,13 +1,13 @@
 """The prediction log: calibrated inputs kept, with prediction ids, until their labels arrive.
 
-Logging is off the request path. ``record`` (on the hot path) samples the batch's rows at the
-calibrator's rate, copies the kept rows into an in-memory buffer and returns at once; a
+Logging is off the request path. ``record`` (on the hot path) keeps a served batch whole with
+the calibrator's rate as its probability, copies it into an in-memory buffer and returns at once; a
 background thread writes the buffer every ``flush_seconds`` (or sooner once ``flush_rows``
 rows wait), one chunk per (calibrator, version) in one transaction each. The buffer is bounded
 by ``max_buffer_bytes``: rows beyond it are dropped and counted, never queued without bound.
-Each client id is one index row; a batch of generated ids is one index row for the whole batch,
-at any sampling rate (``prediction_log_store.log_predictions``, migrations 0009 and 0010): at 64
-rows a request, the writer's per-id B-tree inserts were most of what logging cost the server.
+Each client id is one index row; a batch of generated ids is one index row for the whole batch
+(``prediction_log_store.log_predictions``, migration 0009): at 64 rows a request, the writer's
+per-id B-tree inserts were most of what logging cost the server.
 A label call flushes this process's buffer first (``flush``), so a label posted right after its
 prediction finds it; with several processes a label can reach one whose prediction is still in
 another's buffer (at most ``flush_seconds``): it is reported ``unknown`` and can be posted again.
@@ -38,7 +38,7 @@ MAX_ID_LENGTH = 128
 
 def check_ids(ids: list[str], n: int) -> None:
     """Client prediction ids: one per row, distinct, 1-128 printable ASCII characters, no comma,
-    and not of the form of the service's generated ids (``generated_ids``: those name rows of a
+    and not of the form of the service's generated ids (``new_prefix``: those name rows of a
     logged batch, and a client id of that form would stand beside its first prediction)."""
     if len(ids) != n:
         raise InvalidInput(f"ids has {len(ids)} entries for {n} rows")
@@ -54,28 +54,41 @@ def check_ids(ids: list[str], n: int) -> None:
         raise InvalidInput("prediction ids must be distinct within a batch")
 
 
-def generated_ids(n: int) -> list[str]:
-    """``n`` fresh ids: a random 64-bit prefix and the row number (``3f9c…-0``, ``3f9c…-1``).
+def new_prefix() -> str:
+    """The prefix of a batch's generated ids: a random 64-bit number in hex and ``-``; row ``i``'s
+    id is the prefix and ``i`` (``3f9c…-0``, ``3f9c…-1``).
 
-    The prefix comes from ``random``'s generator (seeded from the OS, reseeded in a forked
-    child), not ``secrets``: ids need to be distinct, not secret, and ``os.urandom`` releases the
-    GIL for its system call, a hand-over to the log's writer thread on every request."""
-    prefix = f"{random.getrandbits(64):016x}-"
-    return [prefix + str(i) for i in range(n)]
-
-
-def id_prefix(generated: list[str]) -> str:
-    """The prefix of generated ids (``generated[i] == prefix + str(i)``)."""
-    return generated[0].rsplit("-", 1)[0] + "-"
+    From ``random``'s generator (seeded from the OS, reseeded in a forked child), not ``secrets``:
+    ids need to be distinct, not secret, and ``os.urandom`` releases the GIL for its system call,
+    a hand-over to the log's writer thread on every request."""
+    return f"{random.getrandbits(64):016x}-"
 
 
-def log_served(log: PredictionLog | None, loaded, kind: str, values, ids: list[str] | None):
-    """Hand served inputs to the prediction log when the calibrator logs (``(ids, rows kept)``),
-    else ``(ids, None)``; client ids are checked either way."""
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A served batch of ``n`` rows as the prediction log saw it: the client's ``client_ids``, or
+    generated ids (``prefix`` and the row number), and how many rows it ``logged`` (0 or ``n``)."""
+
+    n: int
+    logged: int
+    client_ids: list[str] | None = None
+    prefix: str | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        """Every row's id (built only when asked: a binary answer carries just the prefix)."""
+        if self.client_ids is not None:
+            return self.client_ids
+        return [f"{self.prefix}{i}" for i in range(self.n)]
+
+
+def log_served(log: PredictionLog | None, loaded, kind: str, values, ids: list[str] | None) -> Served | None:
+    """Hand a served batch to the prediction log when the calibrator logs, else ``None``; client
+    ids are checked either way."""
     if ids is not None:
         check_ids(ids, len(values))
     if loaded.resolved.log_rate <= 0 or log is None:
-        return ids, None
+        return None
     return log.record(loaded.resolved, kind, loaded.calibrator.n_classes_, values, ids)
 
 
@@ -86,9 +99,8 @@ class _Pending:
     kind: str
     n_classes: int
     inputs: np.ndarray
-    ids: list[str]
+    ids: list[str] | None  # the client's, one index row each; else generated:
     prefix: str | None = None  # the ids are this prefix and the row number: one index row in all
-    kept: np.ndarray | None = None  # with a prefix: the numbers of the ids a sampling rate kept
 
 
 @dataclass
@@ -117,41 +129,38 @@ class PredictionLog:
         self._write_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._rng = np.random.default_rng()
         self._thread: threading.Thread | None = None
 
     # -- the hot path ------------------------------------------------------------------------
 
     def record(self, resolved: ResolvedVersion, kind: str, n_classes: int, values, ids: list[str] | None
-               ) -> tuple[list[str], int]:
-        """Sample ``values``' rows at ``resolved.log_rate`` and buffer them with their ids (the
-        client's, or generated); returns the ids of all rows and how many rows were kept."""
+               ) -> Served:
+        """Keep the whole batch with probability ``resolved.log_rate`` (one draw a request), else
+        nothing, and buffer what is kept with its ids (the client's, or generated).
+
+        Sampling is by request, not by row: each row is still kept with probability
+        ``log_rate``, so the log is an unbiased sample of what was served (rows of one request
+        are kept or dropped together), and at 10% nine requests in ten cost the hot path one
+        draw instead of a draw per row, a copy of the kept rows and an index row for the writer
+        (``benchmarks/prediction_log.py``)."""
         n = len(values)
-        generated = ids is None
-        ids = generated_ids(n) if generated else ids
-        values = np.asarray(values)
-        if values.dtype.kind != "f":
-            values = values.astype(np.float64)
-        prefix = id_prefix(ids) if generated and n else None
-        if resolved.log_rate >= 1.0:
-            kept_values, kept_ids, kept = np.array(values, copy=True), ids, None
-        else:
-            kept = np.flatnonzero(self._rng.random(n) < resolved.log_rate)
-            if not len(kept):
-                return ids, 0
-            kept_values, kept_ids = values[kept], [ids[i] for i in kept]
+        prefix = new_prefix() if ids is None else None
+        if n == 0 or (resolved.log_rate < 1.0 and random.random() >= resolved.log_rate):
+            return Served(n, 0, ids, prefix)
+        inputs = np.asarray(values)
+        inputs = inputs.astype(np.float64) if inputs.dtype.kind != "f" else inputs.copy()
         with self._lock:
-            if self.stats.buffered_bytes + kept_values.nbytes > self.max_buffer_bytes:
-                self.stats.dropped_rows += len(kept_ids)
-                return ids, 0
+            if self.stats.buffered_bytes + inputs.nbytes > self.max_buffer_bytes:
+                self.stats.dropped_rows += n
+                return Served(n, 0, ids, prefix)
             self._pending.append(_Pending(resolved.calibrator_id, resolved.version, kind, n_classes,
-                                          kept_values, kept_ids, prefix, kept))
-            self.stats.buffered_rows += len(kept_ids)
-            self.stats.buffered_bytes += kept_values.nbytes
+                                          inputs, ids, prefix))
+            self.stats.buffered_rows += n
+            self.stats.buffered_bytes += inputs.nbytes
             full = self.stats.buffered_rows >= self.flush_rows
         if full:
             self._wake.set()
-        return ids, len(kept_ids)
+        return Served(n, n, ids, prefix)
 
     # -- the writer ----------------------------------------------------------------------------
 
@@ -172,7 +181,7 @@ class PredictionLog:
             written = 0
             for (calibrator_id, version, kind, n_classes, _), items in groups.items():
                 items.sort(key=lambda item: item.prefix is not None)  # client ids first: rows 0..m-1
-                rows = sum(len(item.ids) for item in items)
+                rows = sum(len(item.inputs) for item in items)
                 ids, batches = self._index(items)
                 try:
                     with self.db.write() as session:
@@ -190,15 +199,14 @@ class PredictionLog:
     @staticmethod
     def _index(items: list[_Pending]) -> tuple[list[str], list[tuple]]:
         """The index rows of items written as one chunk, client ids' items first: the client ids
-        (of rows 0, 1, ...), and ``(prefix, first row, n, kept)`` of batches of generated ids
-        (``kept`` ``None`` when logged in full)."""
+        (of rows 0, 1, ...), and ``(prefix, first row, n)`` of batches of generated ids."""
         ids, batches, offset = [], [], 0
         for item in items:
             if item.prefix is not None:
-                batches.append((item.prefix, offset, len(item.ids), item.kept))
+                batches.append((item.prefix, offset, len(item.inputs)))
             else:
                 ids.extend(item.ids)
-            offset += len(item.ids)
+            offset += len(item.inputs)
         return ids, batches
 
     def apply_retention(self) -> None:

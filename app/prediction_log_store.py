@@ -20,21 +20,21 @@ from .observation_store import IN_LIST, from_raw, raw
 from .store import dialect_insert
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
-GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.generated_ids
-KEPT_DTYPE = np.dtype("<u4")  # the numbers of a sampled batch's kept ids (migration 0010)
+GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.new_prefix
+# a batch of generated ids that an earlier release sampled row by row (migration 0010): the sorted
+# numbers of the ids it kept, the j-th at row first + j; still read, no longer written
+KEPT_DTYPE = np.dtype("<u4")
 IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded parameter)
 
 
 def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
                     inputs: np.ndarray, ids: list[str],
-                    batches: list[tuple[str, int, int, np.ndarray | None]] = ()) -> int:
+                    batches: list[tuple[str, int, int]] = ()) -> int:
     """Store one chunk of logged inputs with their ids: ``ids``, the client ids of rows 0, 1, ...,
     one index row each (an id already logged for this calibrator keeps its first prediction),
-    and ``batches`` of generated ids as ``(prefix, first row, n, kept)``, one index row per batch
-    (migrations 0009 and 0010): ``kept`` is ``None`` for a batch logged in full (ids ``0..n-1``
-    at rows ``first`` to ``first + n - 1``), else the ``n`` sorted numbers of the ids a sampling
-    rate kept, the ``j``-th at row ``first + j``. At 64 rows a request that is up to 64 times
-    fewer B-tree inserts. Returns how many ids were new."""
+    and ``batches`` of generated ids as ``(prefix, first row, n)``, one index row per batch
+    (migration 0009): ids ``prefix0`` to ``prefix{n-1}`` at rows ``first`` to ``first + n - 1``.
+    At 64 rows a request that is 64 times fewer B-tree inserts. Returns how many ids were new."""
     data, dtype = raw(inputs)
     # a Core insert on the table: the ORM's bulk-insert path cost ~1.7 ms a flush, for one row
     chunks = PredictionChunkRow.__table__
@@ -64,11 +64,9 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
         # the driver's own executemany: SQLAlchemy's per-row parameter handling cost a whole core at
         # 66000 logged rows a second (benchmarks/prediction_log.py)
         marker = "?" if sqlite else "%s"
-        rows = [(calibrator_id, prefix + BATCH_MARK, chunk_id, first, False, n,
-                 None if kept is None else np.asarray(kept, dtype=KEPT_DTYPE).tobytes())
-                for prefix, first, n, kept in batches]
-        connection.exec_driver_sql(columns + f"VALUES ({', '.join([marker] * 7)})" + conflict, rows)
-        inserted += sum(n for _, _, n, _ in batches)  # batch keys are random: all new
+        rows = [(calibrator_id, prefix + BATCH_MARK, chunk_id, first, False, n) for prefix, first, n in batches]
+        connection.exec_driver_sql(columns + f"VALUES ({', '.join([marker] * 6)}, NULL)" + conflict, rows)
+        inserted += sum(n for _, _, n in batches)  # batch keys are random: all new
     return inserted
 
 

@@ -37,7 +37,7 @@ from .jobs import JobProgress, JobRunner
 from .names import Reference, check_name
 from .observations import Observations, shape_of_index
 from .online_updates import OnlineUpdates
-from .prediction_log import PredictionLog, id_prefix, log_served
+from .prediction_log import PredictionLog, log_served
 from .schemas import EvaluationFields, FitFields
 from .views import version_view
 
@@ -245,10 +245,9 @@ class CalibrationService:
         if batch.fields.priors is not None:  # label shift (app.prior_shift)
             probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
                                                  batch.fields.source_priors)
-        given = batch.fields.ids
-        ids, logged = log_served(self.prediction_log, loaded, batch.kind, batch.values, given)
+        served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
         return CalibratedBatch(loaded.name, loaded.version, probabilities, getattr(inputs, inputs.source),
-                               loaded.class_names, ids, logged, id_prefix(ids) if given is None and ids else None)
+                               loaded.class_names, served)
 
     def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):
         inputs, labels = self._checked_inputs(loaded, batch)

@@ -45,7 +45,7 @@ class ResolvedVersion:
     checksum: str
     version_id: int
     calibrator_id: int = 0
-    log_rate: float = 0.0  # share of calibrated rows the prediction log keeps (0: logging off)
+    log_rate: float = 0.0  # share of calibrate requests the prediction log keeps (0: logging off)
 
 
 def calibrator_row(session: Session, name: str) -> CalibratorRow:

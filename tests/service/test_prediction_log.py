@@ -1,7 +1,7 @@
 """The compact prediction log (migrations 0009 and 0010): a batch of generated ids is one index
-row whether logged in full or sampled, client ids one row each, and labels still answer per id and
-join the row that was served, on SQLite and Postgres; a database with rows written before 0009 or
-0010 reads the same after the upgrade, and back."""
+row, client ids one row each, a sampling rate keeps whole requests, and labels still answer per id
+and join the row that was served, on SQLite and Postgres; a database with rows written before 0009,
+or by the release that sampled rows (0010's ``kept``), reads the same after the upgrade, and back."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from starlette.testclient import TestClient
 from app.db import make_engine
 from app.main import create_app
 from app.migrate import downgrade, downgrade_losses, upgrade
+from app.prediction_log import PredictionLog
 from app.prediction_log_store import claim_labels, find_logged, log_predictions, logged_counts
 from app.settings import Settings
+from app.store import ResolvedVersion
 from tests.service.test_api import LOGITS, fit, npy
 
 
@@ -127,7 +129,7 @@ def test_rows_logged_before_0009_read_the_same_after_it_and_a_downgrade_expands_
     engine = make_engine(url)
     with Session(engine) as session, session.begin():
         assert find_logged(session, 1, ["x", "y", "z"]) == {"x": (chunk, 0, False), "y": (chunk, 1, True)}
-        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [], [("0123456789abcdef-", 0, 3, None)])
+        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [], [("0123456789abcdef-", 0, 3)])
         assert claim_labels(session, 1, ["x", "0123456789abcdef-2"]) == {"x", "0123456789abcdef-2"}
         assert claim_labels(session, 1, ["x", "0123456789abcdef-2"]) == set()
         assert logged_counts(session, 1) == (5, 3)
@@ -144,16 +146,6 @@ def _index_rows_0008(url: str) -> list[tuple]:
         with engine.connect() as connection:
             return [(pid, chunk, row, bool(labelled)) for pid, chunk, row, labelled in connection.execute(text(
                 "SELECT prediction_id, chunk_id, row, labelled FROM logged_predictions ORDER BY chunk_id, row"))]
-    finally:
-        engine.dispose()
-
-
-def _kept_numbers(url: str) -> list[np.ndarray]:
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            return [np.frombuffer(kept, dtype="<u4") for (kept,) in connection.execute(text(
-                "SELECT kept FROM logged_predictions WHERE kept IS NOT NULL ORDER BY chunk_id, row"))]
     finally:
         engine.dispose()
 
@@ -175,43 +167,61 @@ def _observed_pairs(url: str) -> list[tuple[tuple, int]]:
     return pairs
 
 
-def test_a_sampled_batch_of_generated_ids_is_one_index_row_and_labels_join_the_rows_served(database_url):
+def test_a_sampling_rate_keeps_whole_requests_and_labels_join_the_rows_served(database_url):
+    """At rate 0.5 each request is logged whole or not at all (JSON and .npy alike); a label for
+    every served id joins the inputs of the logged requests and answers ``unknown`` for the rest."""
     app = create_app(Settings(database_url=database_url, job_engine="embedded", log_flush_seconds=60))
     with TestClient(app) as client:
         fit(client)
         _ok(client.put("/v1/calibrators/demo/logging", json={"sample_rate": 0.5}))
-        first = _ok(client.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[:200].tolist()}))
-        binary = client.post("/v1/calibrators/demo/calibrate", content=npy(LOGITS[200:300]),
-                             headers={"content-type": "application/x-npy", "accept": "application/x-npy"})
-        assert binary.status_code == 200
+        ids, kept, logged = [], set(), []
+        for start in range(0, 300, 10):
+            rows = range(start, start + 10)
+            if start % 20:
+                answer = client.post("/v1/calibrators/demo/calibrate", content=npy(LOGITS[start:start + 10]),
+                                     headers={"content-type": "application/x-npy", "accept": "application/x-npy"})
+                assert answer.status_code == 200
+                served = [f"{answer.headers['prediction-id-prefix']}{i}" for i in range(10)]
+                count = int(answer.headers["prediction-logged"])
+            else:
+                body = _ok(client.post("/v1/calibrators/demo/calibrate", json={"logits": LOGITS[rows].tolist()}))
+                served, count = body["ids"], body["logged"]
+            assert count in (0, 10)
+            ids += served
+            logged.append(count)
+            kept |= set(rows) if count else set()
+        assert 0 < len(kept) < 300  # both outcomes among 30 requests (each 2^-30 to miss)
         app.state.service.prediction_log.flush()
-        rows = _index_rows(database_url)
-        logged = [first["logged"], int(binary.headers["prediction-logged"])]
-        assert 0 < logged[0] < 200 and 0 < logged[1] < 100
-        # one index row per batch, each counting the rows it kept, at consecutive chunk rows
-        assert [(r[0].endswith(","), r[1], r[3]) for r in rows] == [(True, 0, logged[0]), (True, logged[0], logged[1])]
-        kept = _kept_numbers(database_url)
-        assert [len(numbers) for numbers in kept] == logged
-        assert all(np.all(np.diff(numbers.astype(np.int64)) > 0) for numbers in kept)
+        # one index row per logged batch, at consecutive chunk rows
+        assert [(r[0].endswith(","), r[1], r[3]) for r in _index_rows(database_url)] == [
+            (True, 10 * j, 10) for j in range(len(kept) // 10)]
 
-        # a label for every served id: the kept ones join the inputs served under them, the rest are unknown
-        prefix = binary.headers["prediction-id-prefix"]
-        ids = first["ids"] + [f"{prefix}{i}" for i in range(100)]
         order = np.random.default_rng(3).permutation(300)
-        labels = [int(i % 4) for i in order]
         answer = _ok(client.post("/v1/calibrators/demo/labels",
-                                 json={"ids": [ids[i] for i in order], "labels": labels}))
-        was_kept = set(kept[0].tolist()) | {200 + i for i in kept[1].tolist()}
-        assert answer["statuses"] == ["labelled" if i in was_kept else "unknown" for i in order]
-        pairs = _observed_pairs(database_url)
-        assert sorted(pairs) == sorted((tuple(LOGITS[i].tolist()), int(i % 4)) for i in was_kept)
-        assert _ok(client.get("/v1/calibrators/demo/observations"))["prediction_log"]["labelled"] == len(was_kept)
+                                 json={"ids": [ids[i] for i in order], "labels": [int(i % 4) for i in order]}))
+        assert answer["statuses"] == ["labelled" if i in kept else "unknown" for i in order]
+        assert sorted(_observed_pairs(database_url)) == sorted((tuple(LOGITS[i].tolist()), int(i % 4)) for i in kept)
+        assert _ok(client.get("/v1/calibrators/demo/observations"))["prediction_log"]["labelled"] == len(kept)
 
 
-def test_a_sampled_batch_written_at_0010_is_expanded_by_the_downgrade_to_0009(sqlite_url):
+def test_requests_are_kept_at_the_sampling_rate():
+    """Each request is kept with probability ``rate``: 4000 draws at 0.25 land within six standard
+    deviations of 1000 (a false failure about once in 10^9 runs), and rows of a request together."""
+    log = PredictionLog(None)
+    resolved = ResolvedVersion("x", 1, "", 1, calibrator_id=1, log_rate=0.25)
+    outcomes = [log.record(resolved, "logits", 3, np.zeros((3, 3)), None).logged for _ in range(4000)]
+    assert set(outcomes) == {0, 3}
+    assert abs(outcomes.count(3) - 1000) <= 6 * (4000 * 0.25 * 0.75) ** 0.5
+    assert log.stats.buffered_rows == 3 * outcomes.count(3)
+
+
+def test_a_sampled_batch_written_at_0010_is_read_and_expanded_by_the_downgrade_to_0009(sqlite_url):
+    """Rows of the release that sampled rows one by one (a batch row with the kept ids' numbers)."""
     with log_session(sqlite_url, "old", 0.5) as session:
-        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [],
-                        [("0123456789abcdef-", 0, 3, np.array([1, 4, 9]))])
+        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [])
+        session.execute(text("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled, "
+                             "n_rows, kept) VALUES (1, '0123456789abcdef-,', 1, 0, false, 3, :kept)"),
+                        {"kept": np.array([1, 4, 9], dtype="<u4").tobytes()})
         assert claim_labels(session, 1, ["0123456789abcdef-4"]) == {"0123456789abcdef-4"}
         assert find_logged(session, 1, ["0123456789abcdef-0", "0123456789abcdef-9"]) == {
             "0123456789abcdef-9": (1, 2, False)}
@@ -272,8 +282,9 @@ def test_client_ids_over_several_statements_keep_their_rows(database_url, monkey
 
 def test_downgrades_that_rewrite_the_log_are_not_reported_as_losses_but_dropping_it_is(sqlite_url):
     with log_session(sqlite_url, "old", 0.5) as session:
-        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), ["c"],
-                        [("0123456789abcdef-", 1, 2, np.array([0, 7]))])
+        log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), ["c"], [("0123456789abcdef-", 1, 2)])
+        session.execute(text("UPDATE logged_predictions SET kept = :kept WHERE n_rows = 2"),  # as 0010 sampled
+                        {"kept": np.array([0, 7], dtype="<u4").tobytes()})
     assert downgrade_losses(sqlite_url, "0009") == {}
     assert downgrade_losses(sqlite_url, "0008") == {}
     assert downgrade_losses(sqlite_url, "0005") == {"calibrators": 1, "prediction_chunks": 1, "logged_predictions": 2}
