@@ -99,7 +99,7 @@ class _Pending:
     kind: str
     n_classes: int
     inputs: np.ndarray
-    ids: list[str] | None  # the client's, one index row each; else generated:
+    ids: list[str | None] | None  # the client's, one index row each (None: none); else generated:
     prefix: str | None = None  # the ids are this prefix and the row number: one index row in all
 
 
@@ -174,6 +174,7 @@ class PredictionLog:
         """Write everything buffered now (and wait for a write in progress); returns rows written."""
         with self._write_lock:
             pending = self._take()
+            self._drop_repeated_ids(pending)
             groups: dict[tuple, list[_Pending]] = {}
             for item in pending:
                 groups.setdefault((item.calibrator_id, item.version, item.kind, item.n_classes,
@@ -195,6 +196,19 @@ class PredictionLog:
                                    calibrator_id, str(exc).splitlines()[0])
             self.stats.written_rows += written
             return written
+
+    @staticmethod
+    def _drop_repeated_ids(pending: list[_Pending]) -> None:
+        """A client id served twice before a flush keeps its first serving, as across flushes
+        (where the stored row wins): the chunks are written grouped by version, not in serving
+        order, so a later serving's id becomes ``None`` (its row is kept, without an index row)."""
+        seen: set[str] = set()
+        for item in pending:
+            if item.ids is None:
+                continue
+            if not seen.isdisjoint(item.ids):
+                item.ids = [None if pid in seen else pid for pid in item.ids]
+            seen.update(pid for pid in item.ids if pid is not None)
 
     @staticmethod
     def _index(items: list[_Pending]) -> tuple[list[str], list[tuple]]:

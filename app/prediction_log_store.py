@@ -28,10 +28,11 @@ IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded pa
 
 
 def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
-                    inputs: np.ndarray, ids: list[str],
+                    inputs: np.ndarray, ids: list[str | None],
                     batches: list[tuple[str, int, int]] = ()) -> int:
     """Store one chunk of logged inputs with their ids: ``ids``, the client ids of rows 0, 1, ...,
-    one index row each (an id already logged for this calibrator keeps its first prediction),
+    one index row each (an id already logged for this calibrator keeps its first prediction; a row
+    whose id is ``None`` gets none),
     and ``batches`` of generated ids as ``(prefix, first row, n)``, one index row per batch
     (migration 0009): ids ``prefix0`` to ``prefix{n-1}`` at rows ``first`` to ``first + n - 1``.
     At 64 rows a request that is 64 times fewer B-tree inserts. Returns how many ids were new."""
@@ -51,10 +52,10 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # lock them in the same order (no deadlock); a duplicate's first row still wins.
     sqlite = session.bind.dialect.name == "sqlite"
     if sqlite:
-        unpack = "SELECT ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE true"
+        unpack = "SELECT ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE value IS NOT NULL"
     else:
         unpack = ("SELECT %s, u.id, %s, u.ord - 1 + %s, false, 1, NULL FROM unnest(%s::text[]) WITH ORDINALITY "
-                  "AS u(id, ord) ORDER BY u.id, u.ord")
+                  "AS u(id, ord) WHERE u.id IS NOT NULL ORDER BY u.id, u.ord")
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = ids[start:start + IDS_PER_STATEMENT]
         array = orjson.dumps(part).decode() if sqlite else part

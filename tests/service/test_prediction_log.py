@@ -13,11 +13,11 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
 
-from app.db import make_engine
+from app.db import Database, make_engine
 from app.main import create_app
 from app.migrate import downgrade, downgrade_losses, upgrade
 from app.prediction_log import PredictionLog
-from app.prediction_log_store import claim_labels, find_logged, log_predictions, logged_counts
+from app.prediction_log_store import claim_labels, find_logged, log_predictions, logged_counts, prediction_chunks
 from app.settings import Settings
 from app.store import ResolvedVersion
 from tests.service.test_api import LOGITS, fit, npy
@@ -288,3 +288,28 @@ def test_downgrades_that_rewrite_the_log_are_not_reported_as_losses_but_dropping
     assert downgrade_losses(sqlite_url, "0009") == {}
     assert downgrade_losses(sqlite_url, "0008") == {}
     assert downgrade_losses(sqlite_url, "0005") == {"calibrators": 1, "prediction_chunks": 1, "logged_predictions": 2}
+
+
+def test_a_client_id_served_twice_before_a_flush_keeps_its_first_serving(database_url):
+    """Chunks are written grouped by version: ``x`` served by version 1 and then by version 2 (whose
+    chunk, opened first by ``a``, is written first) still joins its version-1 row, as it would had a
+    flush come between the two servings."""
+    with log_session(database_url, "twice", 1.0):
+        pass
+    db = Database(database_url)
+    try:
+        log = PredictionLog(db)
+        v1, v2 = (ResolvedVersion("twice", v, "", v, calibrator_id=1, log_rate=1.0) for v in (1, 2))
+        log.record(v2, "logits", 4, np.full((1, 4), 2.0), ["a"])
+        log.record(v1, "logits", 4, np.full((2, 4), 1.0), ["x", "y"])
+        log.record(v2, "logits", 4, np.full((2, 4), 3.0), ["y", "x"])
+        assert log.flush() == 5
+        with db.read() as session:
+            found = find_logged(session, 1, ["a", "x", "y"])
+            chunks = prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
+        served = {pid: (chunks[chunk][0], chunks[chunk][3][row].tolist()) for pid, (chunk, row, _) in found.items()}
+        assert served == {"a": (2, [2.0] * 4), "x": (1, [1.0] * 4), "y": (1, [1.0] * 4)}
+        with db.read() as session:
+            assert logged_counts(session, 1) == (3, 0)
+    finally:
+        db.dispose()
