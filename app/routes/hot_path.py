@@ -22,6 +22,18 @@ its other runs and the next call is estimated from it: at most one such call sta
 before its kind goes back to the pool. Large batches and heavy calibrators never run there, so
 ``/readyz`` and ``/healthz`` wait for at most a few tiny calls.
 
+**JSON calls hold the GIL.** A JSON body's call spends nearly all its time in C that holds the GIL:
+for a 64×1000 calibrate (~3.9 ms), orjson's parse 1.5 ms, numpy's conversion of the nested lists
+1.0 ms, orjson's dump 1.0 ms and freeing the lists 0.25 ms. On a thread it keeps the loop waiting
+nearly as long as on the loop itself (in stretches of up to 1.5 ms), and the hand-over costs a
+round of GIL passing every time the loop wakes for another connection's body: 5.9 and 6.2 ms of
+CPU a request at 8 and 32 connections on the threads, 5.3 and 5.6 ms on the loop, and 5-6% fewer
+requests a second at 1 connection (benchmarks/service_latency.py, a busy machine; the tail at 32
+connections grows as the floor's does, p99 0.36 -> 0.8 s, each call holding the loop). Their
+budget is therefore the interpreter's switch interval (``sys.getswitchinterval()``, 5 ms: how
+long CPython itself lets one thread keep the GIL from the others) where that exceeds
+``CALIBRATION_INLINE_SECONDS``, and 0 where that is 0 (or on Postgres).
+
 **The pool.** These calls are short and numpy-bound. With many threads they pass the GIL back and
 forth at every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one
 worker process made ~60 context switches per request and spent 2.66 ms of CPU on each. With
@@ -38,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +59,7 @@ from annotated_types import Ge, Le
 from fastapi import FastAPI, Request
 from starlette._utils import get_route_path
 
-from ..decoding import RequestBody
+from ..decoding import JSON_TYPE, RequestBody, media_type
 
 WINDOW = 8  # runs a kind of call remembers
 MAX_KINDS = 4096  # kinds remembered (paths name calibrators): forgotten all at once beyond it
@@ -70,7 +83,14 @@ class HotPath:
     def __init__(self, threads: int, inline_seconds: float = DEFAULT_INLINE_SECONDS):
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="hot-path")
         self.inline_seconds = inline_seconds
+        # JSON calls hold the GIL on a thread too (module docstring)
+        self.json_seconds = max(inline_seconds, sys.getswitchinterval()) if inline_seconds > 0 else 0.0
         self.costs: dict[tuple, deque] = {}  # kind -> seconds per body byte of its last runs
+
+    def budget(self, kind: tuple) -> float:
+        """How long a call of ``kind`` (function, path, Content-Type) may take on the loop."""
+        json = len(kind) > 2 and media_type(kind[2]) == JSON_TYPE
+        return self.json_seconds if json else self.inline_seconds
 
     def estimate(self, kind: tuple, size: int) -> float | None:
         """Seconds a call of ``kind`` with a ``size``-byte body is expected to take, if known."""
@@ -78,14 +98,15 @@ class HotPath:
         return min(runs) * max(size, 1) if runs else None
 
     def runs_inline(self, kind: tuple, size: int | None) -> bool:
-        if self.inline_seconds <= 0 or size is None:
+        budget = self.budget(kind)
+        if budget <= 0 or size is None:
             return False
         estimate = self.estimate(kind, size)
-        return estimate is not None and estimate <= self.inline_seconds
+        return estimate is not None and estimate <= budget
 
     def learn(self, kind: tuple, size: int, seconds: float, inline: bool) -> None:
         runs = self.costs.get(kind)
-        if runs is None or (inline and seconds > self.inline_seconds):
+        if runs is None or (inline and seconds > self.budget(kind)):
             if len(self.costs) >= MAX_KINDS:
                 self.costs.clear()
             runs = self.costs[kind] = deque(maxlen=WINDOW)
@@ -98,7 +119,7 @@ class HotPath:
             wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
             # the call's CPU time: on a busy machine its wall time also counts the time other
             # processes held the core; unless it waited far longer than it worked (a slow database)
-            self.learn(kind, size, wall if wall > STALL * max(self.inline_seconds, cpu) else cpu, inline)
+            self.learn(kind, size, wall if wall > STALL * max(self.budget(kind), cpu) else cpu, inline)
         return result
 
     async def run(self, kind: tuple, fn, *args):

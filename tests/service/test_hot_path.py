@@ -107,6 +107,26 @@ def test_a_kind_of_call_runs_on_the_loop_only_once_its_runs_show_it_tiny():
     assert not HotPath(1, inline_seconds=0).runs_inline(kind, 1)
 
 
+
+def test_json_calls_hold_the_gil_anyway_and_get_the_switch_interval_as_their_budget():
+    import sys
+
+    from app.routes.hot_path import HotPath
+
+    hot = HotPath(1, inline_seconds=0.002)
+    json_kind = ("calibrate", "/v1/calibrators/demo/calibrate", "application/json; charset=utf-8")
+    npy_kind = ("calibrate", "/v1/calibrators/demo/calibrate", "application/x-npy")
+    for kind in (json_kind, npy_kind):
+        hot.learn(kind, 1000, 0.004, inline=False)  # a 64 x 1000 JSON call's ~4 ms
+    assert sys.getswitchinterval() == 0.005
+    assert hot.runs_inline(json_kind, 1000) and not hot.runs_inline(json_kind, 1300)
+    assert not hot.runs_inline(npy_kind, 1000)
+    hot.learn(json_kind, 1000, 0.004, inline=True)  # within its budget: remembered, not a reset
+    assert len(hot.costs[json_kind]) == 2
+    off = HotPath(1, inline_seconds=0)
+    off.learn(json_kind, 1000, 1e-6, inline=False)
+    assert not off.runs_inline(json_kind, 1000)
+
 def record_serving_threads(app) -> list[str]:
     """The name of the thread each calibrate call looks its version up on, in order."""
     threads, service = [], app.state.service
