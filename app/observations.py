@@ -14,6 +14,8 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.exc import NoResultFound
 
+import calibration as cal
+
 from . import observation_store, prediction_log_store, store
 from .batches import ArrayBatch, validated
 from .db import Database
@@ -169,14 +171,17 @@ class Observations:
                            f"{self.max_fit_entries} for one fit (CALIBRATION_MAX_FIT_ENTRIES); select fewer (`last`)")
         return [list(entry) for entry in index]
 
-    def load(self, fields, index: list) -> ArrayBatch:
-        """The labelled batch of a fit on stored data: the chunks of ``index``, concatenated."""
+    def load(self, fields, index: list, shared: bool = False) -> ArrayBatch:
+        """The labelled batch of a fit on stored data: the chunks of ``index``, concatenated. The
+        array is the fit's own, so the core may reorder its rows while it works (a comparison's
+        folds as views instead of copies: ``calibration.allow_reordering``), unless it is
+        ``shared`` (a worker's cached arrays, read by several parts)."""
         with self.db.read() as session:
             try:
                 inputs, labels = observation_store.load(session, [tuple(entry) for entry in index])
             except NoResultFound as exc:
                 raise NotFound("observations selected for this fit were deleted before it ran") from exc
-        return ArrayBatch(fields, index[0][3], inputs, labels)
+        return ArrayBatch(fields, index[0][3], inputs if shared else cal.allow_reordering(inputs), labels)
 
 
 def shape_of_index(index: list) -> tuple[int, int, str]:

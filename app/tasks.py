@@ -105,10 +105,11 @@ def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
     return result
 
 
-def _fit_batch(service: CalibrationService, request: dict, payload: bytes | None):
-    """The labelled batch of a fit job: its arrays, or the stored observations it names."""
+def _fit_batch(service: CalibrationService, request: dict, payload: bytes | None, shared: bool = False):
+    """The labelled batch of a fit job: its arrays, or the stored observations it names (``shared``:
+    see ``Observations.load``)."""
     if request.get("chunks"):
-        return service.observations.load(FitFields.model_validate(request["fields"]), request["chunks"])
+        return service.observations.load(FitFields.model_validate(request["fields"]), request["chunks"], shared)
     return batch_of_job(request, payload, FitFields)
 
 
@@ -147,7 +148,7 @@ def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) ->
     if parent_id not in _PARENT_ARRAYS:
         with db.read() as session:
             kind, _, request, payload = job_store.load_input(session, parent_id)
-        batch = _fit_batch(service, request, payload) if kind == "fit" else batch_of_job(request, payload,
+        batch = _fit_batch(service, request, payload, shared=True) if kind == "fit" else batch_of_job(request, payload,
                                                                                           CompareFields)
         inputs, labels = validated(batch)
         _PARENT_ARRAYS.clear()

@@ -7,7 +7,15 @@ Imports numpy and scipy only. Every calibrator follows ``calibration.base.Calibr
 from .backend import to_host
 from .base import Calibrator, ConvergenceWarning, FitDiagnostics
 from .comparison import Comparison, MethodResult, candidate, compare, default_candidates, prepare_comparison
-from .inputs import INPUT_KINDS, PROBABILITY_FLOOR, InputBatch, check_labels, looks_like_probabilities, validate_inputs
+from .inputs import (
+    INPUT_KINDS,
+    PROBABILITY_FLOOR,
+    InputBatch,
+    allow_reordering,
+    check_labels,
+    looks_like_probabilities,
+    validate_inputs,
+)
 from .json_values import json_safe
 from .methods import (
     AutoCalibrator,
@@ -95,6 +103,7 @@ __all__ = [
     "VectorScaling",
     "accuracy",
     "adaptive_ece",
+    "allow_reordering",
     "bootstrap_interval",
     "brier",
     "calibration_gain",

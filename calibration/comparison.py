@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .inputs import InputBatch, check_labels, validate_inputs
+from .inputs import InputBatch, check_labels, may_reorder, validate_inputs
 from .json_values import json_safe
 from .metrics.binned import ece
 from .metrics.kde import kde_ece
@@ -196,13 +196,70 @@ def _fold_metrics(calibrated: np.ndarray, labels: np.ndarray, raw_brier: float,
     }
 
 
-def reference_probabilities(train: InputBatch, y_train: np.ndarray, test: InputBatch) -> np.ndarray:
+def reference_model(train: InputBatch, y_train: np.ndarray) -> Callable[[InputBatch], np.ndarray]:
     """The held-out probabilities of temperature scaling fitted on the training folds (the
-    uncalibrated ones where it has no optimum): what ``tail_risk`` measures against."""
+    uncalibrated ones where it has no optimum), what ``tail_risk`` measures against, as a function
+    of the held-out batch: a fold need not hold them while its candidates fit (it makes them
+    again, the same values, when it measures each candidate's tail risk)."""
     try:
-        return create("temperature", {"input": "logits"}).fit_batch(train, y_train, warn=False).predict_batch(test)
+        reference = create("temperature", {"input": "logits"}).fit_batch(train, y_train, warn=False)
     except (ValueError, ArithmeticError):
-        return test.probabilities
+        reference = None
+
+    def probabilities(test: InputBatch) -> np.ndarray:
+        try:
+            return test.probabilities if reference is None else reference.predict_batch(test)
+        except (ValueError, ArithmeticError):
+            return test.probabilities
+
+    return probabilities
+
+
+def permute_rows(array: np.ndarray, take: np.ndarray) -> None:
+    """``array[:] = array[take]`` in place for a permutation ``take``, one row of scratch: each
+    cycle of the permutation is followed once (every row is copied once, exactly)."""
+    take = take.tolist()
+    seen = bytearray(len(take))
+    for start, first in enumerate(take):
+        if seen[start] or first == start:
+            continue
+        saved = array[start].copy()
+        at = start
+        while True:
+            seen[at] = 1
+            source = take[at]
+            if source == start:
+                array[at] = saved
+                break
+            array[at] = array[source]
+            at = source
+
+
+class FoldLayout:
+    """The rows of ``array`` laid out in place for one fold at a time: its training rows in their
+    order, then its held-out rows in theirs, so both are views (no copies: each was ~1.6x and
+    ~0.4x the float32 array's bytes as float64 at 50000 x 1000). ``restore`` puts every row back.
+    Only for an array the core may reorder (``inputs.may_reorder``); values and row order within
+    each part are those of ``array[train]`` and ``array[test]``, so fits on them are the same."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self.order = np.arange(len(array))  # original row of each position
+
+    def fold(self, train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        wanted = np.concatenate([np.flatnonzero(train), np.flatnonzero(~train)])
+        self._arrange(wanted)
+        n_train = int(train.sum())
+        return self.array[:n_train], self.array[n_train:]
+
+    def restore(self) -> None:
+        self._arrange(np.arange(len(self.array)))
+
+    def _arrange(self, wanted: np.ndarray) -> None:
+        position = np.empty_like(self.order)
+        position[self.order] = np.arange(len(self.order))
+        permute_rows(self.array, position[wanted])
+        self.order = wanted
 
 
 def prepare_comparison(n: int, k: int, methods: Sequence | None, folds: int, input: str) -> list[Candidate]:
@@ -261,37 +318,45 @@ def compare(
     def batch(rows):  # a fresh batch for each use: what a candidate derives from it (probabilities) goes with it
         return InputBatch(**{scores.source: rows})
 
-    for fold in run_folds:
-        train, test = assignment != fold, assignment == fold
-        y_train, y_test = y[train], y[test]
-        train_rows, test_rows = source[train], source[test]  # the fold's only copies of the rows
-        reference = reference_probabilities(batch(train_rows), y_train, batch(test_rows))
-        reference_nll.append(nll(reference, y_test))
-        raw = batch(test_rows).probabilities
-        raw_brier, raw_accuracy = brier(raw, y_test), accuracy(raw, y_test)
-        for metric, value in {**_fold_metrics(raw, y_test, raw_brier, raw_accuracy), "fit_seconds": 0.0}.items():
-            uncalibrated[metric].append(value)
-        del raw
-        for result in results:
-            calibrator = result.candidate.create(input)
-            start = time.perf_counter()
-            try:
-                calibrator.fit_batch(batch(train_rows), y_train, warn=False)
-                calibrated = calibrator.predict_batch(batch(test_rows))
-                values = _fold_metrics(calibrated, y_test, raw_brier, raw_accuracy)
-                result.tail_risk.append(tail_risk(calibrated, reference))
-                del calibrated
-                result.converged &= calibrator.diagnostics_.converged
-                result.accuracy_preserving = calibrator.accuracy_preserving
-            except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-                values = {m: math.nan for m in METRICS}
-                result.error = f"fold {fold}: {exc}"
-            values["fit_seconds"] = time.perf_counter() - start
-            for metric, value in values.items():
-                result.per_fold[metric].append(value)
-            done += 1
-            if progress is not None:
-                progress(done, total)
-        del train_rows, test_rows, reference  # before the next fold's copies
-        gc.collect()  # scipy's brentq leaves a reference cycle (its NaN guard) holding a fit's rows
+    layout = FoldLayout(source) if may_reorder(source) else None
+    try:
+        for fold in run_folds:
+            train = assignment != fold
+            y_train, y_test = y[train], y[~train]
+            # views of the array laid out for this fold, or else the fold's only copies of its rows
+            train_rows, test_rows = layout.fold(train) if layout is not None else (source[train], source[~train])
+            reference = reference_model(batch(train_rows), y_train)  # its probabilities made when needed
+            reference_nll.append(nll(reference(batch(test_rows)), y_test))
+            raw = batch(test_rows).probabilities
+            raw_brier, raw_accuracy = brier(raw, y_test), accuracy(raw, y_test)
+            for metric, value in {**_fold_metrics(raw, y_test, raw_brier, raw_accuracy),
+                                  "fit_seconds": 0.0}.items():
+                uncalibrated[metric].append(value)
+            del raw
+            for result in results:
+                calibrator = result.candidate.create(input)
+                start = time.perf_counter()
+                try:
+                    calibrator.fit_batch(batch(train_rows), y_train, warn=False)
+                    calibrated = calibrator.predict_batch(batch(test_rows))
+                    values = _fold_metrics(calibrated, y_test, raw_brier, raw_accuracy)
+                    result.tail_risk.append(tail_risk(calibrated, reference(batch(test_rows))))
+                    del calibrated
+                    result.converged &= calibrator.diagnostics_.converged
+                    result.accuracy_preserving = calibrator.accuracy_preserving
+                except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+                    values = {m: math.nan for m in METRICS}
+                    result.error = f"fold {fold}: {exc}"
+                del calibrator
+                values["fit_seconds"] = time.perf_counter() - start
+                for metric, value in values.items():
+                    result.per_fold[metric].append(value)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            del train_rows, test_rows, reference  # before the next fold's copies
+            gc.collect()  # scipy's brentq leaves a reference cycle (its NaN guard) holding a fit's rows
+    finally:
+        if layout is not None:
+            layout.restore()
     return Comparison(scores.n, scores.k, folds, seed, uncalibrated, results, reference_nll)

@@ -15,6 +15,7 @@ sent as logits is probably probabilities, so it can ask for the right kind inste
 
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
 
 import numpy as np
@@ -37,6 +38,24 @@ def as_float_array(x, name: str) -> np.ndarray:
     if array.dtype == object or array.dtype.kind not in "fiu":
         raise ValueError(f"{name} must hold real numbers, got dtype {array.dtype}")
     return array.astype(np.float64, copy=False)
+
+
+_REORDERABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def allow_reordering(array: np.ndarray) -> np.ndarray:
+    """Let the core reorder ``array``'s rows in place while it works on it, always putting every
+    row back before it returns (``comparison.FoldLayout``: a fold's rows as views, not copies).
+    For an array no one else reads meanwhile: one the caller made for the fit (the service's
+    observations loaded from the log). ``validate_inputs`` marks the float64 copies it makes."""
+    _REORDERABLE[id(array)] = array
+    return array
+
+
+def may_reorder(array) -> bool:
+    """Whether ``allow_reordering`` marked ``array`` (a writeable, C-ordered 2-D numpy array)."""
+    return (_REORDERABLE.get(id(array)) is array and isinstance(array, np.ndarray) and array.ndim == 2
+            and array.flags.c_contiguous and array.flags.writeable)
 
 
 def first_bad_row(mask: np.ndarray) -> int:
@@ -141,6 +160,8 @@ def validate_inputs(x, kind: str, name: str | None = None) -> InputBatch:
         return _device_batch(x, kind, name)
     array = as_float_array(x, name)
     _check_shape(array.shape, kind, name)
+    if not (isinstance(x, np.ndarray) and np.may_share_memory(array, x)):
+        allow_reordering(array)  # a copy made here: no one else holds it
     if kind == "scores":
         check_finite(array, name)
         logits = np.zeros((array.shape[0], 2))

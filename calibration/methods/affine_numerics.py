@@ -11,12 +11,31 @@ from ..base import FitDiagnostics
 from ..solvers import keeps_receding
 
 
-def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Column means and standard deviations of the features (a constant column gets scale 1)."""
-    centre = x.mean(axis=0)
-    scale = x.std(axis=0)
+def standardisation(x: np.ndarray, blocks=None) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and standard deviations of the features (a constant column gets scale 1).
+    With ``blocks`` (slices of rows, in order) the squared deviations are summed a block at a
+    time (``column_sums``), not held for all rows: the values of ``x.mean(axis=0)`` and
+    ``x.std(axis=0)`` to the bit."""
+    if blocks is None:
+        centre = x.mean(axis=0)
+        scale = x.std(axis=0)
+    else:
+        n = len(x)
+        centre = column_sums(x, blocks) / n
+        scale = np.sqrt(column_sums(x, blocks, lambda rows: np.square(rows - centre)) / n)
     scale[scale == 0] = 1.0
     return centre, scale
+
+
+def column_sums(x: np.ndarray, blocks, transform=None) -> np.ndarray:
+    """``transform(x).sum(axis=0)`` a block of rows at a time, to the bit: numpy sums a C-ordered
+    array over its rows one row after another into the running total, so each block's sum starts
+    from the total so far (a row ahead of the block) instead of from zero."""
+    total = None
+    for block in blocks:
+        rows = x[block] if transform is None else transform(x[block])
+        total = np.add.reduce(rows if total is None else np.concatenate([total[None], rows]), axis=0)
+    return total
 
 
 def softmax_and_nll(out: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, float]:
@@ -34,7 +53,7 @@ def softmax_and_nll(out: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, fl
 
 
 def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, theta, labels,
-                         free_logits=None) -> FitDiagnostics:
+                         free_logits=None, blocks=None) -> FitDiagnostics:
     """The diagnostics, marked not converged when the objective has no finite minimiser
     (``keeps_receding``: Newton steps from the solution keep moving the logits and lowering
     the loss, along a direction certified to raise no label's margin). ``logits(v)`` is the
@@ -43,18 +62,29 @@ def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, 
     Only a fit that met its gradient tolerance, or whose loss is below 1e-9, is checked. The
     fitted parameters' own unpenalised part is tried first as the direction: if it raises no
     label margin while raising one, the loss falls for ever along it (the penalty does not
-    change), so no finite minimiser exists."""
+    change), so no finite minimiser exists. With ``blocks`` (slices of rows) ``logits(v, block)``
+    and ``free_logits(v, block)`` give a block's rows, and the extremes are taken block by block
+    (the same values, without an n x k change and its margins)."""
+    parts = [slice(None)] if blocks is None else blocks
+
+    def changes(function, v: np.ndarray):
+        for block in parts:
+            yield block, function(v) if blocks is None else function(v, block)
+
     def spread(step: np.ndarray) -> float:
-        change = logits(step)
-        return float(np.max(change.max(axis=1) - change.min(axis=1)))
+        return float(np.max([np.max(change.max(axis=1) - change.min(axis=1)) for _, change in changes(logits, step)]))
 
     def certify(direction: np.ndarray) -> bool:
         """No label margin ``Δz_y - Δz_j`` falls (to 1e-6 of the largest rise) and one rises."""
-        change = (free_logits or logits)(direction)
-        margins = change[np.arange(len(labels)), labels][:, None] - change
-        margins[np.arange(len(labels)), labels] = 0.0
-        largest = float(margins.max())
-        return largest > 0 and float(margins.min()) >= -1e-6 * largest
+        largest, smallest = [], []
+        for block, change in changes(free_logits or logits, direction):
+            y = labels[block]
+            margins = change[np.arange(len(y)), y][:, None] - change
+            margins[np.arange(len(y)), y] = 0.0
+            largest.append(margins.max())
+            smallest.append(margins.min())
+        largest = float(np.max(largest))
+        return largest > 0 and float(np.min(smallest)) >= -1e-6 * largest
 
     if not (diagnostics.converged or (diagnostics.objective or np.inf) <= 1e-9):
         return diagnostics

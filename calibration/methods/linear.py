@@ -195,12 +195,13 @@ class VectorScaling(_AffineSoftmax):
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         z = self._features(scores)
         n, k = z.shape
-        centre, scale = standardisation(z)
         # the sums over rows in blocks of about BLOCK_ENTRIES entries (one block, the whole
         # array at once, up to 5000 x 100): the fit then holds a block's standardised features
         # and probabilities, not ~5.5 float64 copies of the rows (issue #19: auto on
-        # 50000 x 1000 peaked with vector scaling's fit)
+        # 50000 x 1000 peaked with vector scaling's fit); so do the standardisation and the
+        # check for a finite optimum
         blocks = row_blocks(n, k, BLOCK_ENTRIES)
+        centre, scale = standardisation(z, blocks)
 
         def features(block: slice) -> np.ndarray:
             return (z[block] - centre) / scale
@@ -242,8 +243,8 @@ class VectorScaling(_AffineSoftmax):
                 last.update(t=t.copy(), h=hessian(t))
             return last["h"] @ v
 
-        return check_finite_optimum(diagnostics, objective, hessp, lambda v: features(slice(None)) * v[:k] + v[k:],
-                                    theta, labels)
+        return check_finite_optimum(diagnostics, objective, hessp, lambda v, block: features(block) * v[:k] + v[k:],
+                                    theta, labels, blocks=blocks)
 
 
 class MatrixScaling(_AffineSoftmax):

@@ -1,0 +1,121 @@
+"""Peak memory of ``auto`` fitted the way a job fits it from stored observations, in process.
+
+Each case runs in a fresh Python process: the synthetic logits of ``observations_scale`` (float32,
+``rows x classes``) are generated block by block straight into the float64 array that
+``app.observation_store.load`` hands a fit (the job process never holds the float32 array), then
+``auto`` is fitted on it as the service does (``validate_inputs``, ``fit_batch``, the fit report
+over row blocks). Memory is the process's peak resident set (``VmHWM``) above its resident set
+after the imports (the runtime), as a multiple of the float32 array's bytes (what the issue's 3x
+is counted against). ``--each`` also runs every candidate alone (its cross-validation and its fit), and
+``--trace`` reports tracemalloc's peak instead (numpy allocations, slower).
+
+Run: ``python benchmarks/auto_memory.py [--rows 10000 --classes 1000] [--each] [--candidates a,b]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
+DEFAULT = "temperature,ensemble_temperature,expectation_consistency,isotonic_multiclass,vector"
+
+
+def status(field: str) -> int:
+    with open("/proc/self/status") as lines:
+        for line in lines:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def case(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
+    """One measurement, in this process."""
+    import time
+    import tracemalloc
+
+    import numpy as np
+
+    sys.path.insert(0, str(REPO))
+    import calibration as cal
+    from app import reports
+
+    baseline = status("VmRSS")
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, classes, rows)
+    logits = np.empty((rows, classes))  # as observation_store.load fills it, chunk by chunk
+    for start in range(0, rows, 1000):
+        block = rng.standard_normal((min(1000, rows - start), classes), dtype=np.float32)
+        block[np.arange(len(block)), labels[start:start + len(block)]] += 4.0
+        logits[start:start + len(block)] = (block / 0.5).astype(np.float32)
+    del block
+    nbytes = rows * classes * 4
+    if hasattr(cal, "allow_reordering"):
+        cal.allow_reordering(logits)  # the fit's own array, as app.observations.load marks it
+    holding = status("VmRSS")
+    peaks = {}
+
+    def phase(name: str) -> None:  # the peak since the last phase, then VmHWM from here
+        peaks[name] = (status("VmHWM") - baseline) / nbytes
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+
+    phase("start")
+    if trace:
+        tracemalloc.start()
+    started = time.perf_counter()
+    inputs = cal.validate_inputs(logits, "logits")
+    y = cal.check_labels(labels, inputs.n, inputs.k)
+    if len(candidates) > 1:
+        calibrator = cal.create("auto", {"input": "logits", "candidates": candidates})
+        calibrator.progress = lambda done, total: phase("cross-validation") if done == total else None
+        calibrator.fit_batch(inputs, y, warn=False)
+        chosen = calibrator.selection_.chosen.name
+    else:  # one candidate: its cross-validation and its fit on all the rows (no selection to refuse it)
+        cal.compare(logits, y, candidates)
+        phase("cross-validation")
+        calibrator = cal.create(candidates[0], {"input": "logits"}).fit_batch(inputs, y, warn=False)
+        chosen = candidates[0]
+    phase("refit")
+    reports.fit_report(inputs, calibrator.predict_batch, y)
+    phase("report")
+    seconds = time.perf_counter() - started
+    traced = tracemalloc.get_traced_memory()[1] if trace else 0
+    del peaks["start"]
+    return {"candidates": candidates, "chosen": chosen, "seconds": seconds,
+            "holding_x": (holding - baseline) / nbytes, "peak_x": max(peaks.values()), "phases": peaks,
+            "traced_x": traced / nbytes, "peak_mib": max(peaks.values()) * nbytes / MIB}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=10000)
+    parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--candidates", default=DEFAULT)
+    parser.add_argument("--each", action="store_true", help="also each candidate alone")
+    parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(case(args.rows, args.classes, args.case.split(","), args.trace)))
+        return
+    names = args.candidates.split(",")
+    runs = ([[n] for n in names] if args.each else []) + [names]
+    print(f"{args.rows} x {args.classes} float32 ({args.rows * args.classes * 4 / MIB:.0f} MiB); "
+          "peak RSS above the runtime, x the float32 array's bytes (the float64 array held is 2x)")
+    for run in runs:
+        command = [sys.executable, __file__, "--rows", str(args.rows), "--classes", str(args.classes),
+                   "--case", ",".join(run)] + (["--trace"] if args.trace else [])
+        result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+        traced = f"  traced {result['traced_x']:.2f}x" if args.trace else ""
+        phases = ", ".join(f"{name} {value:.2f}x" for name, value in result["phases"].items())
+        print(f"{','.join(run):<40} peak {result['peak_x']:5.2f}x ({result['peak_mib']:.0f} MiB){traced} ({phases})"
+              f"  {result['seconds']:.1f} s  chose {result['chosen']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
