@@ -30,9 +30,13 @@ round of GIL passing every time the loop wakes for another connection's body: 5.
 CPU a request at 8 and 32 connections on the threads, 5.3 and 5.6 ms on the loop, and 5-6% fewer
 requests a second at 1 connection (benchmarks/service_latency.py, a busy machine; the tail at 32
 connections grows as the floor's does, p99 0.36 -> 0.8 s, each call holding the loop). Their
-budget is therefore the interpreter's switch interval (``sys.getswitchinterval()``, 5 ms: how
-long CPython itself lets one thread keep the GIL from the others) where that exceeds
-``CALIBRATION_INLINE_SECONDS``, and 0 where that is 0 (or on Postgres).
+budget is therefore twice the interpreter's switch interval (``sys.getswitchinterval()``, 5 ms:
+how long CPython itself lets one thread keep the GIL from another that waits) where that exceeds
+``CALIBRATION_INLINE_SECONDS``, and 0 where that is 0 (or on Postgres). Not once: a 64×1000 JSON
+call's CPU time is ~4 ms alone but 5-6 ms while the client sends the next bodies on the other
+core of this 2-core machine, and with a 5 ms budget a third to half of the calls at 8 and 32
+connections flipped back to the threads (per-thread CPU from /proc: 139 against 183 requests a
+second at 8 connections).
 
 **The pool.** These calls are short and numpy-bound. With many threads they pass the GIL back and
 forth at every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one
@@ -84,7 +88,7 @@ class HotPath:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="hot-path")
         self.inline_seconds = inline_seconds
         # JSON calls hold the GIL on a thread too (module docstring)
-        self.json_seconds = max(inline_seconds, sys.getswitchinterval()) if inline_seconds > 0 else 0.0
+        self.json_seconds = max(inline_seconds, 2 * sys.getswitchinterval()) if inline_seconds > 0 else 0.0
         self.costs: dict[tuple, deque] = {}  # kind -> seconds per body byte of its last runs
 
     def budget(self, kind: tuple) -> float:
