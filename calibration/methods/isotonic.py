@@ -26,12 +26,14 @@ point too.
   renormalised; a row that every map sends to 0 becomes uniform. Not accuracy-preserving.
 
 Fitting sorts the scores (``np.sort``, not a full ``argsort``; IRM sorts its own softmax in
-place; the positives are located with ``searchsorted``), marks the clusters' starts, and runs
-PAVA on the clusters that hold a positive and the two ends of each run without one
-(``isotonic_knots``: exact, as PAVA pools targets of 0 with exact sums). On n·k = 4·10⁷ scores
-(40000 x 1000) IRM's fit then holds the sorted scores, one flag per score and the clusters'
-start positions, 2x the float32 input's bytes where it held 17x (issue #19); prediction goes
-in row blocks of ``BLOCK`` entries into the output, normalised in place.
+place; the positives are located with ``searchsorted``), marks the clusters' starts (a flag
+per score, counted per block to find a cluster's number or start), and runs PAVA on the
+clusters that hold a positive and the two ends of each run without one (``isotonic_knots``:
+exact, as PAVA pools targets of 0 with exact sums). On n·k = 4·10⁷ scores (40000 x 1000) IRM's
+fit then holds the sorted scores and one flag per score, 2.25x the float32 input's bytes where
+it held 17x (issue #19; 2.9x with the clusters' start positions as int32, before they were
+counted from the flags); prediction goes in row blocks of ``BLOCK`` entries into the output,
+normalised in place.
 
 Backends: PAVA fits on a float64 host copy; prediction (``searchsorted`` and linear
 interpolation through the knots) runs on the input's device.
@@ -39,6 +41,7 @@ interpolation through the knots) runs on the input's device.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -68,14 +71,25 @@ def positions(flags: np.ndarray) -> np.ndarray:
 
 
 def cluster_starts(ordered: np.ndarray, atol: float = MERGE_ATOL, rtol: float = MERGE_RTOL) -> np.ndarray:
-    """For sorted ``ordered`` (repeats allowed), the positions where each cluster begins:
+    """The positions of ``cluster_flags``' flags."""
+    return positions(cluster_flags(ordered, atol, rtol))
+
+
+def start_blocks(flags: np.ndarray):
+    """The positions of the set flags, a block of ``BLOCK`` flags at a time (int64)."""
+    for a in range(0, len(flags), BLOCK):
+        yield np.flatnonzero(flags[a:a + BLOCK]) + a
+
+
+def cluster_flags(ordered: np.ndarray, atol: float = MERGE_ATOL, rtol: float = MERGE_RTOL) -> np.ndarray:
+    """For sorted ``ordered`` (repeats allowed), a flag where each cluster begins:
     greedily from the smallest, a cluster takes every value within ``atol + rtol·|start|`` of
     its first value ``start`` (as scikit-learn's ``_make_unique`` does with an absolute
     tolerance). The first values of consecutive clusters are then more than that apart, and a
     cluster begins at the first copy of a value. A value closer than that to the one before it
     starts no cluster unless its run of such values is wider than one cluster; only those runs
-    are walked, all together, one cluster per round each. Boolean flags and the start positions
-    are the only arrays of the input's length; the differences are taken in blocks."""
+    are walked, ``BLOCK`` runs together, one cluster per round each. The boolean flags are the
+    only array of the input's length; the differences and the runs are taken in blocks."""
     n = len(ordered)
     start = np.empty(n, dtype=bool)
     start[0] = True
@@ -84,33 +98,68 @@ def cluster_starts(ordered: np.ndarray, atol: float = MERGE_ATOL, rtol: float = 
         previous = ordered[a - 1:b - 1]
         np.less_equal(ordered[a:b] - previous, atol + rtol * np.abs(previous), out=start[a:b])
         np.logical_not(start[a:b], out=start[a:b])
-    first = positions(start)
     wide_first, wide_last = [], []
-    for j in range(0, len(first), BLOCK):  # a run: a start and the values up to the next one
-        run_first = first[j:j + BLOCK]
-        run_last = np.append(first[j + 1:j + BLOCK + 1], n)[:len(run_first)] - 1
+    small = np.int32 if n < 2**31 else np.int64
+    pending = np.empty(0, dtype=np.int64)
+    for found in itertools.chain(start_blocks(start), [None]):  # a run: a start and the values up to the next
+        if found is None:
+            run_first, run_last = pending, np.full(len(pending), n - 1)
+        else:
+            found = np.concatenate([pending, found])
+            run_first, run_last, pending = found[:-1], found[1:] - 1, found[-1:]
         longer = run_last > run_first
         run_first, run_last = run_first[longer], run_last[longer]
         narrow = ordered[run_last] - ordered[run_first] <= atol + rtol * np.abs(ordered[run_first])
-        wide_first.append(run_first[~narrow])
-        wide_last.append(run_last[~narrow])
-    i, last = np.concatenate(wide_first), np.concatenate(wide_last)
-    if not len(i):
-        return first
-    del first
-    while len(i):
-        start[i] = True
-        limit = ordered[i] + atol + rtol * np.abs(ordered[i])
-        i = np.searchsorted(ordered, limit, side="right")
-        going = i <= last
-        i, last = i[going], last[going]
-    return positions(start)
+        wide_first.append(run_first[~narrow].astype(small))
+        wide_last.append(run_last[~narrow].astype(small))
+    wide_first, wide_last = np.concatenate(wide_first), np.concatenate(wide_last)
+    for j in range(0, len(wide_first), BLOCK):  # each run walked alone: BLOCK runs at a time
+        i, last = wide_first[j:j + BLOCK], wide_last[j:j + BLOCK]
+        while len(i):
+            start[i] = True
+            limit = ordered[i] + atol + rtol * np.abs(ordered[i])
+            i = np.searchsorted(ordered, limit, side="right")
+            going = i <= last
+            i, last = i[going], last[going]
+    return start
+
+
+class StartIndex:
+    """Cluster numbers and start positions from ``cluster_flags``' flags alone (no array of all
+    the start positions: int32 per cluster, about 0.7 of the entries on softmax scores), by the
+    count of flags in each block of ``BLOCK``."""
+
+    def __init__(self, flags: np.ndarray):
+        self.flags = flags
+        counts = [np.count_nonzero(flags[a:a + BLOCK]) for a in range(0, len(flags), BLOCK)]
+        self.before = np.concatenate([[0], np.cumsum(counts)])  # flags before each block
+        self.total = int(self.before[-1])
+
+    def cluster_of(self, at: np.ndarray) -> np.ndarray:
+        """The number of the cluster holding each position: the flags at or before it, less 1."""
+        out = np.empty(len(at), dtype=np.int64)
+        block = at // BLOCK
+        for b in np.unique(block):
+            here = block == b
+            counted = np.cumsum(self.flags[b * BLOCK:(b + 1) * BLOCK])
+            out[here] = self.before[b] + counted[at[here] - b * BLOCK] - 1
+        return out
+
+    def start_of(self, cluster: np.ndarray) -> np.ndarray:
+        """The position where each cluster begins."""
+        out = np.empty(len(cluster), dtype=np.int64)
+        block = np.searchsorted(self.before, cluster, side="right") - 1
+        for b in np.unique(block):
+            here = block == b
+            found = np.flatnonzero(self.flags[b * BLOCK:(b + 1) * BLOCK])
+            out[here] = found[cluster[here] - self.before[b]] + b * BLOCK
+        return out
 
 
 def isotonic_knots(ordered: np.ndarray, positives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Knots ``(xs, ys)`` of the isotonic regression of 0/1 targets on the sorted scores
     ``ordered``, of which ``positives`` are those with target 1, scores pooled by
-    ``cluster_starts`` first: each cluster's target is its share of positives, its weight its
+    ``cluster_flags`` first: each cluster's target is its share of positives, its weight its
     size, and PAVA (``scipy.optimize.isotonic_regression``) fits them in order.
 
     Only the clusters holding a positive and the two ends of each run of clusters without one
@@ -121,16 +170,15 @@ def isotonic_knots(ordered: np.ndarray, positives: np.ndarray) -> tuple[np.ndarr
     yields the same sums and means whether it comes as one value or many, and it always ends
     in one block, whose value the run's two ends carry as knots."""
     n = len(ordered)
-    first = cluster_starts(ordered)
-    clusters = len(first)
-    at = (np.searchsorted(ordered, positives, side="right") - 1).astype(first.dtype)
-    holding = np.searchsorted(first, at, side="right") - 1
+    index = StartIndex(cluster_flags(ordered))
+    clusters = index.total
+    holding = index.cluster_of(np.searchsorted(ordered, positives, side="right") - 1)
     hit, hits = np.unique(holding, return_counts=True)
     kept = np.unique(np.concatenate([hit, hit - 1, hit + 1, [0, clusters - 1]]))
     kept = kept[(kept >= 0) & (kept < clusters)]
-    bounds = np.append(first[kept], n)
+    bounds = np.append(index.start_of(kept), n)
+    del index
     values, counts = ordered[bounds[:-1]], np.diff(bounds).astype(np.float64)
-    del first
     targets = np.zeros(len(kept))
     at_hit = np.searchsorted(kept, hit)
     targets[at_hit] = hits / counts[at_hit]
