@@ -194,3 +194,19 @@ def test_calibrate_serves_prior_adjusted_probabilities(api):
     assert np.allclose(given["probabilities"], label_shift.adjust_priors(plain, [0.25] * 4, target), atol=1e-12)
     wrong = api.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[:5].tolist(), "priors": [0.5, 0.5]})
     assert wrong.status_code == 422 and "priors" in wrong.json()["detail"]
+
+
+def test_a_fit_s_observations_are_its_own_to_reorder_unless_shared(api):
+    """Issue #19: the array a fit loads from the log may be laid out fold by fold in place by the
+    core (``calibration.allow_reordering``: views, not copies, of each fold's rows); a worker's
+    cached arrays, read by several parts of a fanned-out job, may not."""
+    from app.observation_schemas import ObservationQuery
+    from calibration.inputs import may_reorder
+
+    assert _append(api, "own", 0, 300).status_code == 201
+    observations = api.app.state.service.observations
+    index = observations.fit_index("own", ObservationQuery())
+    batch = observations.load(None, index)
+    assert may_reorder(batch.values) and batch.values.dtype == np.float64
+    np.testing.assert_array_equal(batch.values, LOGITS[:300])
+    assert not may_reorder(observations.load(None, index, shared=True).values)
