@@ -30,9 +30,9 @@ class Settings(BaseSettings):
                                       "and /v2 inference (other work uses anyio's default pool); by default 2 "
                                       "when there are at least 2 cores per worker, else 1.")
     inline_seconds: float = Field(0.002, ge=0, le=0.05, description="Calibrate and /v2 inference calls "
-                                  "estimated to take at most this long run on the event loop instead of a "
-                                  "thread (app/routes/hot_path.py), on SQLite only (on Postgres the version lookup "
-                                  "is a network round trip); 0: always on a thread.")
+                                  "estimated to take at most this long (JSON ones five times this) run on the event "
+                                  "loop instead of a thread (app/routes/hot_path.py), on SQLite only (on Postgres "
+                                  "the version lookup is a network round trip); 0: always on a thread.")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 above).")
     cache_size: int = Field(256, ge=1, description="Fitted calibrators kept in memory per process.")
     migrate_on_start: bool = Field(True, description="`serve` runs `alembic upgrade head` before starting.")

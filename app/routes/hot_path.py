@@ -8,7 +8,7 @@ queues them.
 work: for a 64×1000 float32 ``.npy`` calibrate, 660 µs of CPU a request through the pool against
 450 µs on the loop (in-process, one request at a time), the handover being two wake-ups, a
 context switch and the GIL passing back and forth. So each kind of call (function, path,
-Content-Type) learns its cost per body byte from its last ``WINDOW`` runs (their CPU time, the
+media type) learns its cost per body byte from its last ``WINDOW`` runs (their CPU time, the
 smallest: a run that waited for the GIL or a core measures long, never short; a run that waited
 ``STALL`` times longer than it worked and than the budget, on a slow database say, counts its
 wall time), and a call whose estimate (that cost × its body's bytes) is within
@@ -18,9 +18,9 @@ on SQLite only: there the version lookup is a local read; on Postgres it is a ne
 that can wait for a pooled connection, which must never happen on the loop. A kind's first call
 always goes to the pool. Calls on the loop run one after another, so when one of them turns out
 over the budget (a heavier calibrator behind the same name, a slow database) its kind forgets
-its other runs and the next call is estimated from it: at most one such call stalls the loop
-before its kind goes back to the pool. Large batches and heavy calibrators never run there, so
-``/readyz`` and ``/healthz`` wait for at most a few tiny calls.
+its other runs and stays on the pool for ``COOLDOWN`` seconds (below): at most one such call
+stalls the loop before its kind goes back to the pool. Large batches and heavy calibrators never
+run there, so ``/readyz`` and ``/healthz`` wait for at most a few tiny calls.
 
 **JSON calls hold the GIL.** A JSON body's call spends nearly all its time in C that holds the GIL:
 for a 64×1000 calibrate (~3.9 ms), orjson's parse 1.5 ms, numpy's conversion of the nested lists
@@ -30,13 +30,19 @@ round of GIL passing every time the loop wakes for another connection's body: 5.
 CPU a request at 8 and 32 connections on the threads, 5.3 and 5.6 ms on the loop, and 5-6% fewer
 requests a second at 1 connection (benchmarks/service_latency.py, a busy machine; the tail at 32
 connections grows as the floor's does, p99 0.36 -> 0.8 s, each call holding the loop). Their
-budget is therefore twice the interpreter's switch interval (``sys.getswitchinterval()``, 5 ms:
-how long CPython itself lets one thread keep the GIL from another that waits) where that exceeds
-``CALIBRATION_INLINE_SECONDS``, and 0 where that is 0 (or on Postgres). Not once: a 64×1000 JSON
-call's CPU time is ~4 ms alone but 5-6 ms while the client sends the next bodies on the other
-core of this 2-core machine, and with a 5 ms budget a third to half of the calls at 8 and 32
-connections flipped back to the threads (per-thread CPU from /proc: 139 against 183 requests a
-second at 8 connections).
+budget is therefore ``JSON_BUDGET`` (5) times ``CALIBRATION_INLINE_SECONDS``: 10 ms at the default
+2 ms (0 turns both off, and they are off on Postgres). Not 5 ms: a 64×1000 JSON call's CPU time is
+~4 ms alone but 5-6 ms while the client sends the next bodies on the other core of this 2-core
+machine, and with a 5 ms budget a third to half of the calls at 8 and 32 connections flipped back
+to the threads (per-thread CPU from /proc: 139 against 183 requests a second at 8 connections).
+
+**A call that overran.** The estimate is learned, so a client can teach a low cost per byte
+(bodies padded with whitespace, or many small calls) and then send a dense body that takes far
+longer than the budget on the loop. Such a call still runs to its end, but its kind (function,
+path, media type: a Content-Type's parameters do not make new kinds) then stays off the loop for
+``COOLDOWN`` seconds (60): at most one overrun a minute for each calibrator and body type. How long
+one can be is bounded by what the body limits let through; a JSON body's parse and conversion hold
+the GIL on a thread too, so there the loop would wait for most of it anyway.
 
 **The pool.** These calls are short and numpy-bound. With many threads they pass the GIL back and
 forth at every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one
@@ -54,7 +60,6 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +74,8 @@ WINDOW = 8  # runs a kind of call remembers
 MAX_KINDS = 4096  # kinds remembered (paths name calibrators): forgotten all at once beyond it
 DEFAULT_INLINE_SECONDS = 0.002
 STALL = 10  # a call whose wall time is this many times its CPU time (and the budget) waited on something
+JSON_BUDGET = 5  # JSON calls' budget, in CALIBRATION_INLINE_SECONDS (module docstring)
+COOLDOWN = 60.0  # seconds a kind of call stays off the loop after one of its calls overran there
 
 
 def body_bytes(args) -> int | None:
@@ -87,14 +94,13 @@ class HotPath:
     def __init__(self, threads: int, inline_seconds: float = DEFAULT_INLINE_SECONDS):
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="hot-path")
         self.inline_seconds = inline_seconds
-        # JSON calls hold the GIL on a thread too (module docstring)
-        self.json_seconds = max(inline_seconds, 2 * sys.getswitchinterval()) if inline_seconds > 0 else 0.0
+        self.json_seconds = JSON_BUDGET * inline_seconds  # JSON calls hold the GIL on a thread too
         self.costs: dict[tuple, deque] = {}  # kind -> seconds per body byte of its last runs
+        self.barred: dict[tuple, float] = {}  # kind -> until when (monotonic) it stays off the loop
 
     def budget(self, kind: tuple) -> float:
-        """How long a call of ``kind`` (function, path, Content-Type) may take on the loop."""
-        json = len(kind) > 2 and media_type(kind[2]) == JSON_TYPE
-        return self.json_seconds if json else self.inline_seconds
+        """How long a call of ``kind`` (function, path, media type) may take on the loop."""
+        return self.json_seconds if kind[-1] == JSON_TYPE else self.inline_seconds
 
     def estimate(self, kind: tuple, size: int) -> float | None:
         """Seconds a call of ``kind`` with a ``size``-byte body is expected to take, if known."""
@@ -106,14 +112,21 @@ class HotPath:
         if budget <= 0 or size is None:
             return False
         estimate = self.estimate(kind, size)
-        return estimate is not None and estimate <= budget
+        if estimate is None or estimate > budget:
+            return False
+        barred = self.barred.get(kind)
+        return barred is None or time.monotonic() >= barred
 
     def learn(self, kind: tuple, size: int, seconds: float, inline: bool) -> None:
         runs = self.costs.get(kind)
-        if runs is None or (inline and seconds > self.budget(kind)):
+        overran = inline and seconds > self.budget(kind)
+        if runs is None or overran:
             if len(self.costs) >= MAX_KINDS:
                 self.costs.clear()
+                self.barred.clear()
             runs = self.costs[kind] = deque(maxlen=WINDOW)
+        if overran:
+            self.barred[kind] = time.monotonic() + COOLDOWN
         runs.append(seconds / max(size, 1))
 
     def timed(self, kind: tuple, size: int | None, inline: bool, fn, *args):
@@ -148,8 +161,7 @@ def install(app: FastAPI, threads: int) -> ThreadPoolExecutor:
 async def run(request: Request, fn, *args):
     """``fn(*args)``: on the event loop when its estimated cost is tiny, else on one of the hot
     path's threads."""
-    scope = request.scope
-    kind = (fn, scope["path"], request.headers.get("content-type"))
+    kind = (fn, request.scope["path"], media_type(request.headers.get("content-type")))
     return await request.app.state.hot_path.run(kind, fn, *args)
 
 
@@ -179,61 +191,65 @@ class Shortcut:
     checks (``auth.authorize``: they take only the request), with the scope FastAPI would give it
     (``route``, ``endpoint``, ``path_params``). FastAPI's router and dependency resolution cost
     ~100 µs of CPU a request here (the included-router matching, the dependency solver, two exit
-    stacks), a fifth of a 64×1000 ``.npy`` calibrate call. It sits where the router sits, inside
+    stacks), a fifth of a 64×1000 ``.npy`` calibrate call. It wraps the router's own stack, inside
     the exception middleware, so a check's or the endpoint's error becomes the same response.
-    Everything else, and any parameter the shortcut cannot read exactly as FastAPI would (a
-    version that is not a plain decimal in range), goes to the router unchanged. Only routes of
-    that shape are taken (``Shortcut.routes`` says which: tests check the hot ones are there);
-    the calibrate routes are the router's first, so no other route could have taken these
-    requests."""
 
-    def __init__(self, router, routes, checks: set):
-        self.router = router
+    Routes are read as the app serves them (``fastapi.routing.iter_route_contexts``: with the
+    dependencies added where a router is included or on the app), and one is taken only if all
+    its dependencies are access checks and nothing else (no body limit of its own, no other
+    parameters); while ``app.dependency_overrides`` holds anything, every request goes to the
+    router. Everything else, and any parameter the shortcut cannot read exactly as FastAPI would
+    (a version that is not a plain decimal in range), goes to the router unchanged. The calibrate
+    routes are the router's first, so no other route could have taken these requests."""
+
+    def __init__(self, app: FastAPI, router_stack, contexts, checks: set):
+        self.app, self.router_stack = app, router_stack
         self.routes = []
-        for route in routes:
-            dependant = route.dependant
+        for context in contexts:
+            dependant = context.dependant
             converters = {field.name: _path_converter(field) for field in dependant.path_params}
             calls = [sub.call for sub in dependant.dependencies]
-            if (route.methods != {"POST"} or False in converters.values() or not set(calls) <= checks
+            if (context.methods != {"POST"} or False in converters.values() or not set(calls) <= checks
+                    or getattr(context, "max_body_size", None) is not None
                     or any(sub.dependencies or sub.path_params or sub.query_params or sub.header_params
                            or sub.cookie_params or sub.body_params for sub in dependant.dependencies)
                     or dependant.query_params or dependant.header_params or dependant.cookie_params
                     or dependant.body_params or dependant.request_param_name != "request"):
                 continue
-            self.routes.append((route, converters, calls))
+            self.routes.append((context.original_route, context.path_regex, context.endpoint, converters, calls))
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if scope["type"] == "http" and scope["method"] == "POST" and not self.app.dependency_overrides:
             path = get_route_path(scope)
-            for route, converters, checks in self.routes:
-                match = route.path_regex.match(path)
+            for route, path_regex, endpoint, converters, checks in self.routes:
+                match = path_regex.match(path)
                 if match is None:
                     continue
                 params = {name: converters[name](text) for name, text in match.groupdict().items()}
                 if None in params.values():
                     break
-                scope["route"], scope["endpoint"], scope["path_params"] = route, route.endpoint, params
-                scope.setdefault("router", self.router)
+                scope["route"], scope["endpoint"] = route, endpoint
+                scope["path_params"] = {**scope.get("path_params", {}), **params}
+                scope.setdefault("router", self.app.router)
                 request = Request(scope, receive, send)
                 for check in checks:
                     await check(request)
-                response = await route.endpoint(request, **params)
+                response = await endpoint(request, **params)
                 await response(scope, receive, send)
                 return
-        await self.router(scope, receive, send)
+        await self.router_stack(scope, receive, send)
 
 
 def install_shortcut(app: FastAPI, routes) -> None:
-    """Put a ``Shortcut`` for ``routes`` where the app's middleware stack calls its router."""
+    """Put a ``Shortcut`` for ``routes`` (as the routers declare them) around the app router's own
+    stack; with a FastAPI that cannot say how it serves a route (no ``iter_route_contexts``),
+    none: the router serves them, only slower."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # pragma: no cover - an older FastAPI
+        return
     from .auth import CHECKS
 
-    build = app.build_middleware_stack
-
-    def build_with_shortcut():
-        stack = layer = build()
-        while getattr(layer, "app", None) is not app.router:
-            layer = layer.app  # every middleware keeps the app it wraps as .app
-        layer.app = app.state.shortcut = Shortcut(app.router, routes, CHECKS)
-        return stack
-
-    app.build_middleware_stack = build_with_shortcut
+    router = app.router
+    contexts = [context for context in iter_route_contexts(router.routes) if context.original_route in routes]
+    router.middleware_stack = app.state.shortcut = Shortcut(app, router.middleware_stack, contexts, CHECKS)

@@ -108,27 +108,37 @@ def test_a_kind_of_call_runs_on_the_loop_only_once_its_runs_show_it_tiny():
 
 
 
-def test_json_calls_hold_the_gil_anyway_and_get_twice_the_switch_interval_as_their_budget():
-    import sys
-
+def test_json_calls_get_five_times_the_inline_budget_and_an_overrun_bars_its_kind_for_a_while(monkeypatch):
+    from app.routes import hot_path
     from app.routes.hot_path import HotPath
 
+    now = [1000.0]
+    monkeypatch.setattr(hot_path.time, "monotonic", lambda: now[0])
     hot = HotPath(1, inline_seconds=0.002)
-    json_kind = ("calibrate", "/v1/calibrators/demo/calibrate", "application/json; charset=utf-8")
+    json_kind = ("calibrate", "/v1/calibrators/demo/calibrate", "application/json")
     npy_kind = ("calibrate", "/v1/calibrators/demo/calibrate", "application/x-npy")
     for kind in (json_kind, npy_kind):
         hot.learn(kind, 1000, 0.004, inline=False)  # a 64 x 1000 JSON call's ~4 ms
-    assert sys.getswitchinterval() == 0.005
-    assert hot.runs_inline(json_kind, 1000) and hot.runs_inline(json_kind, 2500)
+    assert hot.runs_inline(json_kind, 1000) and hot.runs_inline(json_kind, 2500)  # 10 ms
     assert not hot.runs_inline(json_kind, 2600)
-    assert not hot.runs_inline(npy_kind, 1000)
+    assert not hot.runs_inline(npy_kind, 1000)  # 2 ms
     hot.learn(json_kind, 1000, 0.006, inline=True)  # within its budget: remembered, not a reset
     assert len(hot.costs[json_kind]) == 2
-    hot.learn(json_kind, 1000, 0.011, inline=True)  # over it: the kind forgets its other runs
-    assert len(hot.costs[json_kind]) == 1 and not hot.runs_inline(json_kind, 1000)
+    # a client that taught a low cost (padded bodies) and then sent a dense one: it overran once;
+    # its kind forgets its other runs and stays on the pool for COOLDOWN seconds, whatever it learns
+    hot.learn(json_kind, 1000, 0.011, inline=True)
+    assert len(hot.costs[json_kind]) == 1 and not hot.runs_inline(json_kind, 100)
+    for _ in range(hot_path.WINDOW):
+        hot.learn(json_kind, 1000, 1e-6, inline=False)
+    assert not hot.runs_inline(json_kind, 1000)
+    now[0] += hot_path.COOLDOWN
+    assert hot.runs_inline(json_kind, 1000)
+    # the operator's setting bounds both budgets
+    assert HotPath(1, inline_seconds=0.0005).budget(json_kind) == pytest.approx(0.0025)
     off = HotPath(1, inline_seconds=0)
     off.learn(json_kind, 1000, 1e-6, inline=False)
     assert not off.runs_inline(json_kind, 1000)
+
 
 def record_serving_threads(app) -> list[str]:
     """The name of the thread each calibrate call looks its version up on, in order."""
@@ -156,12 +166,12 @@ def test_tiny_calibrate_calls_run_on_the_event_loop_and_costly_ones_on_the_serve
         assert answers[2].headers["x-calibrator-version"] == "1"
         # the first call of its kind on a serve thread, the next ones (far under 50 ms) on the loop
         assert threads[0].startswith("hot-path") and not any(t.startswith("hot-path") for t in threads[1:])
-        # runs of the kind that cost 1 ms per body byte: the next call is expected to take far
-        # more than 50 ms, and goes back to a serve thread
+        # runs of the kind that cost 10 ms per body byte: the next call is expected to take far
+        # more than a JSON call's 250 ms (5 x 50 ms), and goes back to a serve thread
         hot = app.state.hot_path
         (_kind, runs), = hot.costs.items()
         runs.clear()
-        runs.append(1e-3)
+        runs.append(1e-2)
         assert client.post("/v1/calibrators/demo/calibrate", json=small).status_code == 200
         assert threads[-1].startswith("hot-path")
 

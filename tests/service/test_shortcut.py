@@ -8,12 +8,13 @@ import io
 
 import numpy as np
 import pytest
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.testclient import TestClient
 
 from app import keys
 from app.main import create_app
 from app.migrate import upgrade
+from app.routes import auth
 from app.routes.hot_path import Shortcut
 from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
@@ -81,7 +82,8 @@ def _answer(client, method, path, body, key):
 
 
 def _without_shortcut(app: FastAPI) -> FastAPI:
-    app.build_middleware_stack = lambda: FastAPI.build_middleware_stack(app)
+    app.router.middleware_stack = app.state.shortcut.router_stack
+    del app.state.shortcut
     return app
 
 
@@ -100,7 +102,7 @@ def test_the_shortcut_answers_as_fastapi_does(sqlite_url, keys_on):
         assert fast_client.put("/v1/calibrators/demo/aliases/production", headers=admin,
                                json={"version": 1}).status_code == 200
         assert isinstance(fast.state.shortcut, Shortcut)
-        assert {route.path for route, _, _ in fast.state.shortcut.routes} == HOT
+        assert {route.path for route, *_ in fast.state.shortcut.routes} == HOT
         for method, path, body, scope in CASES:
             key = issued.get(scope) if scope else None
             ours, theirs = _answer(fast_client, method, path, body, key), _answer(plain_client, method, path, body, key)
@@ -111,3 +113,53 @@ def test_the_shortcut_answers_as_fastapi_does(sqlite_url, keys_on):
         assert 'route="/v1/calibrators/{ref}/calibrate",status="200"' in metrics
         assert 'route="/v1/calibrators/{name}/versions/{version}/calibrate",status="200"' in metrics
         assert 'route="/v2/models/{name}/infer",status="200"' in metrics
+
+
+async def _deny(request: Request) -> None:
+    raise HTTPException(403, "denied by a gate added where the routers are included")
+
+
+class _Tag:
+    """A plain ASGI middleware that keeps the app it wraps under another name than ``.app``."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        await self.inner(scope, receive, send)
+
+
+@pytest.mark.parametrize("shortcut", [True, False])
+def test_gates_fastapi_adds_outside_a_route_and_overrides_hold_on_the_shortcut(sqlite_url, monkeypatch, shortcut):
+    """A dependency added where the routers are included runs on the hot routes too, and while
+    ``app.dependency_overrides`` holds anything the router serves them (the override runs)."""
+    upgrade(sqlite_url)
+    include = FastAPI.include_router
+
+    def include_with_gate(self, router, **options):
+        options.setdefault("dependencies", [Depends(_deny)])
+        return include(self, router, **options)
+
+    monkeypatch.setattr(FastAPI, "include_router", include_with_gate)
+    gated = create_app(Settings(database_url=sqlite_url))
+    monkeypatch.undo()
+    overridden = create_app(Settings(database_url=sqlite_url))
+    overridden.dependency_overrides[auth.READ.dependency] = _deny
+    if not shortcut:
+        gated, overridden = _without_shortcut(gated), _without_shortcut(overridden)
+    for app in (gated, overridden):
+        with TestClient(app) as client:
+            answer = client.post("/v1/calibrators/demo/calibrate", json=BATCH)
+            assert answer.status_code == 403 and "denied" in answer.json()["detail"], answer.text
+    if shortcut:
+        assert not gated.state.shortcut.routes  # no hot route is plain any more: the router serves them
+
+
+def test_a_middleware_that_names_its_app_otherwise_leaves_the_shortcut_working(sqlite_url):
+    upgrade(sqlite_url)
+    app = create_app(Settings(database_url=sqlite_url))
+    app.add_middleware(_Tag)
+    with TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 404
+    assert app.state.shortcut.routes
