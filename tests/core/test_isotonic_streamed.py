@@ -1,0 +1,54 @@
+"""Issue #19: IRM's knots from one value range of the scores at a time (``isotonic_streamed``) are
+``isotonic_knots``' on the whole sorted array, bit for bit, for any number of ranges and block
+size, on tie-heavy scores too; and IRM's fit above ``STREAM_ABOVE`` equals the in-memory fit."""
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration.methods import isotonic
+from calibration.methods.isotonic_streamed import streamed_knots
+
+from .test_fold_memory import synthetic, traced_peak
+
+
+def scores(kind: str, n: int, rng) -> np.ndarray:
+    if kind == "uniform":
+        return rng.random(n)
+    if kind == "rounded":  # many exact ties
+        return np.round(rng.random(n), 3)
+    if kind == "dense":  # runs wider than one cluster: walked
+        return 0.5 + rng.random(n) * 2e-5
+    return np.exp(-30 * rng.random(n))  # softmax-like: most mass near 0
+
+
+@pytest.mark.parametrize("kind", ["uniform", "rounded", "dense", "tiny"])
+def test_streamed_knots_equal_the_whole_array_s(kind):
+    rng = np.random.default_rng(["uniform", "rounded", "dense", "tiny"].index(kind))
+    for _ in range(6):
+        n = int(rng.integers(2, 60000))
+        x = scores(kind, n, rng)
+        positives = x[rng.random(n) < rng.random()]
+        positives = positives if len(positives) else x[:1]
+        size = int(rng.integers(1, 20000))
+        expected = isotonic.isotonic_knots(np.sort(x), positives)
+        for ranges in (1, 3, 8, 17):
+            got = streamed_knots(lambda x=x, size=size: (x[a:a + size] for a in range(0, len(x), size)), n,
+                                 positives, ranges)
+            np.testing.assert_array_equal(got[0], expected[0])
+            np.testing.assert_array_equal(got[1], expected[1])
+
+
+@pytest.mark.parametrize("kind", ["logits", "probabilities"])
+def test_irm_streamed_fit_equals_the_in_memory_fit_with_a_smaller_peak(kind, monkeypatch):
+    logits, labels = synthetic(4000, 800, seed=7)  # 3.2e6 scores: 7 row blocks
+    x = cal.softmax(logits) if kind == "probabilities" else logits
+    batch = cal.validate_inputs(x, kind)
+    in_memory = cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels)
+    whole = traced_peak(lambda: cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels))
+    monkeypatch.setattr(isotonic, "STREAM_ABOVE", 0)
+    streamed = cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels)
+    np.testing.assert_array_equal(streamed.knots_x_, in_memory.knots_x_)
+    np.testing.assert_array_equal(streamed.knots_y_, in_memory.knots_y_)
+    peak = traced_peak(lambda: cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels))
+    assert peak < 0.75 * whole
