@@ -45,7 +45,7 @@ _REORDERABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 def allow_reordering(array: np.ndarray) -> np.ndarray:
     """Let the core reorder ``array``'s rows in place while it works on it, always putting every
-    row back before it returns (``comparison.FoldLayout``: a fold's rows as views, not copies).
+    row back before it returns (``fold_layout.FoldLayout``: a fold's rows as views, not copies).
     For an array no one else reads meanwhile: one the caller made for the fit (the service's
     observations loaded from the log). ``validate_inputs`` marks the float64 copies it makes."""
     _REORDERABLE[id(array)] = array

@@ -6,7 +6,7 @@ probabilities was 1.6x the float32 array's bytes, the largest holder of ``auto``
 The scores' value range is cut at ``RANGES - 1`` pivots (quantiles of a strided sample). Range by
 range, in increasing order, the scores of each block that fall in it are gathered and sorted: a
 stretch of the whole sorted array, whose global offset is the count of the ranges before it.
-Over that stretch the clusters' start flags (``isotonic.cluster_flags``: the comparison of each
+Over that stretch the clusters' start flags (``isotonic_knots.cluster_flags``: the comparison of each
 value with the one before it) are set in one global flag array, the wide runs that end in it are
 walked, and the positives in the range are located; the run still open at its end is carried
 into the next stretch, so that every run is walked with all its values. A second pass over the
@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
-from .isotonic import BLOCK, MERGE_ATOL, MERGE_RTOL, StartIndex
+from .isotonic_knots import BLOCK, MERGE_ATOL, MERGE_RTOL, StartIndex, pava_knots
 
 RANGES = 8
 SAMPLE = 1 << 16  # about this many values sampled for the pivots
@@ -43,7 +42,7 @@ def _stretches(blocks: Callable[[], Iterator[np.ndarray]], pivots: np.ndarray) -
 
 def streamed_knots(blocks: Callable[[], Iterator[np.ndarray]], n: int, positives: np.ndarray, ranges: int = RANGES,
                    atol: float = MERGE_ATOL, rtol: float = MERGE_RTOL) -> tuple[np.ndarray, np.ndarray]:
-    """``isotonic.isotonic_knots(np.sort(all values), positives)`` where ``blocks()`` yields the
+    """``isotonic_knots.isotonic_knots(np.sort(all values), positives)`` where ``blocks()`` yields the
     ``n`` values (1-D float64 arrays) afresh each time it is called, in ``ranges`` value ranges."""
     stride = max(1, n // SAMPLE)
     sample = np.sort(np.concatenate([values[::stride].copy() for values in blocks()]))  # not views of the blocks
@@ -99,15 +98,7 @@ def streamed_knots(blocks: Callable[[], Iterator[np.ndarray]], n: int, positives
         inside = (bounds[:-1] >= offsets[r]) & (bounds[:-1] < offsets[r] + len(stretch))
         values[inside] = stretch[bounds[:-1][inside] - offsets[r]]
     counts = np.diff(bounds).astype(np.float64)
-    targets = np.zeros(len(kept))
-    at_hit = np.searchsorted(kept, hit)
-    targets[at_hit] = hits / counts[at_hit]
-    fitted = isotonic_regression(targets, weights=counts).x
-    if len(values) <= 2:
-        return values, fitted
-    inner = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
-    keep = np.concatenate([[True], inner, [True]])
-    return values[keep], fitted[keep]
+    return pava_knots(values, counts, kept, hit, hits)
 
 
 def _walk(values: np.ndarray, run_first: np.ndarray, run_last: np.ndarray, start: np.ndarray, base: int,

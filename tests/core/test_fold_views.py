@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from calibration.comparison import FoldLayout, permute_rows
+from calibration.fold_layout import FoldLayout, permute_rows
 from calibration.inputs import may_reorder
 from calibration.methods.affine_numerics import standardisation
 from calibration.metrics.validated import row_blocks

@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import isotonic_regression
 
 import calibration as cal
-from calibration.methods.isotonic import MERGE_ATOL, MERGE_RTOL, fit_isotonic_binary
+from calibration.methods.isotonic_knots import MERGE_ATOL, MERGE_RTOL, fit_isotonic_binary
 from tests.helpers import DATASETS, load_split
 
 

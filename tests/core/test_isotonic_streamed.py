@@ -7,6 +7,7 @@ import pytest
 
 import calibration as cal
 from calibration.methods import isotonic
+from calibration.methods.isotonic_knots import isotonic_knots
 from calibration.methods.isotonic_streamed import streamed_knots
 
 from .test_fold_memory import synthetic, traced_peak
@@ -31,7 +32,7 @@ def test_streamed_knots_equal_the_whole_array_s(kind):
         positives = x[rng.random(n) < rng.random()]
         positives = positives if len(positives) else x[:1]
         size = int(rng.integers(1, 20000))
-        expected = isotonic.isotonic_knots(np.sort(x), positives)
+        expected = isotonic_knots(np.sort(x), positives)
         for ranges in (1, 3, 8, 17):
             got = streamed_knots(lambda x=x, size=size: (x[a:a + size] for a in range(0, len(x), size)), n,
                                  positives, ranges)

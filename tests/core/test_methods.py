@@ -7,7 +7,8 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 import calibration as cal
-from calibration.methods.isotonic import fit_isotonic_binary, interpolate_monotone
+from calibration.methods.isotonic import interpolate_monotone
+from calibration.methods.isotonic_knots import fit_isotonic_binary
 from tests.helpers import load_split, make_reference_input
 
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
 
 import calibration as cal
-from calibration.methods.isotonic import MERGE_ATOL, MERGE_RTOL, fit_isotonic_binary, interpolate_monotone
+from calibration.methods.isotonic import interpolate_monotone
+from calibration.methods.isotonic_knots import MERGE_ATOL, MERGE_RTOL, fit_isotonic_binary
 from tests.helpers import load_split, make_reference_input
 
 
