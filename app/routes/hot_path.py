@@ -18,7 +18,7 @@ on SQLite only: there the version lookup is a local read; on Postgres it is a ne
 that can wait for a pooled connection, which must never happen on the loop. A kind's first call
 always goes to the pool. Calls on the loop run one after another, so when one of them turns out
 over the budget (a heavier calibrator behind the same name, a slow database) its kind forgets
-its other runs and stays on the pool for ``COOLDOWN`` seconds (below): at most one such call
+its other runs (and, far over, stays on the pool for a while: below): at most one such call
 stalls the loop before its kind goes back to the pool. Large batches and heavy calibrators never
 run there, so ``/readyz`` and ``/healthz`` wait for at most a few tiny calls.
 
@@ -38,11 +38,17 @@ to the threads (per-thread CPU from /proc: 139 against 183 requests a second at 
 
 **A call that overran.** The estimate is learned, so a client can teach a low cost per byte
 (bodies padded with whitespace, or many small calls) and then send a dense body that takes far
-longer than the budget on the loop. Such a call still runs to its end, but its kind (function,
-path, media type: a Content-Type's parameters do not make new kinds) then stays off the loop for
-``COOLDOWN`` seconds (60): at most one overrun a minute for each calibrator and body type. How long
-one can be is bounded by what the body limits let through; a JSON body's parse and conversion hold
-the GIL on a thread too, so there the loop would wait for most of it anyway.
+longer than the budget on the loop. Such a call still runs to its end; its kind (function, path,
+media type: a Content-Type's parameters do not make new kinds) forgets its runs, as after any
+overrun, and when two of its calls within ``COOLDOWN`` seconds (60) worked ``OVERRUN`` (4) times the
+budget or more, the kind stays off the loop for the next 60 s: at most two stalls longer than four
+budgets a minute for each calibrator and body type. Not at the first: a lone hiccup happens (a
+64×100 ``.npy`` call of ~0.4 ms once took 22 ms of CPU among ~30000 in benchmarks/prediction_log.py,
+and 76 ms in another run), and barring the kind for it halved that benchmark's throughput. Nor for
+waiting (a call that waited for the GIL while the log's writer ran, say): a client's body cannot
+make the service wait, only work. How long one stall
+can be is bounded by what the body limits let through; a JSON body's parse and conversion hold the
+GIL on a thread too, so there the loop would wait for most of it anyway.
 
 **The pool.** These calls are short and numpy-bound. With many threads they pass the GIL back and
 forth at every numpy call: on anyio's pool of 40, with 32 concurrent 64×1000 calibrate calls, one
@@ -75,7 +81,8 @@ MAX_KINDS = 4096  # kinds remembered (paths name calibrators): forgotten all at 
 DEFAULT_INLINE_SECONDS = 0.002
 STALL = 10  # a call whose wall time is this many times its CPU time (and the budget) waited on something
 JSON_BUDGET = 5  # JSON calls' budget, in CALIBRATION_INLINE_SECONDS (module docstring)
-COOLDOWN = 60.0  # seconds a kind of call stays off the loop after one of its calls overran there
+OVERRUN = 4  # two calls on the loop whose CPU time is this many times the budget...
+COOLDOWN = 60.0  # ...within this many seconds bar their kind for as long
 
 
 def body_bytes(args) -> int | None:
@@ -97,6 +104,7 @@ class HotPath:
         self.json_seconds = JSON_BUDGET * inline_seconds  # JSON calls hold the GIL on a thread too
         self.costs: dict[tuple, deque] = {}  # kind -> seconds per body byte of its last runs
         self.barred: dict[tuple, float] = {}  # kind -> until when (monotonic) it stays off the loop
+        self.overran: dict[tuple, float] = {}  # kind -> when (monotonic) a call of it last overran far
 
     def budget(self, kind: tuple) -> float:
         """How long a call of ``kind`` (function, path, media type) may take on the loop."""
@@ -117,16 +125,24 @@ class HotPath:
         barred = self.barred.get(kind)
         return barred is None or time.monotonic() >= barred
 
-    def learn(self, kind: tuple, size: int, seconds: float, inline: bool) -> None:
+    def learn(self, kind: tuple, size: int, seconds: float, inline: bool, cpu: float = 0.0) -> None:
+        """Remember a run of ``seconds`` (``cpu`` of them working); a run on the loop over the
+        budget resets the kind's runs, and the second within ``COOLDOWN`` whose work took
+        ``OVERRUN`` times the budget (an estimate far too low: not a wait, which a client's body
+        cannot cause) bars the kind."""
         runs = self.costs.get(kind)
-        overran = inline and seconds > self.budget(kind)
-        if runs is None or overran:
+        budget = self.budget(kind)
+        if runs is None or (inline and seconds > budget):
             if len(self.costs) >= MAX_KINDS:
                 self.costs.clear()
                 self.barred.clear()
+                self.overran.clear()
             runs = self.costs[kind] = deque(maxlen=WINDOW)
-        if overran:
-            self.barred[kind] = time.monotonic() + COOLDOWN
+        if inline and cpu > OVERRUN * budget:
+            now = time.monotonic()
+            if now - self.overran.get(kind, -math.inf) < COOLDOWN:  # the second within COOLDOWN
+                self.barred[kind] = now + COOLDOWN
+            self.overran[kind] = now
         runs.append(seconds / max(size, 1))
 
     def timed(self, kind: tuple, size: int | None, inline: bool, fn, *args):
@@ -136,7 +152,7 @@ class HotPath:
             wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
             # the call's CPU time: on a busy machine its wall time also counts the time other
             # processes held the core; unless it waited far longer than it worked (a slow database)
-            self.learn(kind, size, wall if wall > STALL * max(self.budget(kind), cpu) else cpu, inline)
+            self.learn(kind, size, wall if wall > STALL * max(self.budget(kind), cpu) else cpu, inline, cpu)
         return result
 
     async def run(self, kind: tuple, fn, *args):

@@ -124,10 +124,18 @@ def test_json_calls_get_five_times_the_inline_budget_and_an_overrun_bars_its_kin
     assert not hot.runs_inline(npy_kind, 1000)  # 2 ms
     hot.learn(json_kind, 1000, 0.006, inline=True)  # within its budget: remembered, not a reset
     assert len(hot.costs[json_kind]) == 2
-    # a client that taught a low cost (padded bodies) and then sent a dense one: it overran once;
-    # its kind forgets its other runs and stays on the pool for COOLDOWN seconds, whatever it learns
-    hot.learn(json_kind, 1000, 0.011, inline=True)
-    assert len(hot.costs[json_kind]) == 1 and not hot.runs_inline(json_kind, 100)
+    # over the budget, waiting or working a little more: the kind forgets its other runs, no more
+    hot.learn(json_kind, 1000, 0.03, inline=True, cpu=0.012)
+    assert len(hot.costs[json_kind]) == 1 and not hot.runs_inline(json_kind, 1000)
+    hot.learn(json_kind, 1000, 1e-6, inline=False)
+    assert hot.runs_inline(json_kind, 1000)
+    # a lone call that worked 4 budgets (a hiccup) resets the kind; a second within COOLDOWN (a
+    # client that taught a low cost with padded bodies, then sent dense ones) bars it for COOLDOWN
+    hot.learn(json_kind, 1000, 0.041, inline=True, cpu=0.041)
+    hot.learn(json_kind, 1000, 1e-6, inline=False)
+    assert hot.runs_inline(json_kind, 1000)
+    now[0] += hot_path.COOLDOWN - 1
+    hot.learn(json_kind, 1000, 0.041, inline=True, cpu=0.041)
     for _ in range(hot_path.WINDOW):
         hot.learn(json_kind, 1000, 1e-6, inline=False)
     assert not hot.runs_inline(json_kind, 1000)
