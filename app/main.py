@@ -1,6 +1,15 @@
 """The ASGI entry point: ``uvicorn app.main:create_app --factory`` (what ``calibration-service
-serve`` runs). The application is assembled in ``app.routes.application``, the HTTP edge."""
+serve`` runs), in each worker process: glibc's allocator thresholds fixed (``app.allocator``),
+then the application, assembled in ``app.routes.application``, the HTTP edge."""
 
-from .routes.application import create_app
+from . import allocator
+from .routes import application
+from .settings import Settings
+
+
+def create_app(settings: Settings | None = None):
+    allocator.fix_thresholds()
+    return application.create_app(settings)
+
 
 __all__ = ["create_app"]

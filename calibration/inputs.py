@@ -15,6 +15,7 @@ sent as logits is probably probabilities, so it can ask for the right kind inste
 
 from __future__ import annotations
 
+import math
 import weakref
 from functools import cached_property
 
@@ -27,6 +28,7 @@ INPUT_KINDS = ("logits", "probabilities", "scores")
 PROBABILITY_FLOOR = 1e-12
 ROW_SUM_TOLERANCE = 1e-3
 LOOKALIKE_TOLERANCE = 1e-6
+FINITE_BLOCK = 1 << 17  # entries check_finite tests at once
 
 
 def as_float_array(x, name: str) -> np.ndarray:
@@ -65,9 +67,14 @@ def first_bad_row(mask: np.ndarray) -> int:
 
 
 def check_finite(array: np.ndarray, name: str) -> None:
-    finite = np.isfinite(array)
-    if not finite.all():
-        raise ValueError(f"{name} contains NaN or infinity (first in row {first_bad_row(~finite)})")
+    """No NaN or infinity in ``array`` (1-D or 2-D), checked ``FINITE_BLOCK`` entries of rows at a
+    time: a mask of the whole array was a quarter of a float32 fit body's bytes at the fit's peak
+    (issue #23 item 9), and the blocks are no slower (20000 x 1000 float64: 12 ms, 13.5 whole)."""
+    rows = max(1, FINITE_BLOCK // max(1, math.prod(array.shape[1:])))
+    for start in range(0, len(array), rows):
+        finite = np.isfinite(array[start:start + rows])
+        if not finite.all():
+            raise ValueError(f"{name} contains NaN or infinity (first in row {start + first_bad_row(~finite)})")
 
 
 def check_probabilities(p: np.ndarray, name: str = "probabilities", nonnegative: bool = True) -> None:
