@@ -34,7 +34,7 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import job_store
+from . import allocator, job_store
 from .db import Database, libpq_url, normalise_url
 from .errors import NotFound, Unavailable
 from .models import utcnow
@@ -117,11 +117,13 @@ def limit_blas_threads(threads: int) -> None:
         os.environ.setdefault(variable, str(threads))
 
 
-def _die_with_parent() -> None:
-    """A pool process exits when the API process that started it dies (it is re-parented), so
-    its job's heartbeat stops with it instead of an orphan running on unseen. (Not
+def _start_pool_process() -> None:
+    """A pool process fixes glibc's malloc thresholds (``app.allocator``: a job's freed arrays go
+    back to the system) and exits when the API process that started it dies (it is re-parented),
+    so its job's heartbeat stops with it instead of an orphan running on unseen. (Not
     ``PR_SET_PDEATHSIG``: that follows the thread that spawned the process, and pool processes
     are spawned from short-lived threads.)"""
+    allocator.fix_thresholds()
     parent = os.getppid()
 
     def watch() -> None:
@@ -142,7 +144,7 @@ class EmbeddedEngine:
         self.database_url = database_url
         self.heartbeat_seconds = heartbeat_seconds
         self.pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_die_with_parent)
+                                        initializer=_start_pool_process)
 
     def enqueue(self, job_id: str) -> None:
         self.pool.submit(self.task, self.database_url, job_id, self.heartbeat_seconds)

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from . import allocator
 from .db import normalise_url
 from .jobs import PROCRASTINATE_QUEUE, limit_blas_threads
 from .settings import get_settings
@@ -22,6 +23,7 @@ from .settings import get_settings
 def _run_one(name: str) -> None:
     from .tasks import procrastinate_app
 
+    allocator.fix_thresholds()  # as the API's workers: freed arrays go back to the system
     app = procrastinate_app()
     app.run_worker(queues=[PROCRASTINATE_QUEUE], concurrency=1, name=name, install_signal_handlers=True,
                    shutdown_graceful_timeout=get_settings().worker_shutdown_seconds)

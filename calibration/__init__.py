@@ -6,7 +6,8 @@ Imports numpy and scipy only. Every calibrator follows ``calibration.base.Calibr
 
 from .backend import to_host
 from .base import Calibrator, ConvergenceWarning, FitDiagnostics
-from .comparison import Comparison, MethodResult, candidate, compare, default_candidates, prepare_comparison
+from .candidates import candidate, default_candidates
+from .comparison import Comparison, MethodResult, compare, prepare_comparison
 from .inputs import (
     INPUT_KINDS,
     PROBABILITY_FLOOR,

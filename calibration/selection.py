@@ -72,7 +72,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .comparison import Candidate, Comparison, MethodResult
+from .candidates import Candidate
+from .comparison import Comparison, MethodResult
 
 MUCH_DATA_PER_CLASS = 500
 TIE_TOLERANCE = 0.0025

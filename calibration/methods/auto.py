@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import Calibrator, FitDiagnostics
-from ..comparison import Candidate, compare
+from ..candidates import Candidate
+from ..comparison import compare
 from ..inputs import InputBatch
 from ..options import INPUT_OPTION, Option
 from ..registry import from_dict
