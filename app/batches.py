@@ -38,21 +38,6 @@ class CalibratedBatch:
     class_names: list[str] | None
     served: Served | None = None  # what the prediction log did with the batch (None: logging off)
 
-    @property
-    def ids(self) -> list[str] | None:
-        """The rows' prediction ids (the client's, or generated) when the calibrator logs."""
-        return None if self.served is None else self.served.ids
-
-    @property
-    def logged(self) -> int | None:
-        """Rows kept in the prediction log (``None``: logging off)."""
-        return None if self.served is None else self.served.logged
-
-    @property
-    def id_prefix(self) -> str | None:
-        """Generated ids are this prefix and the row number."""
-        return None if self.served is None else self.served.prefix
-
     def predicted_class(self) -> np.ndarray:
         return cal.predicted_class(self.probabilities, self.inputs)
 

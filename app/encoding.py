@@ -27,10 +27,11 @@ def calibrated_headers(result: CalibratedBatch) -> dict[str, str]:
     """The serving version, and with logging on how many rows were logged and, for generated ids,
     their prefix (id ``i`` is the prefix and ``i``): what a binary answer cannot carry in its body."""
     headers = {"X-Calibrator-Version": str(result.version)}
-    if result.logged is not None:
-        headers["Prediction-Logged"] = str(result.logged)
-    if result.id_prefix is not None:
-        headers["Prediction-Id-Prefix"] = result.id_prefix
+    served = result.served
+    if served is not None:
+        headers["Prediction-Logged"] = str(served.logged)
+        if served.prefix is not None:
+            headers["Prediction-Id-Prefix"] = served.prefix
     return headers
 
 
@@ -49,6 +50,6 @@ def calibrated_body(result: CalibratedBatch, outputs: list[str], accept: str | N
             out["predicted_class_name"] = [result.class_names[i] for i in predicted]
     if "confidence" in outputs:
         out["confidence"] = result.confidence()
-    if result.logged is not None:
-        out["ids"], out["logged"] = result.ids, result.logged
+    if result.served is not None:
+        out["ids"], out["logged"] = result.served.ids, result.served.logged
     return dump_json(out), JSON_TYPE

@@ -148,8 +148,10 @@ def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) ->
     if parent_id not in _PARENT_ARRAYS:
         with db.read() as session:
             kind, _, request, payload = job_store.load_input(session, parent_id)
-        batch = _fit_batch(service, request, payload, shared=True) if kind == "fit" else batch_of_job(request, payload,
-                                                                                          CompareFields)
+        if kind == "fit":
+            batch = _fit_batch(service, request, payload, shared=True)
+        else:
+            batch = batch_of_job(request, payload, CompareFields)
         inputs, labels = validated(batch)
         _PARENT_ARRAYS.clear()
         _PARENT_ARRAYS[parent_id] = (getattr(inputs, inputs.source), labels)

@@ -22,7 +22,7 @@ from ..scheduler import Scheduler
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
-from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, ui, v2
+from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, shortcut, ui, v2
 from . import promotion as promotion_routes
 from . import quality as quality_routes
 from .auth import KeyVerifier
@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2.router)
     app.include_router(ui.router)  # the dashboard at /ui (HTML, not in the OpenAPI document)
     document_common_errors(app, calibrators.DOCS_ORDER)
-    hot_path.install_shortcut(app, [route for router in (calibrators.router, v2.router) for route in router.routes
+    shortcut.install_shortcut(app, [route for router in (calibrators.router, v2.router) for route in router.routes
                                     if route.path.endswith(("/calibrate", "/infer"))])
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry, max_header_bytes=settings.max_header_bytes,

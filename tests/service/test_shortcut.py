@@ -1,5 +1,5 @@
 """The hot path's routes (calibrate, /v2 infer) skip FastAPI's router and dependency solver
-(``hot_path.Shortcut``): every answer must be the one FastAPI's own routing gives, access
+(``app.routes.shortcut.Shortcut``): every answer must be the one FastAPI's own routing gives, access
 checks and errors included."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from app import keys
 from app.main import create_app
 from app.migrate import upgrade
 from app.routes import auth
-from app.routes.hot_path import Shortcut
+from app.routes.shortcut import Shortcut
 from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
 
