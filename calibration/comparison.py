@@ -10,7 +10,7 @@ Folds are dealt class by class after a seeded shuffle, so every fold holds each 
 within one sample. The rule that picks one candidate from the result is
 ``calibration.selection``.
 
-The candidates and the default set are ``calibration.candidates``'.
+The candidates, and the default set of them, are in ``calibration.candidates``.
 
 Memory (issue #19): on an array the core may reorder (``inputs.allow_reordering``: the float64
 copy ``validate_inputs`` made, or the observations a service fit loads) a fold's training and
@@ -19,9 +19,10 @@ is put back afterwards); on any other array they are copied once per fold. Each 
 fresh batches of them, so what it derives (their probabilities) goes with it; the uncalibrated
 probabilities are reduced to their metrics before the candidates run, and the TS reference's
 held-out probabilities are made again for each tail risk rather than held. On 10000 x 1000 float32
-logits with the six candidates above, five folds, the traced peak fell from 27x the array's bytes
-(IRM's fit, and each fold's rows kept alive by a reference cycle in scipy's brentq) to 7.6x; with
-the views, auto over TS, ETS, EC and IRM peaks at 4.4x in RSS (the float64 array is 2x of it).
+logits with the six default candidates that every size gets (temperature to IROvA-TS), five
+folds, the traced peak fell from 27x the array's bytes (IRM's fit, and each fold's rows kept
+alive by a reference cycle in scipy's brentq) to 7.6x; with the views, auto over TS, ETS, EC and
+IRM peaks at 4.4x in RSS (the float64 array is 2x of it).
 """
 
 from __future__ import annotations

@@ -55,9 +55,8 @@ from ..metrics.validated import BLOCK_ENTRIES, row_blocks
 from ..options import INPUT_OPTION, Option
 from ..softmax import log_softmax, softmax
 from ..solvers import minimize_newton
-from . import class_block_preconditioner as blocks
 from .affine_numerics import check_finite_optimum, softmax_and_nll, standardisation
-from .class_block_preconditioner import class_block_preconditioner
+from .class_block_preconditioner import MAX_BLOCK_ENTRIES, class_block_preconditioner
 from .trust_region_pcg import minimize_newton_preconditioned
 
 PRECONDITIONED_ABOVE = 36  # classes above which matrix and Dirichlet fits use the class-block preconditioner
@@ -81,7 +80,7 @@ class _AffineSoftmax(Calibrator):
         inputs: the class blocks and their inverses, ``2k(k+1)²``, where the preconditioned
         solver keeps them whole; else none of more than O(k²)."""
         d = k + 1
-        return 2 * k * d * d if k > PRECONDITIONED_ABOVE and k * d * d <= blocks.MAX_BLOCK_ENTRIES else 0
+        return 2 * k * d * d if k > PRECONDITIONED_ABOVE and k * d * d <= MAX_BLOCK_ENTRIES else 0
 
     def _features(self, scores: InputBatch) -> np.ndarray:
         return scores.logits
