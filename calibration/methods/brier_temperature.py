@@ -38,14 +38,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import FitDiagnostics
-from .temperature import (
-    WARM_START_ROWS,
-    DeviceShiftedLogits,
-    ShiftedLogits,
-    grid_minimum,
-    solve_brier_temperature,
-    solve_nll_temperature,
-)
+from .shifted_logits import DeviceShiftedLogits, ShiftedLogits
+from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature, solve_nll_temperature
 
 STEP_TOLERANCE = 1e-6
 NEAR = 1e-2  # a Halley step below this (relative) is followed by one of about its cube

@@ -24,7 +24,8 @@ from ..inputs import InputBatch
 from ..metrics.binned import equal_width_bin
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
-from .temperature import ShiftedLogits, solve_nll_temperature
+from .shifted_logits import ShiftedLogits
+from .temperature import solve_nll_temperature
 
 
 class ClassTemperatureScaling(Calibrator):

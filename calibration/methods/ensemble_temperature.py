@@ -50,7 +50,8 @@ from ..metrics.validated import row_blocks
 from ..options import INPUT_OPTION, Option
 from ..softmax import softmax
 from .brier_temperature import BrierSums, fit_brier_temperature
-from .temperature import ShiftedLogits, shifted_logits, solve_nll_temperature
+from .shifted_logits import ShiftedLogits, shifted_logits
+from .temperature import solve_nll_temperature
 
 COMPONENTS = ("temperature_scaled", "identity", "uniform")
 EPS = float(np.finfo(np.float64).eps)

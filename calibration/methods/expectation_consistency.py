@@ -31,14 +31,8 @@ from ..inputs import InputBatch
 from ..metrics.scores import label_ranks
 from ..options import INPUT_OPTION, Option
 from ..solvers import increasing_root
-from .temperature import (
-    BETA_LIMITS,
-    WARM_START_ROWS,
-    DeviceShiftedLogits,
-    ShiftedLogits,
-    TemperatureCalibrator,
-    shifted_logits,
-)
+from .shifted_logits import DeviceShiftedLogits, ShiftedLogits, shifted_logits
+from .temperature import BETA_LIMITS, WARM_START_ROWS, TemperatureCalibrator
 
 
 def top_n_hits_and_top_ties(shifted: ShiftedLogits, top_n: int) -> tuple[np.ndarray, np.ndarray]:

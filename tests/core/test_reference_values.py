@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from calibration.methods.temperature import ShiftedLogits, _brier_and_slope
+from calibration.methods.shifted_logits import ShiftedLogits
+from calibration.methods.temperature import _brier_and_slope
 
 T_REFERENCE = 1.9682374247047705
 

@@ -17,7 +17,8 @@ import calibration as cal
 from calibration.methods.brier_temperature import BrierSums, fit_brier_temperature
 from calibration.methods.ensemble_temperature import label_probabilities, simplex_quadratic_minimum
 from calibration.methods.expectation_consistency import top_n_hits_and_top_ties
-from calibration.methods.temperature import ShiftedLogits, solve_brier_temperature
+from calibration.methods.shifted_logits import ShiftedLogits
+from calibration.methods.temperature import solve_brier_temperature
 from calibration.metrics.scores import label_ranks
 from tests.helpers import make_reference_input
 

@@ -1,0 +1,155 @@
+"""Logits shifted by their row maxima, ``d = z - max_j z``, and the row sums over
+``exp(beta d) d^j`` that temperature scaling's solvers need (``calibration.methods.temperature``):
+on the host a block of rows at a time, never materialising ``d``; on an Array API device
+(``DeviceShiftedLogits``) in float64 there, with only vectors of row values coming to the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import device, label_entries, namespace, on_cpu, to_host
+from ..inputs import InputBatch
+from ..softmax import softmax
+
+CHUNK_ELEMENTS = 1 << 15
+
+
+class ShiftedLogits:
+    """Logits ``z`` (float64) with their row maxima, so that ``d = z - max_j z`` is available
+    block by block, and row sums over ``exp(beta * d)`` and its moments.
+
+    ``d`` is never materialised: each block of rows, small enough to stay in cache, is shifted
+    into a reusable buffer when needed, and row sums are matrix-vector products (BLAS), so one
+    evaluation of the moments costs about half of one max-shifted softmax pass.
+    """
+
+    def __init__(self, logits: np.ndarray, labels: np.ndarray):
+        self.z = logits
+        self.n, self.k = logits.shape
+        self.rows = max(1, CHUNK_ELEMENTS // self.k)
+        self.ones = np.ones(self.k)
+        self.top = np.empty(self.n)
+        self.mean_d = np.empty(self.n)
+        for start in range(0, self.n, self.rows):
+            block = logits[start:start + self.rows]
+            rows = slice(start, start + len(block))
+            self.top[rows] = block.max(axis=1)
+            self.mean_d[rows] = block @ self.ones / self.k - self.top[rows]
+        self.labels = labels
+        self.d_label = logits[np.arange(self.n), labels] - self.top
+        self.last_objective = float("nan")
+
+    def subsample(self, rows: int) -> ShiftedLogits:
+        step = max(1, self.n // rows)
+        sub = object.__new__(ShiftedLogits)
+        sub.__dict__.update(self.__dict__)
+        sub.z, sub.labels, sub.d_label = self.z[::step], self.labels[::step], self.d_label[::step]
+        sub.top, sub.mean_d = self.top[::step], self.mean_d[::step]
+        sub.n = sub.z.shape[0]
+        return sub
+
+    def blocks(self, rows: int | None = None):
+        """``(rows, d_block)`` over all rows, ``rows`` (default ``self.rows``) at a time;
+        ``d_block`` is a reused buffer."""
+        step = rows or self.rows
+        buffer = np.empty((step, self.k))
+        for start in range(0, self.n, step):
+            block = self.z[start:start + step]
+            d = buffer[: len(block)]
+            np.subtract(block, self.top[start:start + len(block), None], out=d)
+            yield slice(start, start + len(block)), d
+
+    def d_rows(self, rows: np.ndarray) -> np.ndarray:
+        return self.z[rows] - self.top[rows, None]
+
+    def moments(self, beta: float, order: int) -> list[np.ndarray]:
+        """``[sum e, sum e d, sum e d^2, sum e d^3][:order + 1]`` per row, ``e = exp(beta d)``."""
+        out = [np.empty(self.n) for _ in range(order + 1)]
+        e = np.empty((self.rows, self.k))
+        power = np.empty((self.rows, self.k))
+        for rows, d in self.blocks():
+            weights, term = e[: len(d)], power[: len(d)]
+            np.multiply(d, beta, out=weights)
+            np.exp(weights, out=weights)
+            out[0][rows] = weights @ self.ones
+            if order >= 1:
+                np.multiply(weights, d, out=term)
+                out[1][rows] = term @ self.ones
+                for degree in range(2, order + 1):
+                    np.multiply(term, d, out=term)
+                    out[degree][rows] = term @ self.ones
+        return out
+
+    def count_top_ties(self) -> np.ndarray:
+        """How many entries of each row equal its maximum."""
+        ties = np.empty(self.n, dtype=np.int64)
+        for rows, d in self.blocks():
+            ties[rows] = np.count_nonzero(d == 0, axis=1)
+        return ties
+
+    def nll_gradient(self, beta: float) -> tuple[float, float, float]:
+        """First, second and third derivative of the mean NLL in ``beta = 1/T``: the means of
+        the first three cumulants of ``d`` under ``softmax(beta d)`` (``d_y`` subtracted from
+        the first). The NLL itself is kept in ``last_objective``."""
+        s0, s1, s2, s3 = self.moments(beta, 3)
+        m1, m2, m3 = s1 / s0, s2 / s0, s3 / s0
+        self.last_objective = float(np.mean(np.log(s0) - beta * self.d_label))
+        return (float(np.mean(m1 - self.d_label)), float(np.mean(m2 - m1**2)),
+                float(np.mean(m3 - 3 * m1 * m2 + 2 * m1**3)))
+
+
+class DeviceShiftedLogits(ShiftedLogits):
+    """``ShiftedLogits`` of an array on an Array API device (torch on a GPU, ...): ``d`` is kept
+    there in float64, the row sums of ``exp(beta d) d^j`` are computed there, and only vectors of
+    n row values come to the host, where the solvers run. On a GPU each sum is one pass over the
+    whole array; in host memory the rows go in blocks of ``CHUNK_ELEMENTS`` entries, so that the
+    temporaries stay in cache instead of being allocated (and faulted in) at full size."""
+
+    def __init__(self, logits, labels: np.ndarray):
+        xp = self.xp = namespace(logits)
+        self.n, self.k = logits.shape
+        self.z = logits
+        self.d = logits - xp.max(logits, axis=1, keepdims=True)
+        self.labels = labels
+        self.d_label = to_host(label_entries(self.d, labels))
+        self.mean_d = to_host(xp.mean(self.d, axis=1))
+        self.last_objective = float("nan")
+        self.rows = max(1, CHUNK_ELEMENTS // self.k) if on_cpu(logits) else self.n
+
+    def subsample(self, rows: int) -> DeviceShiftedLogits:
+        step = max(1, self.n // rows)
+        return DeviceShiftedLogits(self.z[::step, :], self.labels[::step])
+
+    def moments(self, beta: float, order: int) -> list[np.ndarray]:
+        xp, beta = self.xp, float(beta)
+        parts = [[] for _ in range(order + 1)]
+        for start in range(0, self.n, self.rows):
+            d = self.d[start:min(start + self.rows, self.n), :]
+            term = xp.exp(d * beta)
+            parts[0].append(xp.sum(term, axis=1))
+            for degree in range(1, order + 1):
+                term *= d
+                parts[degree].append(xp.sum(term, axis=1))
+        return [to_host(xp.concat(sums) if len(sums) > 1 else sums[0]) for sums in parts]
+
+    def count_top_ties(self) -> np.ndarray:
+        return to_host(self.xp.sum(self.xp.astype(self.d == 0, self.xp.int64), axis=1))
+
+    def brier_and_slope(self, beta: float) -> tuple[float, float]:
+        """``_brier_and_slope`` with the O(n k) work on the device."""
+        xp, d = self.xp, self.d
+        p = softmax(d * float(beta))
+        mean_d = xp.sum(p * d, axis=1)
+        p_y = label_entries(p, self.labels)
+        sq = xp.sum(p * p, axis=1)
+        d_sq = 2 * (xp.sum(p * p * d, axis=1) - sq * mean_d)
+        d_py = p_y * (xp.asarray(self.d_label, device=device(d)) - mean_d)
+        return float(xp.mean(sq - 2 * p_y + 1)), float(xp.mean(d_sq - 2 * d_py))
+
+
+def shifted_logits(scores: InputBatch, labels: np.ndarray) -> ShiftedLogits:
+    """The shifted logits of a batch, on its device when it has one."""
+    if scores.xp is np:
+        return ShiftedLogits(scores.logits, labels)
+    return DeviceShiftedLogits(scores.logits, labels)
