@@ -43,6 +43,7 @@ def case(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
     sys.path.insert(0, str(REPO))
     import calibration as cal
     from app import reports
+    from calibration.candidates import candidate
 
     baseline = status("VmRSS")
     rng = np.random.default_rng(0)
@@ -78,7 +79,7 @@ def case(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
     else:  # one candidate: its cross-validation and its fit on all the rows (no selection to refuse it)
         cal.compare(logits, y, candidates)
         phase("cross-validation")
-        calibrator = cal.create(candidates[0], {"input": "logits"}).fit_batch(inputs, y, warn=False)
+        calibrator = candidate(candidates[0]).create("logits").fit_batch(inputs, y, warn=False)
         chosen = candidates[0]
     phase("refit")
     reports.fit_report(inputs, calibrator.predict_batch, y)

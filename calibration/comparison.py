@@ -37,11 +37,10 @@ import numpy as np
 
 from .candidates import MAX_CANDIDATES, Candidate, candidate, default_candidates
 from .fold_layout import FoldLayout
-from .inputs import InputBatch, check_labels, may_reorder, validate_inputs
+from .inputs import InputBatch, check_labels, check_probabilities, may_reorder, validate_inputs
 from .json_values import json_safe
-from .metrics.binned import ece
-from .metrics.kde import kde_ece
-from .metrics.scores import accuracy, brier, nll, tail_risk
+from .metrics.scores import mean_tail_risk, tail_risk_terms
+from .metrics.validated import ValidatedMetrics, row_blocks
 from .registry import create
 
 METRICS = ("nll", "brier", "ece", "kde_ece", "calibration_gain", "accuracy_change", "fit_seconds")
@@ -124,25 +123,44 @@ class Comparison:
         }
 
 
-def _fold_metrics(calibrated: np.ndarray, labels: np.ndarray, raw_brier: float,
-                  raw_accuracy: float) -> dict[str, float]:
+def held_out(rows: np.ndarray, labels: np.ndarray, source: str, predict: Callable[[InputBatch], np.ndarray],
+             reference: Callable[[InputBatch], np.ndarray] | None = None) -> tuple[dict[str, float], np.ndarray]:
+    """The metrics (``ValidatedMetrics``, without classwise ECE) of ``predict``'s probabilities of
+    held-out ``rows`` of kind ``source``, checked as the metric functions check them, and their
+    ``tail_risk_terms`` against ``reference``'s, made and reduced one row block at a time: no
+    held-out ``(n, k)`` matrix is held (at 50000 x 1000 a fold's was 0.4x the float32 array's bytes,
+    and a candidate's, the reference's and their temporaries were alive together). Each row's
+    probabilities are those of the whole matrix, so the metrics are ``nll(p, y)``, ``ece(p, y)``, ...
+    and the terms are those of all the rows, bit for bit."""
+    measured = ValidatedMetrics(labels, rows.shape[1], classwise=False)
+    terms = [np.empty(0)]
+    for block in row_blocks(*rows.shape):
+        probabilities = predict(InputBatch(**{source: rows[block]}))
+        check_probabilities(probabilities)
+        measured.add(probabilities)
+        if reference is not None:
+            terms.append(tail_risk_terms(probabilities, reference(InputBatch(**{source: rows[block]}))))
+    return measured.metrics(), np.concatenate(terms)
+
+
+def _fold_metrics(measured: dict[str, float], raw_brier: float, raw_accuracy: float) -> dict[str, float]:
     """Held-out metrics; the gains against the fold's uncalibrated Brier score and accuracy."""
-    calibrated_brier = brier(calibrated, labels)
     return {
-        "nll": nll(calibrated, labels),
-        "brier": calibrated_brier,
-        "ece": ece(calibrated, labels),
-        "kde_ece": kde_ece(calibrated, labels),
-        "calibration_gain": raw_brier - calibrated_brier,
-        "accuracy_change": accuracy(calibrated, labels) - raw_accuracy,
+        "nll": measured["nll"],
+        "brier": measured["brier"],
+        "ece": measured["ece"],
+        "kde_ece": measured["kde_ece"],
+        "calibration_gain": raw_brier - measured["brier"],
+        "accuracy_change": measured["accuracy"] - raw_accuracy,
     }
 
 
 def reference_model(train: InputBatch, y_train: np.ndarray) -> Callable[[InputBatch], np.ndarray]:
     """The held-out probabilities of temperature scaling fitted on the training folds (the
-    uncalibrated ones where it has no optimum), what ``tail_risk`` measures against, as a function
-    of the held-out batch: a fold need not hold them while its candidates fit (it makes them
-    again, the same values, when it measures each candidate's tail risk)."""
+    uncalibrated ones where it has no optimum, or for a block of rows it overflows on), what
+    ``tail_risk`` measures against, as a function of a batch of held-out rows: a fold need not
+    hold them while its candidates fit (it makes them again, the same values, block by block, when
+    it measures each candidate's tail risk)."""
     try:
         reference = create("temperature", {"input": "logits"}).fit_batch(train, y_train, warn=False)
     except (ValueError, ArithmeticError):
@@ -213,6 +231,9 @@ def compare(
     def batch(rows):  # a fresh batch for each use: what a candidate derives from it (probabilities) goes with it
         return InputBatch(**{scores.source: rows})
 
+    def uncalibrated_probabilities(rows: InputBatch) -> np.ndarray:
+        return rows.probabilities
+
     layout = FoldLayout(source) if may_reorder(source) else None
     try:
         for fold in run_folds:
@@ -221,22 +242,20 @@ def compare(
             # views of the array laid out for this fold, or else the fold's only copies of its rows
             train_rows, test_rows = layout.fold(train) if layout is not None else (source[train], source[~train])
             reference = reference_model(batch(train_rows), y_train)  # its probabilities made when needed
-            reference_nll.append(nll(reference(batch(test_rows)), y_test))
-            raw = batch(test_rows).probabilities
-            raw_brier, raw_accuracy = brier(raw, y_test), accuracy(raw, y_test)
-            for metric, value in {**_fold_metrics(raw, y_test, raw_brier, raw_accuracy),
-                                  "fit_seconds": 0.0}.items():
+            reference_nll.append(held_out(test_rows, y_test, scores.source, reference)[0]["nll"])
+            raw = held_out(test_rows, y_test, scores.source, uncalibrated_probabilities)[0]
+            raw_brier, raw_accuracy = raw["brier"], raw["accuracy"]
+            for metric, value in {**_fold_metrics(raw, raw_brier, raw_accuracy), "fit_seconds": 0.0}.items():
                 uncalibrated[metric].append(value)
-            del raw
             for result in results:
                 calibrator = result.candidate.create(input)
                 start = time.perf_counter()
                 try:
                     calibrator.fit_batch(batch(train_rows), y_train, warn=False)
-                    calibrated = calibrator.predict_batch(batch(test_rows))
-                    values = _fold_metrics(calibrated, y_test, raw_brier, raw_accuracy)
-                    result.tail_risk.append(tail_risk(calibrated, reference(batch(test_rows))))
-                    del calibrated
+                    measured, terms = held_out(test_rows, y_test, scores.source, calibrator.predict_batch, reference)
+                    values = _fold_metrics(measured, raw_brier, raw_accuracy)
+                    result.tail_risk.append(mean_tail_risk(terms, len(y_test)))
+                    del terms
                     result.converged &= calibrator.diagnostics_.converged
                     result.accuracy_preserving = calibrator.accuracy_preserving
                 except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:

@@ -91,11 +91,21 @@ def tail_risk(calibrated: np.ndarray, reference: np.ndarray) -> float:
     at ``TINY``). Such claims are orders of magnitude beyond anything the validation rows can
     check; held-out NLL cannot see them when no held-out label falls there, this can
     (``calibration.selection``, the support guard)."""
-    parts = []
-    for rows in row_blocks(*calibrated.shape):  # row-major order, as on the whole matrix
+    return mean_tail_risk(tail_risk_terms(calibrated, reference), len(calibrated))
+
+
+def tail_risk_terms(calibrated: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """The nonzero terms ``r_ij log(r_ij / c_ij)`` of ``tail_risk`` for these rows, in row-major
+    order (so the terms of consecutive row blocks, concatenated, are those of all the rows)."""
+    parts = [np.empty(0)]
+    for rows in row_blocks(*calibrated.shape):
         c, r = calibrated[rows], reference[rows]
         small = c < UNSUPPORTED_RATIO * r
         c, r = np.maximum(c[small], TINY), r[small]
         parts.append(r * np.log(r / c))
-    terms = np.concatenate(parts)
-    return float(np.sum(terms) / len(calibrated)) if len(terms) else 0.0
+    return np.concatenate(parts)
+
+
+def mean_tail_risk(terms: np.ndarray, n: int) -> float:
+    """``tail_risk`` of ``n`` rows from all their ``tail_risk_terms``."""
+    return float(np.sum(terms) / n) if len(terms) else 0.0

@@ -36,12 +36,13 @@ class ValidatedMetrics:
     """The report's metrics of ``n`` rows of ``k`` validated probabilities, fed by ``add`` in
     order, block by block; ``labels`` are the validated int64 labels of all ``n`` rows."""
 
-    def __init__(self, labels: np.ndarray, k: int, n_bins: int = 15):
+    def __init__(self, labels: np.ndarray, k: int, n_bins: int = 15, classwise: bool = True):
         n = labels.shape[0]
         self.labels, self.k, self.n_bins, self.at = labels, k, n_bins, 0
         self.confidence, self.correct = np.empty(n), np.empty(n)
         self.label_probability, self.squares = np.empty(n), np.empty(n)
         self.class_one = np.empty(n) if k == 2 else None
+        self.classwise = classwise  # False: no classwise ECE (``metrics`` leaves it out), nor its entries kept
         self.column_sums = np.zeros(k)
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
@@ -60,6 +61,8 @@ class ValidatedMetrics:
         self.squares[rows] = np.einsum("ij,ij->i", p, p)
         if self.class_one is not None:
             self.class_one[rows] = p[:, 1]
+        if not self.classwise:
+            return
         flat = np.flatnonzero(p.view(np.uint64) > self.first_edge.view(np.uint64))
         values = p.ravel()[flat]
         self.keys.append(flat % self.k * self.n_bins + equal_width_bin(values, self.n_bins))
@@ -68,6 +71,8 @@ class ValidatedMetrics:
 
     def classwise_ece(self) -> float:
         """``classwise_ece``: the mean over classes of each class's L1 binned error."""
+        if not self.classwise:
+            raise ValueError("these metrics were kept without classwise ECE")
         k, n_bins, n = self.k, self.n_bins, self.labels.shape[0]
         sums = np.bincount(np.concatenate(self.keys), weights=np.concatenate(self.values),
                            minlength=k * n_bins).reshape(k, n_bins)
@@ -92,7 +97,7 @@ class ValidatedMetrics:
             "ece": _binned_error(equal_width_bin(confidence, n_bins), confidence, correct, n_bins, 1),
             "mce": maximum_error(confidence, correct, n_bins),
             "adaptive_ece": adaptive_error(confidence, correct, n_bins),
-            "classwise_ece": self.classwise_ece(),
+            **({"classwise_ece": self.classwise_ece()} if self.classwise else {}),
             "kde_ece": kde,
             "brier": float(np.mean(self.squares - 2.0 * self.label_probability + 1.0)),
             "nll": nll,

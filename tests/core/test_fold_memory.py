@@ -9,10 +9,12 @@ import pytest
 
 import calibration as cal
 from calibration.base import normalise_rows
-from calibration.comparison import tail_risk
+from calibration.comparison import held_out
 from calibration.inputs import InputBatch
 from calibration.methods.isotonic import STRICT_SLOPE, interpolate_monotone
-from calibration.metrics.scores import TINY, UNSUPPORTED_RATIO
+from calibration.metrics.binned import ece
+from calibration.metrics.kde import kde_ece
+from calibration.metrics.scores import TINY, UNSUPPORTED_RATIO, accuracy, brier, mean_tail_risk, nll, tail_risk
 
 NAMES = ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass",
          "isotonic_one_vs_all", "irova_ts"]
@@ -78,3 +80,20 @@ def test_blocked_tail_risk_equals_the_whole_matrix_formula():
     small = calibrated < UNSUPPORTED_RATIO * reference
     c, r = np.maximum(calibrated[small], TINY), reference[small]
     assert tail_risk(calibrated, reference) == float(np.sum(r * np.log(r / c)) / len(calibrated))
+
+
+@pytest.mark.parametrize("k", [2, 400])
+def test_held_out_metrics_by_row_blocks_equal_the_whole_matrix_metrics(k):
+    """The comparison's held-out metrics and tail-risk terms, made block by block (``held_out``),
+    are the metric functions' values on the whole matrix, bit for bit (k = 2: KDE-ECE on class 1)."""
+    logits, labels = synthetic(6000 if k == 2 else 3000, k, seed=4)  # 1.2e6 entries: three row blocks
+    irm = cal.create("isotonic_multiclass", {"input": "logits"}).fit(logits, labels)  # zeros: tail-risk terms
+    ts = cal.create("temperature", {"input": "logits"}).fit(logits, labels)
+    measured, terms = held_out(logits, labels, "logits", irm.predict_batch, ts.predict_batch)
+    calibrated, reference = irm.predict_proba(logits), ts.predict_proba(logits)
+    assert {m: measured[m] for m in ("nll", "brier", "ece", "kde_ece", "accuracy")} == {
+        "nll": nll(calibrated, labels), "brier": brier(calibrated, labels), "ece": ece(calibrated, labels),
+        "kde_ece": kde_ece(calibrated, labels), "accuracy": accuracy(calibrated, labels)}
+    assert len(terms) and mean_tail_risk(terms, len(labels)) == tail_risk(calibrated, reference)
+    with pytest.raises(ValueError, match="probabilities"):  # checked as the metric functions check them
+        held_out(logits, labels, "logits", lambda rows: rows.probabilities * 1.5)

@@ -1,13 +1,13 @@
 """Issue #19: IRM's knots from one value range of the scores at a time (``isotonic_streamed``) are
 ``isotonic_knots``' on the whole sorted array, bit for bit, for any number of ranges and block
-size, on tie-heavy scores too; and IRM's fit above ``STREAM_ABOVE`` equals the in-memory fit."""
+size and chunk of runs, on tie-heavy scores too; and IRM's fit above ``STREAM_ABOVE`` equals the in-memory fit."""
 
 import numpy as np
 import pytest
 
 import calibration as cal
 from calibration.methods import isotonic
-from calibration.methods.isotonic_knots import isotonic_knots
+from calibration.methods.isotonic_knots import BLOCK, isotonic_knots
 from calibration.methods.isotonic_streamed import streamed_knots
 
 from .test_fold_memory import synthetic, traced_peak
@@ -33,9 +33,9 @@ def test_streamed_knots_equal_the_whole_array_s(kind):
         positives = positives if len(positives) else x[:1]
         size = int(rng.integers(1, 20000))
         expected = isotonic_knots(np.sort(x), positives)
-        for ranges in (1, 3, 8, 17):
+        for ranges, chunk in ((1, BLOCK), (3, 3), (8, 997), (17, 50)):
             got = streamed_knots(lambda x=x, size=size: (x[a:a + size] for a in range(0, len(x), size)), n,
-                                 positives, ranges)
+                                 positives, ranges, chunk=chunk)
             np.testing.assert_array_equal(got[0], expected[0])
             np.testing.assert_array_equal(got[1], expected[1])
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import calibration as cal
-from calibration.comparison import METRICS, Comparison, MethodResult, candidate, default_candidates, tail_risk
+from calibration.comparison import METRICS, Comparison, MethodResult, candidate, default_candidates
+from calibration.metrics.scores import tail_risk
 from calibration.selection import CLEAR_FACTOR, select
 
 
