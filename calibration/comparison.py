@@ -16,13 +16,15 @@ Memory (issue #19): on an array the core may reorder (``inputs.allow_reordering`
 copy ``validate_inputs`` made, or the observations a service fit loads) a fold's training and
 held-out rows are views of the array laid out in place for that fold (``FoldLayout``; every row
 is put back afterwards); on any other array they are copied once per fold. Each candidate gets
-fresh batches of them, so what it derives (their probabilities) goes with it; the uncalibrated
-probabilities are reduced to their metrics before the candidates run, and the TS reference's
-held-out probabilities are made again for each tail risk rather than held. On 10000 x 1000 float32
+fresh batches of them, so what it derives (their probabilities) goes with it. Held-out
+probabilities (the uncalibrated ones, the TS reference's, each candidate's) are made and reduced
+to their metrics one row block at a time (``held_out``), never held whole. On 10000 x 1000 float32
 logits with the six default candidates that every size gets (temperature to IROvA-TS), five
 folds, the traced peak fell from 27x the array's bytes (IRM's fit, and each fold's rows kept
 alive by a reference cycle in scipy's brentq) to 7.6x; with the views, auto over TS, ETS, EC and
-IRM peaks at 4.4x in RSS (the float64 array is 2x of it).
+IRM peaked at 4.4x in RSS (the float64 array is 2x of it). With held-out blocks, TS's
+cross-validation at 50000 x 1000 peaks at 2.10x in RSS above the runtime (was ~3x): the float64
+array and a few row blocks (``benchmarks/auto_memory.py``).
 """
 
 from __future__ import annotations

@@ -97,3 +97,12 @@ def test_held_out_metrics_by_row_blocks_equal_the_whole_matrix_metrics(k):
     assert len(terms) and mean_tail_risk(terms, len(labels)) == tail_risk(calibrated, reference)
     with pytest.raises(ValueError, match="probabilities"):  # checked as the metric functions check them
         held_out(logits, labels, "logits", lambda rows: rows.probabilities * 1.5)
+
+
+def test_held_out_probabilities_are_never_held_whole():
+    """TS alone on rows laid out in place (views): the comparison then holds row blocks, not the
+    held-out fold's uncalibrated, reference and calibrated probabilities (each 0.2x the input)."""
+    logits, labels = synthetic(40000, 200, seed=6)  # a held-out fold of 8000 rows: 3 row blocks
+    cal.allow_reordering(logits)
+    peak = traced_peak(lambda: cal.compare(logits, labels, ["temperature"]))
+    assert peak < 0.3 * logits.nbytes  # 0.22x; 0.50x with whole held-out matrices
