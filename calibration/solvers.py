@@ -28,6 +28,7 @@ from scipy.optimize import minimize
 from scipy.sparse.linalg import LinearOperator, minres
 
 from .base import FitDiagnostics
+from .trust_exact import minimize_trust_exact
 
 EPS = float(np.finfo(np.float64).eps)
 RTOL = math.sqrt(EPS)
@@ -127,15 +128,15 @@ def minimize_newton(
 ) -> tuple[np.ndarray, FitDiagnostics]:
     """Minimise a smooth convex function given with its gradient and exact second derivatives by
     a trust-region Newton method: with the Hessian ``hess``, scipy's ``trust-exact`` (which copes
-    with a singular Hessian); with Hessian-vector products ``hessp`` instead, ``trust-ncg``
-    (Newton-CG in a trust region, Steihaug 1983; Nocedal & Wright §7.1), which needs neither
-    the Hessian in memory nor its factorisation. (``trust-krylov`` stopped early here, at a
-    "bad approximation", on ill-conditioned matrix-scaling fits that ``trust-ncg`` finished.)
-    Same criterion as ``minimize_smooth``: converged when the largest gradient entry is at most
-    ``gtol``."""
-    if hess is not None:
-        result = minimize(fun, x0, jac=True, hess=hess, method="trust-exact",
-                          options={"maxiter": maxiter, "gtol": gtol * 1e-3})
+    with a singular Hessian; its subproblem as ``calibration.trust_exact`` solves it, the same
+    iterates with three n×n matrices held instead of five); with Hessian-vector products
+    ``hessp`` instead, ``trust-ncg`` (Newton-CG in a trust region, Steihaug 1983; Nocedal &
+    Wright §7.1), which needs neither the Hessian in memory nor its factorisation.
+    (``trust-krylov`` stopped early here, at a "bad approximation", on ill-conditioned
+    matrix-scaling fits that ``trust-ncg`` finished.) Same criterion as ``minimize_smooth``:
+    converged when the largest gradient entry is at most ``gtol``."""
+    if hess is not None:  # scipy's trust-exact, holding fewer n x n matrices (trust_exact.py)
+        result = minimize_trust_exact(fun, x0, hess, {"maxiter": maxiter, "gtol": gtol * 1e-3})
     else:
         result = minimize(fun, x0, jac=True, hessp=hessp, method="trust-ncg",
                           options={"maxiter": maxiter, "gtol": gtol * 1e-3})
