@@ -60,18 +60,29 @@ def descendants(pid: int) -> list[int]:
 
 
 class PeakMemory:
-    """The largest RSS of a process and, separately, of any one of its descendants, while running."""
+    """The largest RSS of a process and, separately, of each of its descendants, while running;
+    ``idle`` holds each descendant's RSS when the watch began (a job pool's idle processes)."""
 
     def __init__(self, pid: int):
-        self.pid, self.server, self.child = pid, 0, 0
+        self.pid, self.server, self.children = pid, 0, {}
+        self.idle = {child: rss(child) for child in descendants(pid)}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    @property
+    def child(self) -> int:
+        return max(self.children.values(), default=0)
+
+    def busiest(self) -> tuple[int, int | None]:
+        """The peak RSS of the descendant that grew most, and its RSS before (None: it is new)."""
+        pid = max(self.children, key=lambda c: self.children[c] - self.idle.get(c, 0))
+        return self.children[pid], self.idle.get(pid)
 
     def _watch(self):
         while not self._stop.wait(0.02):
             self.server = max(self.server, rss(self.pid))
             for child in descendants(self.pid):
-                self.child = max(self.child, rss(child))
+                self.children[child] = max(self.children.get(child, 0), rss(child))
 
     def __enter__(self):
         self._thread.start()
@@ -164,15 +175,23 @@ def main() -> None:
                     comparison, what = version["report"]["comparison"], f"auto: {version['parameters']['chosen']}"
                     cross_validation = ", ".join(f"{m['name']} {m['mean']['fit_seconds'] * comparison['folds']:.1f} s"
                                                  for m in comparison["methods"])
+                job_note = ""
+                if response.status_code == 202:
+                    job_peak, job_idle = peak.busiest()
+                    grew = job_peak - (job_idle or 0)
+                    job_note = ("a new job process; " if job_idle is None else
+                                f"job process {grew / MIB:.0f} MiB ({grew / nbytes:.2f}x) above its idle "
+                                f"{job_idle / MIB:.0f} MiB (its runtime); ")
                 rows.append([f"fit {method} from the log ({where})", what, f"{seconds:.1f} s",
                              f"{grown / MIB:.0f} MiB ({grown / nbytes:.2f}x)",
-                             f"server {(peak.server - baseline) / MIB:.0f} MiB; "
+                             f"{job_note}server {(peak.server - baseline) / MIB:.0f} MiB; "
                              f"{(peak.server - before) / MIB:.0f} MiB ({(peak.server - before) / nbytes:.2f}x) "
                              "above its RSS just before"])
         finally:
             server.stop()
             drop()
-    notes = ("A job's memory is that of the pool process that ran it (a fresh process: its whole RSS); "
+    notes = ("A job's memory is that of the pool process that ran it (its whole RSS; in the note, above its RSS "
+             "just before the job where the process already ran, idle: the pool keeps its processes); "
              "the server's is above its idle baseline (before the appends, so what the appends left in the heap "
              "counts), and in the note also above its RSS just before the fit.")
     if args.auto:
