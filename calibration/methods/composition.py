@@ -73,9 +73,10 @@ class Composition(Calibrator):
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         total = FitDiagnostics(True, 0, "")
         messages = []
-        for step in self.steps:
+        for index, step in enumerate(self.steps):
             step.fit_batch(scores, labels, warn=False)
-            scores = InputBatch(probabilities=step._predict(scores))
+            if index < len(self.steps) - 1:  # the next step's inputs (none after the last: they were 2x the input)
+                scores = InputBatch(probabilities=step._predict(scores))
             total.converged &= step.diagnostics_.converged
             total.iterations += step.diagnostics_.iterations
             messages.append(f"{step.method}: {step.diagnostics_.message}")

@@ -50,7 +50,7 @@ import numpy as np
 from ..backend import column, device, namespace
 from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
 from ..inputs import InputBatch, validate_inputs
-from ..metrics.validated import row_blocks
+from ..metrics.validated import BLOCK_ENTRIES, row_blocks
 from ..softmax import softmax
 from .isotonic_knots import BLOCK, fit_isotonic_binary, isotonic_knots
 
@@ -105,6 +105,28 @@ def normalised_in_place(values: np.ndarray) -> np.ndarray:
         sums = values.sum(axis=1, keepdims=True)
     values /= sums
     return values
+
+
+def softmax_columns(z: np.ndarray):
+    """``(columns, softmax(z)[:, columns])`` for consecutive slices of about ``BLOCK_ENTRIES /
+    n`` columns of a numpy ``(n, k)`` ``z``, bit for bit those of ``softmax(z)`` (each row's
+    maximum and sum of exponentials made once, in row blocks, as ``softmax`` makes them; then
+    the same subtraction, ``exp`` over a contiguous array and division), without its ``(n, k)``
+    result."""
+    n, k = z.shape
+    top, sums = np.empty((n, 1)), np.empty((n, 1))
+    for rows in row_blocks(n, k):
+        top[rows] = z[rows].max(axis=-1, keepdims=True)
+        shifted = z[rows] - top[rows]
+        np.exp(shifted, out=shifted)
+        sums[rows] = shifted.sum(axis=-1, keepdims=True)
+    width = max(1, BLOCK_ENTRIES // n)
+    for start in range(0, k, width):
+        columns = slice(start, min(start + width, k))
+        block = z[:, columns] - top
+        np.exp(block, out=block)
+        block /= sums
+        yield columns, block
 
 
 def _knot_params(xs, ys) -> dict:
@@ -195,8 +217,13 @@ class IsotonicOneVsAll(Calibrator):
     )
 
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
-        p = scores.probabilities
-        self.knots_ = [fit_isotonic_binary(p[:, j], labels == j) for j in range(scores.k)]
+        if scores.source == "probabilities" or scores.xp is not np or "probabilities" in scores.__dict__:
+            p = scores.probabilities  # the input itself, or already made
+            self.knots_ = [fit_isotonic_binary(p[:, j], labels == j) for j in range(scores.k)]
+        else:  # a few columns of the softmax at a time (issue #19: the whole was 2x the float32 input)
+            self.knots_ = [fit_isotonic_binary(block[:, j - columns.start], labels == j)
+                           for columns, block in softmax_columns(scores.logits)
+                           for j in range(columns.start, columns.stop)]
         return FitDiagnostics(True, 1, "exact (pool adjacent violators)")
 
     def _predict(self, scores: InputBatch) -> np.ndarray:

@@ -11,7 +11,7 @@ import calibration as cal
 from calibration.base import normalise_rows
 from calibration.comparison import held_out
 from calibration.inputs import InputBatch
-from calibration.methods.isotonic import STRICT_SLOPE, interpolate_monotone
+from calibration.methods.isotonic import STRICT_SLOPE, interpolate_monotone, softmax_columns
 from calibration.metrics.binned import ece
 from calibration.metrics.kde import kde_ece
 from calibration.metrics.scores import TINY, UNSUPPORTED_RATIO, accuracy, brier, mean_tail_risk, nll, tail_risk
@@ -106,3 +106,20 @@ def test_held_out_probabilities_are_never_held_whole():
     cal.allow_reordering(logits)
     peak = traced_peak(lambda: cal.compare(logits, labels, ["temperature"]))
     assert peak < 0.3 * logits.nbytes  # 0.22x; 0.50x with whole held-out matrices
+
+
+def test_irova_fits_on_softmax_columns_as_on_the_whole_softmax_with_a_smaller_peak():
+    """IROvA on logits makes a few columns of their softmax at a time (``softmax_columns``): the
+    same columns bit for bit, so the same knots, without the (n, k) probabilities."""
+    logits, labels = synthetic(20000, 200, seed=8)  # 4e6 entries: 8 row blocks, 20000 x 26 column blocks
+    np.testing.assert_array_equal(np.concatenate([b for _, b in softmax_columns(logits)], axis=1), cal.softmax(logits))
+    whole = cal.validate_inputs(logits, "logits")
+    assert whole.probabilities.shape == logits.shape  # made now: the fit reads them whole
+    expected = cal.create("isotonic_one_vs_all", {"input": "logits"}).fit_batch(whole, labels)
+    batch = cal.validate_inputs(logits, "logits")
+    peak = traced_peak(lambda: cal.create("isotonic_one_vs_all", {"input": "logits"}).fit_batch(batch, labels))
+    fitted = cal.create("isotonic_one_vs_all", {"input": "logits"}).fit_batch(batch, labels)
+    for (xs, ys), (expected_xs, expected_ys) in zip(fitted.knots_, expected.knots_, strict=True):
+        np.testing.assert_array_equal(xs, expected_xs)
+        np.testing.assert_array_equal(ys, expected_ys)
+    assert "probabilities" not in batch.__dict__ and peak < 0.5 * logits.nbytes  # 0.36x; 1.0x with the whole softmax
