@@ -9,10 +9,11 @@ between runs) for ``--rounds`` rounds: off, 10% and 100% with generated ids (the
 the rows; a batch of them is one index row), and 100% with 64 fresh client ids a request (the
 ``Prediction-Ids`` header; one index row per id, the worst case). Medians and each round's ratio
 to its run with logging off (median and range) are reported, and the server's CPU time per
-request (all its threads, from /proc, split into the event loop's thread and the others, i.e.
-the log's writer; its ratio off/on is the throughput ratio once the cores are the bound, and
-steadier than req/s on a shared machine), with the rows the log wrote read from the observation
-summary. The append figure is rows per second of ``POST
+request (all its threads, from /proc, split into the event loop's thread, the log's writer, named
+``prediction-log``, and the others: the hot path's pool threads, which run the calibrate calls it
+moves off the loop, so "others" is not the log's cost; its ratio off/on is the throughput ratio
+once the cores are the bound, and steadier than req/s on a shared machine), with the rows the log
+wrote read from the observation summary. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
 Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
@@ -63,19 +64,32 @@ def thread_seconds(pid: int) -> dict[int, float]:
     return seconds
 
 
+def writer_threads(pid: int) -> set[int]:
+    """The log's writer thread(s): named ``prediction-log`` for the OS (``app.prediction_log.name_thread``)."""
+    found = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == "prediction-log":
+                found.add(int(tid))
+    return found
+
+
 def measured(pid: int, *wrk_args, env: dict | None = None) -> dict:
     """A wrk run, with the server's CPU time per request over it and the 1.5 s after it, when the
     log writes the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
-    process's main thread: requests, and the sampling into the log's buffer) and on the others
-    (the log's writer; the serve threads, idle while calls run on the loop)."""
+    process's main thread: requests, and the sampling into the log's buffer), on the log's writer
+    and on the others (the hot path's pool threads, which run calibrate calls that the hot path
+    moved off the loop: ``app/routes/hot_path.py``)."""
     before, threads = cpu_seconds(pid), thread_seconds(pid)
     result = run_wrk(*wrk_args, env=env)
     time.sleep(1.5)
     after = thread_seconds(pid)
     main = after.get(pid, 0.0) - threads.get(pid, 0.0)
+    writer = sum(after[tid] - threads.get(tid, 0.0) for tid in writer_threads(pid) if tid in after)
     n = max(result["requests"], 1)
     total = cpu_seconds(pid) - before
-    return {**result, "cpu_us": 1e6 * total / n, "main_us": 1e6 * main / n, "other_us": 1e6 * (total - main) / n}
+    return {**result, "cpu_us": 1e6 * total / n, "main_us": 1e6 * main / n, "writer_us": 1e6 * writer / n,
+            "other_us": 1e6 * (total - main - writer) / n}
 
 
 def main() -> None:
@@ -140,6 +154,7 @@ def main() -> None:
                      f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})",
                      f"{statistics.median(r['cpu_us'] for r in runs):.0f} "
                      f"({statistics.median(r['main_us'] for r in runs):.0f} + "
+                     f"{statistics.median(r['writer_us'] for r in runs):.0f} + "
                      f"{statistics.median(r['other_us'] for r in runs):.0f})",
                      f"{statistics.median(cpu_ratios):.3f} ({cpu_ratios[0]:.3f}-{cpu_ratios[-1]:.3f})",
                      f"{statistics.median(r['p50'] for r in runs):.2f}",
@@ -149,7 +164,7 @@ def main() -> None:
     write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
           f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite)",
           ["logging", "req/s median (range)", "ratio to off, median of rounds (range)",
-           "server CPU us/request (event loop + other threads)",
+           "server CPU us/request (event loop + log writer + other threads)",
            "CPU ratio off/on, median of rounds (range)", "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["numpy", "fastapi", "uvicorn", "sqlalchemy"]),
           f"Rows the log wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "
