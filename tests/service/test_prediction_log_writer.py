@@ -1,0 +1,66 @@
+"""The prediction log's writer: a flush of many requests writes every batch of generated ids as
+one index row in one statement (``log_predictions``), each at its first row of the chunk, on SQLite
+and Postgres; and the writer's thread carries its name for the OS, by which
+``benchmarks/prediction_log.py`` tells its CPU time from the hot path's pool threads."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import insert
+
+from app.db import Database
+from app.models import CalibratorRow
+from app.prediction_log import PredictionLog, name_thread
+from app.prediction_log_store import find_logged, logged_counts, prediction_chunks
+from app.store import ResolvedVersion
+
+
+def test_a_flush_of_many_requests_writes_each_batch_at_its_rows(database_url):
+    db = Database(database_url)
+    try:
+        with db.write() as session:
+            calibrator = session.execute(insert(CalibratorRow).returning(CalibratorRow.id),
+                                         {"name": "many"}).scalar_one()
+        log = PredictionLog(db, flush_rows=1 << 40)
+        resolved = ResolvedVersion("many", 1, "-", 1, calibrator, 1.0)
+        rng = np.random.default_rng(0)
+        batches = [rng.standard_normal((int(n), 3)).astype(np.float32) for n in rng.integers(1, 9, 300)]
+        served = [log.record(resolved, "logits", 3, batch, None) for batch in batches]
+        client_ids = [f"client-{i}" for i in range(len(batches[0]))]
+        served.append(log.record(resolved, "logits", 3, batches[0], client_ids))
+        assert log.flush() == sum(len(b) for b in batches) + len(batches[0])
+
+        with db.read() as session:
+            assert logged_counts(session, calibrator) == (sum(len(b) for b in batches) + len(batches[0]), 0)
+            # one id of every batch (its last row), and the client ids
+            ids = [s.ids[-1] for s in served]
+            found = find_logged(session, calibrator, ids)
+            assert set(found) == set(ids)
+            chunks = prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
+        (chunk,) = chunks
+        inputs = chunks[chunk][3]
+        for batch, pid in zip([*batches, batches[0]], ids, strict=True):
+            _, row, labelled = found[pid]
+            assert not labelled
+            np.testing.assert_array_equal(inputs[row], batch[-1])
+    finally:
+        db.dispose()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="thread names for the OS are set on Linux only")
+def test_the_writer_thread_is_named_for_the_os():
+    names = []
+
+    def named():
+        name_thread("prediction-log")
+        names.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip())
+
+    thread = threading.Thread(target=named)
+    thread.start()
+    thread.join()
+    assert names == ["prediction-log"]
