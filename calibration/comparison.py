@@ -42,9 +42,10 @@ from .fold_layout import FoldLayout
 from .inputs import InputBatch, check_labels, check_probabilities, may_reorder, validate_inputs
 from .json_values import json_safe
 from .metrics.scores import mean_tail_risk, tail_risk_terms
-from .metrics.validated import ValidatedMetrics, row_blocks
+from .metrics.validated import BLOCK_ENTRIES, ValidatedMetrics, row_blocks
 from .registry import create
 
+MIN_BLOCK_ROWS = 64  # rows of a held-out block at least (``held_out_blocks``)
 METRICS = ("nll", "brier", "ece", "kde_ece", "calibration_gain", "accuracy_change", "fit_seconds")
 
 
@@ -125,23 +126,38 @@ class Comparison:
         }
 
 
+def held_out_blocks(n: int, k: int) -> list[slice]:
+    """``row_blocks`` of ``n`` held-out rows, none shorter than ``MIN_BLOCK_ROWS`` (a short last block
+    joins the one before): a BLAS product of a few rows can round differently from the same rows
+    in a longer one (matrix and Dirichlet scaling's predictions did, for 1-6 rows)."""
+    blocks = row_blocks(n, k, max(BLOCK_ENTRIES, MIN_BLOCK_ROWS * k))
+    if len(blocks) > 1 and blocks[-1].stop - blocks[-1].start < MIN_BLOCK_ROWS:
+        blocks[-2:] = [slice(blocks[-2].start, blocks[-1].stop)]
+    return blocks
+
+
 def held_out(rows: np.ndarray, labels: np.ndarray, source: str, predict: Callable[[InputBatch], np.ndarray],
              reference: Callable[[InputBatch], np.ndarray] | None = None) -> tuple[dict[str, float], np.ndarray]:
     """The metrics (``ValidatedMetrics``, without classwise ECE) of ``predict``'s probabilities of
     held-out ``rows`` of kind ``source``, checked as the metric functions check them, and their
-    ``tail_risk_terms`` against ``reference``'s, made and reduced one row block at a time: no
-    held-out ``(n, k)`` matrix is held (at 50000 x 1000 a fold's was 0.4x the float32 array's bytes,
-    and a candidate's, the reference's and their temporaries were alive together). Each row's
-    probabilities are those of the whole matrix, so the metrics are ``nll(p, y)``, ``ece(p, y)``, ...
-    and the terms are those of all the rows, bit for bit."""
+    ``tail_risk_terms`` against ``reference``'s, made and reduced one row block at a time
+    (``held_out_blocks``): no held-out ``(n, k)`` matrix is held (at 50000 x 1000 a fold's was 0.4x
+    the float32 array's bytes, and a candidate's, the reference's and their temporaries were alive
+    together). Each row's probabilities are those of the whole matrix, so the metrics are
+    ``nll(p, y)``, ``ece(p, y)``, ... and the terms are those of all the rows, bit for bit. An error
+    is raised as on the whole matrix (its row numbers are the held-out rows', not a block's)."""
     measured = ValidatedMetrics(labels, rows.shape[1], classwise=False)
     terms = [np.empty(0)]
-    for block in row_blocks(*rows.shape):
-        probabilities = predict(InputBatch(**{source: rows[block]}))
-        check_probabilities(probabilities)
-        measured.add(probabilities)
-        if reference is not None:
-            terms.append(tail_risk_terms(probabilities, reference(InputBatch(**{source: rows[block]}))))
+    try:
+        for block in held_out_blocks(*rows.shape):
+            probabilities = predict(InputBatch(**{source: rows[block]}))
+            check_probabilities(probabilities)
+            measured.add(probabilities)
+            if reference is not None:
+                terms.append(tail_risk_terms(probabilities, reference(InputBatch(**{source: rows[block]}))))
+    except ValueError:
+        check_probabilities(predict(InputBatch(**{source: rows})))  # raises the whole matrix's error
+        raise
     return measured.metrics(), np.concatenate(terms)
 
 
@@ -157,22 +173,22 @@ def _fold_metrics(measured: dict[str, float], raw_brier: float, raw_accuracy: fl
     }
 
 
-def reference_model(train: InputBatch, y_train: np.ndarray) -> Callable[[InputBatch], np.ndarray]:
+def reference_model(train: InputBatch, y_train: np.ndarray, test: np.ndarray,
+                    source: str) -> Callable[[InputBatch], np.ndarray]:
     """The held-out probabilities of temperature scaling fitted on the training folds (the
-    uncalibrated ones where it has no optimum, or for a block of rows it overflows on), what
-    ``tail_risk`` measures against, as a function of a batch of held-out rows: a fold need not
-    hold them while its candidates fit (it makes them again, the same values, block by block, when
-    it measures each candidate's tail risk)."""
+    uncalibrated ones where it has no optimum, or where it overflows on any of the held-out rows
+    ``test``), what ``tail_risk`` measures against, as a function of a batch of held-out rows: a
+    fold need not hold them while its candidates fit (it makes them again, the same values, block
+    by block, when it measures each candidate's tail risk)."""
     try:
         reference = create("temperature", {"input": "logits"}).fit_batch(train, y_train, warn=False)
+        for block in held_out_blocks(*test.shape):  # decided for the whole fold, as on its whole matrix
+            reference.predict_batch(InputBatch(**{source: test[block]}))
     except (ValueError, ArithmeticError):
         reference = None
 
-    def probabilities(test: InputBatch) -> np.ndarray:
-        try:
-            return test.probabilities if reference is None else reference.predict_batch(test)
-        except (ValueError, ArithmeticError):
-            return test.probabilities
+    def probabilities(rows: InputBatch) -> np.ndarray:
+        return rows.probabilities if reference is None else reference.predict_batch(rows)
 
     return probabilities
 
@@ -243,7 +259,7 @@ def compare(
             y_train, y_test = y[train], y[~train]
             # views of the array laid out for this fold, or else the fold's only copies of its rows
             train_rows, test_rows = layout.fold(train) if layout is not None else (source[train], source[~train])
-            reference = reference_model(batch(train_rows), y_train)  # its probabilities made when needed
+            reference = reference_model(batch(train_rows), y_train, test_rows, scores.source)  # made when needed
             reference_nll.append(held_out(test_rows, y_test, scores.source, reference)[0]["nll"])
             raw = held_out(test_rows, y_test, scores.source, uncalibrated_probabilities)[0]
             raw_brier, raw_accuracy = raw["brier"], raw["accuracy"]
