@@ -18,19 +18,36 @@ it is the same); ``H`` itself is not kept but made again, in C order as scipy's,
 ``H·p`` that reads it (the one entry a failed factorisation reads is made alone); the previous
 factor is dropped before the next is made, and a trial factor once its flag is read. The
 Hessian, the factor and one transient matrix are then alive: three n×n matrices, not five. With a scipy
-whose subproblem has no iteration limit (before 1.17, a different loop) ``minimize_trust_exact``
-is scipy's own ``trust-exact``.
+whose ``IterativeSubproblem.solve`` is not the one copied (its source is hashed: ``LEAN``), or
+with a Hessian that is not float64, ``minimize_trust_exact`` is scipy's own ``trust-exact``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+
 import numpy as np
 from scipy.linalg import cho_solve, norm, solve_triangular
 from scipy.optimize import minimize
-from scipy.optimize._trustregion import _minimize_trust_region
-from scipy.optimize._trustregion_exact import IterativeSubproblem, estimate_smallest_singular_value
 
-LEAN = hasattr(IterativeSubproblem, "MAXITER_DEFAULT")  # the loop copied below (scipy >= 1.17)
+try:  # scipy's private modules: without them (or another solve than the one copied) scipy's own trust-exact
+    from scipy.optimize._trustregion import _minimize_trust_region
+    from scipy.optimize._trustregion_exact import IterativeSubproblem, estimate_smallest_singular_value
+except ImportError:  # pragma: no cover - a scipy that moved them
+    IterativeSubproblem = object
+#: sha256 of the source of scipy 1.17.1's ``IterativeSubproblem.solve``, the loop ``LeanSubproblem.solve`` copies
+COPIED_SOLVE = "a85af2a2efcc44c0159e5beb228fa35b3fdbaa8093905ec4fcc6ca3b54c0be3e"
+
+
+def _copied_solve_installed() -> bool:
+    try:
+        return hashlib.sha256(inspect.getsource(IterativeSubproblem.solve).encode()).hexdigest() == COPIED_SOLVE
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
+LEAN = _copied_solve_installed()
 
 
 class LeanSubproblem(IterativeSubproblem):
@@ -61,6 +78,8 @@ class LeanSubproblem(IterativeSubproblem):
         return delta, v
 
     def solve(self, tr_radius):  # scipy 1.17's IterativeSubproblem.solve; changes marked "lean"
+        if self.hess.dtype != np.float64:  # scipy forms hess + λ·eye(n) in float64
+            return super().solve(tr_radius)
         lambda_current, lambda_lb, lambda_ub = self._initial_values(tr_radius)
         n = self.dimension
         hits_boundary = True
@@ -140,6 +159,8 @@ class LeanSubproblem(IterativeSubproblem):
 def _lean_trust_exact(fun, x0, args=(), jac=None, hess=None, hessp=None, bounds=None, constraints=None,
                       callback=None, **options):
     """A ``minimize`` method: ``trust-exact``'s trust region around ``LeanSubproblem``."""
+    if jac is None or not callable(hess):
+        raise ValueError("trust-exact needs the gradient and the Hessian as a function")
     return _minimize_trust_region(fun, x0, args=args, jac=jac, hess=hess, subproblem=LeanSubproblem,
                                   callback=callback, **options)
 

@@ -7,6 +7,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+import scipy
 from scipy.optimize import minimize, rosen, rosen_der, rosen_hess
 
 import calibration as cal
@@ -26,8 +27,25 @@ def same(lean, scipy):
     assert (lean.fun, lean.nit, lean.status) == (scipy.fun, scipy.nit, scipy.status)
 
 
-def test_lean_subproblem_is_in_use_with_this_scipy():
-    assert trust_exact.LEAN  # scipy >= 1.17: the loop LeanSubproblem copies
+def test_lean_subproblem_is_in_use_with_the_scipy_it_copies():
+    if scipy.__version__ != "1.17.1":
+        pytest.skip(f"scipy {scipy.__version__}: LEAN is on only where solve's source is the copied one")
+    assert trust_exact.LEAN
+
+
+def test_a_float32_hessian_and_a_missing_one_are_scipy_s_business():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((12, 12))
+    hessian = (a @ a.T - 3 * np.eye(12)).astype(np.float32)  # indefinite: shifted factorisations
+
+    def quartic(x):
+        return 0.5 * x @ hessian @ x + 0.25 * np.sum(x ** 4), hessian @ x + x ** 3
+
+    for _ in range(10):
+        same(*both(quartic, rng.standard_normal(12), lambda x: hessian + np.diag(3 * x ** 2).astype(np.float32),
+                   {"gtol": 1e-8}))
+    with pytest.raises(ValueError, match="Hessian"):
+        minimize_trust_exact(quartic, np.ones(12), "2-point", {})
 
 
 def test_every_branch_of_the_subproblem_gives_scipy_s_iterates(monkeypatch):
