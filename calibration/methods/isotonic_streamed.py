@@ -52,9 +52,11 @@ def _gathered(blocks: Callable[[], Iterator[np.ndarray]], low: float, high: floa
     out[:len(head)] = head
     at = len(head)
     for values in blocks():
-        part = values[(values > low) & (values <= high)]
+        part = values[(values <= high) if low == -np.inf else (values > low) & (values <= high)]  # -inf in range 0
         out[at:at + len(part)] = part
         at += len(part)
+    if at != len(out):  # counted by searchsorted, which ranks NaN last, and in no range here
+        raise ValueError("isotonic regression scores must not be NaN")
     out[len(head):].sort()
     return out
 

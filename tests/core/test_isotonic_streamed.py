@@ -53,3 +53,21 @@ def test_irm_streamed_fit_equals_the_in_memory_fit_with_a_smaller_peak(kind, mon
     np.testing.assert_array_equal(streamed.knots_y_, in_memory.knots_y_)
     peak = traced_peak(lambda: cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels))
     assert peak < 0.75 * whole
+
+
+def test_streamed_knots_take_minus_infinity_as_the_sorted_array_does_and_refuse_nan():
+    rng = np.random.default_rng(5)
+    x = rng.random(1000)
+    x[5] = -np.inf
+    positives = x[10:60]
+
+    def blocks():
+        return (x[a:a + 100] for a in range(0, 1000, 100))
+
+    expected = isotonic_knots(np.sort(x), positives)
+    got = streamed_knots(blocks, 1000, positives, 4)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    x[5] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        streamed_knots(blocks, 1000, positives, 4)
