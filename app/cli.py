@@ -24,8 +24,8 @@ def serve(args: argparse.Namespace) -> int:
         upgrade(settings.database_url)
     from .server_protocol import HeadDeadlineProtocol
 
-    uvicorn.run("app.main:create_app", factory=True, host=settings.host, port=settings.port, http=HeadDeadlineProtocol,
-                workers=settings.workers, access_log=False, log_config=None,
+    uvicorn.run("app.main:create_served_app", factory=True, host=settings.host, port=settings.port,
+                http=HeadDeadlineProtocol, workers=settings.workers, access_log=False, log_config=None,
                 limit_concurrency=settings.max_connections, h11_max_incomplete_event_size=settings.max_header_bytes,
                 timeout_keep_alive=settings.keep_alive_seconds, timeout_graceful_shutdown=settings.shutdown_seconds)
     return 0
