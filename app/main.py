@@ -5,8 +5,8 @@ each worker process (``uvicorn app.main:create_served_app --factory``): the same
 whose start-up ends by moving every object it leaves alive out of the cyclic collector's
 generations (``gc.freeze``), so a full collection no longer walks the application's long-lived
 objects. With the prediction log at 100%, its writer's allocations make those collections frequent:
-the event loop's CPU a request with logging at 100% went 596 -> 551 us and throughput 0.775 -> 0.824
-of logging off (``benchmarks/prediction_log.py``). Tests build many applications in one process and
+the event loop's CPU a request with logging at 100% went 596 -> 528 us and throughput 0.775 -> 0.861
+of logging off (``benchmarks/prediction_log.py``, a quiet machine). Tests build many applications in one process and
 use ``create_app``: frozen objects are never collected, so each would leave its application behind.
 """
 
