@@ -23,8 +23,15 @@ IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound paramete
 
 def raw(array: np.ndarray) -> tuple[bytes, str]:
     """An array's bytes, little-endian and C-ordered, with its dtype string."""
+    data, dtype = raw_view(array)
+    return data.tobytes(), dtype
+
+
+def raw_view(array: np.ndarray) -> tuple[memoryview, str]:
+    """``raw`` without copying the bytes out: a byte view of the array itself where it already is
+    little-endian and C-ordered (for a Core insert, whose driver copies them when it binds them)."""
     little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return little.tobytes(), little.dtype.str
+    return memoryview(little).cast("B"), little.dtype.str
 
 
 def from_raw(data: bytes, dtype: str, n_rows: int, n_classes: int, kind: str) -> np.ndarray:

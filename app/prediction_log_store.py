@@ -16,7 +16,7 @@ from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from .models import LoggedPredictionRow, PredictionChunkRow, utcnow
-from .observation_store import IN_LIST, from_raw
+from .observation_store import IN_LIST, from_raw, raw_view
 from .store import dialect_insert
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
@@ -38,8 +38,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     At 64 rows a request that is 64 times fewer B-tree inserts. Returns how many ids were new."""
     # the array's own bytes as the blob, not a copy (``raw``'s ``tobytes``): the driver copies them
     # once more when it binds them, and a flush at 100% is ~1.6 MB, copied ~8 times on its way
-    little = np.ascontiguousarray(inputs, dtype=inputs.dtype.newbyteorder("<"))
-    data, dtype = memoryview(little).cast("B"), little.dtype.str
+    data, dtype = raw_view(inputs)
     # a Core insert on the table: the ORM's bulk-insert path cost ~1.7 ms a flush, for one row
     chunks = PredictionChunkRow.__table__
     connection = session.connection()
