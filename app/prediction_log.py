@@ -1,18 +1,21 @@
 """The prediction log: calibrated inputs kept, with prediction ids, until their labels arrive.
 
 Logging is off the request path. ``record`` (on the hot path) keeps a served batch whole with
-the calibrator's rate as its probability, copies it into an in-memory buffer and returns at once; a
-background thread writes the buffer every ``flush_seconds`` (or sooner once ``flush_rows``
-rows wait), one chunk per (calibrator, version) in one transaction each. The buffer is bounded
-by ``max_buffer_bytes``: rows beyond it are dropped and counted, never queued without bound.
+the calibrator's rate as its probability and hands it to the writer: by default a process of its
+own (``app.prediction_log_pipe``: one ``writev`` into a pipe, no interpreter lock shared with the
+event loop), else (``log_writer="thread"``, or an in-memory SQLite database, which another process
+cannot open) a bounded in-memory buffer that a thread of this process writes
+(``app.prediction_log_buffer``). Either writes every ``flush_seconds`` (or sooner once
+``flush_rows`` rows wait), one chunk per (calibrator, version) in one transaction each; rows
+beyond ``max_buffer_bytes`` (or a full pipe) are dropped and counted, never queued without bound.
 Each client id is one index row; a batch of generated ids is one index row for the whole batch
 (``prediction_log_store.log_predictions``, migration 0009): at 64 rows a request, the writer's
 per-id B-tree inserts were most of what logging cost the server.
-A label call flushes this process's buffer first (``flush``), so a label posted right after its
+A label call flushes this process's log first (``flush``), so a label posted right after its
 prediction finds it; with several processes a label can reach one whose prediction is still in
 another's buffer (at most ``flush_seconds``): it is reported ``unknown`` and can be posted again.
-The same thread applies the retention settings (observations and the log) every
-``retention_interval`` seconds.
+This process's ``prediction-log`` thread applies the retention settings (observations and the log)
+every ``retention_interval`` seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from . import observation_store, prediction_log_store
 from .db import Database
 from .errors import InvalidInput
 from .models import utcnow
+from .prediction_log_buffer import LogBuffer, LogStats, Pending
+from .prediction_log_pipe import PipeWriter
 from .store import ResolvedVersion
 
 logger = logging.getLogger(__name__)
@@ -104,51 +109,35 @@ def log_served(log: PredictionLog | None, loaded, kind: str, values, ids: list[s
     return log.record(loaded.resolved, kind, loaded.calibrator.n_classes_, values, ids)
 
 
-@dataclass
-class _Pending:
-    calibrator_id: int
-    version: int
-    kind: str
-    n_classes: int
-    inputs: np.ndarray
-    ids: list[str | None] | None  # the client's, one index row each (None: none); else generated:
-    prefix: str | None = None  # the ids are this prefix and the row number: one index row in all
-
-
-@dataclass
-class LogStats:
-    buffered_rows: int = 0
-    buffered_bytes: int = 0
-    written_rows: int = 0
-    dropped_rows: int = 0
-    failed_rows: int = 0
-
-
 class PredictionLog:
-    def __init__(self, db: Database, flush_rows: int = 4096, flush_seconds: float = 1.0,
+    """The hot path's end of the log (``record``), its flush for label joins, and the retention
+    thread; batches go to the writer process (``pipe``, ``app.prediction_log_pipe``) or, without
+    one, to a buffer written by this thread (``app.prediction_log_buffer``)."""
+
+    def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
                  max_buffer_bytes: int = 256 << 20, observation_retention_days: float = 0.0,
-                 log_retention_days: float = 30.0, retention_interval: float = 3600.0):
+                 log_retention_days: float = 30.0, retention_interval: float = 3600.0,
+                 pipe: PipeWriter | None = None):
         self.db = db
-        self.flush_rows = flush_rows
-        self.flush_seconds = flush_seconds
-        self.max_buffer_bytes = max_buffer_bytes
+        self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes)
+        self.pipe = pipe
         self.observation_retention_days = observation_retention_days
         self.log_retention_days = log_retention_days
         self.retention_interval = retention_interval
-        self.stats = LogStats()
-        self._pending: list[_Pending] = []
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def stats(self) -> LogStats:
+        """This process's buffer's counts (the writer process keeps its own)."""
+        return self.buffer.stats
 
     # -- the hot path ------------------------------------------------------------------------
 
     def record(self, resolved: ResolvedVersion, kind: str, n_classes: int, values, ids: list[str] | None
                ) -> Served:
         """Keep the whole batch with probability ``resolved.log_rate`` (one draw a request), else
-        nothing, and buffer what is kept with its ids (the client's, or generated).
+        nothing, and hand what is kept with its ids (the client's, or generated) to the writer.
 
         Sampling is by request, not by row: each row is still kept with probability
         ``log_rate``, so the log is an unbiased sample of what was served (rows of one request
@@ -160,80 +149,21 @@ class PredictionLog:
         if n == 0 or (resolved.log_rate < 1.0 and random.random() >= resolved.log_rate):
             return Served(n, 0, ids, prefix)
         inputs = np.asarray(values)
-        inputs = inputs.astype(np.float64) if inputs.dtype.kind != "f" else inputs.copy()
-        with self._lock:
-            if self.stats.buffered_bytes + inputs.nbytes > self.max_buffer_bytes:
-                self.stats.dropped_rows += n
-                return Served(n, 0, ids, prefix)
-            self._pending.append(_Pending(resolved.calibrator_id, resolved.version, kind, n_classes,
-                                          inputs, ids, prefix))
-            self.stats.buffered_rows += n
-            self.stats.buffered_bytes += inputs.nbytes
-            full = self.stats.buffered_rows >= self.flush_rows
-        if full:
-            self._wake.set()
-        return Served(n, n, ids, prefix)
-
-    # -- the writer ----------------------------------------------------------------------------
-
-    def _take(self) -> list[_Pending]:
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self.stats.buffered_rows = self.stats.buffered_bytes = 0
-        return pending
+        if inputs.dtype.kind != "f":
+            inputs = inputs.astype(np.float64)
+        elif self.pipe is None:  # the buffer keeps it past the request (the pipe's write copies it)
+            inputs = inputs.copy()
+        item = Pending(resolved.calibrator_id, resolved.version, kind, n_classes, inputs, ids, prefix)
+        kept = self.pipe.put(item) if self.pipe is not None else self.buffer.keep(item)
+        return Served(n, n if kept else 0, ids, prefix)
 
     def flush(self) -> int:
-        """Write everything buffered now (and wait for a write in progress); returns rows written."""
-        with self._write_lock:
-            pending = self._take()
-            self._drop_repeated_ids(pending)
-            groups: dict[tuple, list[_Pending]] = {}
-            for item in pending:
-                groups.setdefault((item.calibrator_id, item.version, item.kind, item.n_classes,
-                                   item.inputs.dtype.str), []).append(item)
-            written = 0
-            for (calibrator_id, version, kind, n_classes, _), items in groups.items():
-                items.sort(key=lambda item: item.prefix is not None)  # client ids first: rows 0..m-1
-                rows = sum(len(item.inputs) for item in items)
-                ids, batches = self._index(items)
-                try:
-                    with self.db.write() as session:
-                        prediction_log_store.log_predictions(
-                            session, calibrator_id, version, kind, n_classes,
-                            np.concatenate([item.inputs for item in items]), ids, batches)
-                    written += rows
-                except Exception as exc:  # a deleted calibrator, the database away: counted, logged
-                    self.stats.failed_rows += rows
-                    logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
-                                   calibrator_id, str(exc).splitlines()[0])
-            self.stats.written_rows += written
-            return written
-
-    @staticmethod
-    def _drop_repeated_ids(pending: list[_Pending]) -> None:
-        """A client id served twice before a flush keeps its first serving, as across flushes
-        (where the stored row wins): the chunks are written grouped by version, not in serving
-        order, so a later serving's id becomes ``None`` (its row is kept, without an index row)."""
-        seen: set[str] = set()
-        for item in pending:
-            if item.ids is None:
-                continue
-            if not seen.isdisjoint(item.ids):
-                item.ids = [None if pid in seen else pid for pid in item.ids]
-            seen.update(pid for pid in item.ids if pid is not None)
-
-    @staticmethod
-    def _index(items: list[_Pending]) -> tuple[list[str], list[tuple]]:
-        """The index rows of items written as one chunk, client ids' items first: the client ids
-        (of rows 0, 1, ...), and ``(prefix, first row, n)`` of batches of generated ids."""
-        ids, batches, offset = [], [], 0
-        for item in items:
-            if item.prefix is not None:
-                batches.append((item.prefix, offset, len(item.inputs)))
-            else:
-                ids.extend(item.ids)
-            offset += len(item.inputs)
-        return ids, batches
+        """Write everything served until now before returning: this thread's buffer (returns the
+        rows it wrote) or, with a writer process, everything sent to it (returns 0)."""
+        if self.pipe is not None:
+            self.pipe.flush()
+            return 0
+        return self.buffer.flush()
 
     def apply_retention(self) -> None:
         now = utcnow()
@@ -247,9 +177,10 @@ class PredictionLog:
         name_thread("prediction-log")
         next_retention = time.monotonic()
         while not self._stop.is_set():
-            self._wake.wait(self.flush_seconds)
-            self._wake.clear()
-            self.flush()
+            if self.pipe is None:
+                self.buffer.run_once()
+            else:
+                self._stop.wait(self.buffer.flush_seconds)
             if time.monotonic() >= next_retention:
                 try:
                     self.apply_retention()
@@ -262,9 +193,11 @@ class PredictionLog:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the writer and write what is still buffered."""
+        """Stop the thread and write what is still buffered (the writer process: what it holds)."""
         self._stop.set()
-        self._wake.set()
+        self.buffer.ask_flush(lambda: None)  # wakes the thread
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self.flush()
+        self.buffer.flush()
+        if self.pipe is not None:
+            self.pipe.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -113,6 +114,10 @@ class Settings(BaseSettings):
     log_flush_seconds: float = Field(1.0, gt=0, description="How often the prediction log's buffer is written.")
     log_buffer_bytes: int = Field(256 << 20, ge=0, description="Largest prediction-log buffer per process; rows "
                                   "beyond it are dropped (and counted) rather than slowing calibrate.")
+    log_writer: Literal["process", "thread"] = Field(
+        "process", description="Who writes the prediction log: a process of its own (the default: it shares no "
+        "interpreter lock with the hot path) or a thread of each API process. An in-memory SQLite database, which "
+        "another process cannot open, always uses the thread.")
     observation_retention_days: float = Field(0.0, ge=0, description="Observations older than this are deleted "
                                               "(0: kept until deleted).")
     prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions older than this "

@@ -74,20 +74,35 @@ def writer_threads(pid: int) -> set[int]:
     return found
 
 
+def writer_processes(pid: int) -> dict[int, float]:
+    """CPU time so far of the log's writer process(es), children of ``pid`` named ``prediction-log``
+    (``app.prediction_log_pipe``)."""
+    seconds = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+                if name == "prediction-log" and int(fields[1]) == pid:
+                    seconds[int(entry)] = _stat_seconds(f"/proc/{entry}/stat")
+    return seconds
+
+
 def measured(pid: int, *wrk_args, env: dict | None = None) -> dict:
     """A wrk run, with the server's CPU time per request over it and the 1.5 s after it, when the
     log writes the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
     process's main thread: requests, and the sampling into the log's buffer), on the log's writer
     and on the others (the hot path's pool threads, which run calibrate calls that the hot path
     moved off the loop: ``app/routes/hot_path.py``)."""
-    before, threads = cpu_seconds(pid), thread_seconds(pid)
+    before, threads, processes = cpu_seconds(pid), thread_seconds(pid), writer_processes(pid)
     result = run_wrk(*wrk_args, env=env)
     time.sleep(1.5)
-    after = thread_seconds(pid)
+    after, processes_after = thread_seconds(pid), writer_processes(pid)
     main = after.get(pid, 0.0) - threads.get(pid, 0.0)
-    writer = sum(after[tid] - threads.get(tid, 0.0) for tid in writer_threads(pid) if tid in after)
+    process = sum(seconds - processes.get(child, 0.0) for child, seconds in processes_after.items())
+    writer = process + sum(after[tid] - threads.get(tid, 0.0) for tid in writer_threads(pid) if tid in after)
     n = max(result["requests"], 1)
-    total = cpu_seconds(pid) - before
+    total = cpu_seconds(pid) - before + process
     return {**result, "cpu_us": 1e6 * total / n, "main_us": 1e6 * main / n, "writer_us": 1e6 * writer / n,
             "other_us": 1e6 * (total - main - writer) / n}
 

@@ -4,6 +4,7 @@ and the OpenAPI document, put together (served through ``app.main``)."""
 from __future__ import annotations
 
 import inspect
+import sys
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -18,6 +19,7 @@ from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from ..main_info import server_version
 from ..prediction_log import PredictionLog
+from ..prediction_log_pipe import PipeWriter
 from ..scheduler import Scheduler
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
@@ -59,6 +61,19 @@ def integrity_key(settings: Settings) -> bytes | None:
     return settings.integrity_key.get_secret_value().encode() if settings.integrity_key else None
 
 
+def log_writer_process(settings: Settings, database: Database) -> PipeWriter | None:
+    """The prediction log's writer process (``app.prediction_log_pipe``), unless the settings ask for
+    a thread, the database is SQLite in memory (another process would open an empty one) or the
+    system is not Linux (the pipe's size and fill level are Linux's ``fcntl`` and ``ioctl``)."""
+    url = database.engine.url
+    in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+    if settings.log_writer == "thread" or in_memory or sys.platform != "linux":
+        return None
+    return PipeWriter({"database_url": settings.database_url, "db_timeout": settings.db_timeout_seconds,
+                       "flush_rows": settings.log_flush_rows, "flush_seconds": settings.log_flush_seconds,
+                       "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level})
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     logs.configure(settings.log_level)
@@ -68,7 +83,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     prediction_log = PredictionLog(database, settings.log_flush_rows, settings.log_flush_seconds,
                                    settings.log_buffer_bytes, settings.observation_retention_days,
-                                   settings.prediction_log_retention_days, settings.retention_interval_seconds)
+                                   settings.prediction_log_retention_days, settings.retention_interval_seconds,
+                                   log_writer_process(settings, database))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

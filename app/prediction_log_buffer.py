@@ -1,0 +1,154 @@
+"""The prediction log's buffer and its writer: served batches kept in memory and written in chunks.
+
+``keep`` adds a batch to the buffer (bounded by ``max_buffer_bytes``: batches beyond it are dropped
+and counted, never queued without bound); ``flush`` writes what waits, one chunk per (calibrator,
+version) in one transaction each (``prediction_log_store.log_predictions``); ``run`` is the
+writer's loop: a flush every ``flush_seconds``, or sooner once ``flush_rows`` rows wait or a flush
+was asked for (``ask_flush``, answered once what was kept before it is written).
+
+It runs in the writer process (``app.prediction_log_pipe``, the default) or, with
+``log_writer="thread"`` or an in-memory database, on a thread of the API process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import prediction_log_store
+from .db import Database
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Pending:
+    """A served batch waiting to be written: its inputs and ids."""
+
+    calibrator_id: int
+    version: int
+    kind: str
+    n_classes: int
+    inputs: np.ndarray
+    ids: list[str | None] | None  # the client's, one index row each (None: none); else generated:
+    prefix: str | None = None  # the ids are this prefix and the row number: one index row in all
+
+
+@dataclass
+class LogStats:
+    buffered_rows: int = 0
+    buffered_bytes: int = 0
+    written_rows: int = 0
+    dropped_rows: int = 0
+    failed_rows: int = 0
+
+
+class LogBuffer:
+    def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
+                 max_buffer_bytes: int = 256 << 20):
+        self.db = db
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self.max_buffer_bytes = max_buffer_bytes
+        self.stats = LogStats()
+        self._pending: list[Pending] = []
+        self._asked: list[Callable[[], None]] = []  # answers to flushes asked for, in order
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._wake = threading.Event()
+
+    def keep(self, item: Pending) -> bool:
+        """Buffer ``item`` unless the buffer is full (then it is counted as dropped); wakes the
+        writer once ``flush_rows`` rows wait."""
+        n = len(item.inputs)
+        with self._lock:
+            if self.stats.buffered_bytes + item.inputs.nbytes > self.max_buffer_bytes:
+                self.stats.dropped_rows += n
+                return False
+            self._pending.append(item)
+            self.stats.buffered_rows += n
+            self.stats.buffered_bytes += item.inputs.nbytes
+            full = self.stats.buffered_rows >= self.flush_rows
+        if full:
+            self._wake.set()
+        return True
+
+    def ask_flush(self, answer: Callable[[], None]) -> None:
+        """Have the writer flush soon and call ``answer`` once what was kept until now is written."""
+        with self._lock:
+            self._asked.append(answer)
+        self._wake.set()
+
+    def _take(self) -> list[Pending]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self.stats.buffered_rows = self.stats.buffered_bytes = 0
+        return pending
+
+    def flush(self) -> int:
+        """Write everything buffered now (and wait for a write in progress); returns rows written."""
+        with self._write_lock:
+            pending = self._take()
+            self._drop_repeated_ids(pending)
+            groups: dict[tuple, list[Pending]] = {}
+            for item in pending:
+                groups.setdefault((item.calibrator_id, item.version, item.kind, item.n_classes,
+                                   item.inputs.dtype.str), []).append(item)
+            written = 0
+            for (calibrator_id, version, kind, n_classes, _), items in groups.items():
+                items.sort(key=lambda item: item.prefix is not None)  # client ids first: rows 0..m-1
+                rows = sum(len(item.inputs) for item in items)
+                ids, batches = self._index(items)
+                try:
+                    with self.db.write() as session:
+                        prediction_log_store.log_predictions(
+                            session, calibrator_id, version, kind, n_classes,
+                            np.concatenate([item.inputs for item in items]), ids, batches)
+                    written += rows
+                except Exception as exc:  # a deleted calibrator, the database away: counted, logged
+                    self.stats.failed_rows += rows
+                    logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
+                                   calibrator_id, str(exc).splitlines()[0])
+            self.stats.written_rows += written
+            return written
+
+    @staticmethod
+    def _drop_repeated_ids(pending: list[Pending]) -> None:
+        """A client id served twice before a flush keeps its first serving, as across flushes
+        (where the stored row wins): the chunks are written grouped by version, not in serving
+        order, so a later serving's id becomes ``None`` (its row is kept, without an index row)."""
+        seen: set[str] = set()
+        for item in pending:
+            if item.ids is None:
+                continue
+            if not seen.isdisjoint(item.ids):
+                item.ids = [None if pid in seen else pid for pid in item.ids]
+            seen.update(pid for pid in item.ids if pid is not None)
+
+    @staticmethod
+    def _index(items: list[Pending]) -> tuple[list[str], list[tuple]]:
+        """The index rows of items written as one chunk, client ids' items first: the client ids
+        (of rows 0, 1, ...), and ``(prefix, first row, n)`` of batches of generated ids."""
+        ids, batches, offset = [], [], 0
+        for item in items:
+            if item.prefix is not None:
+                batches.append((item.prefix, offset, len(item.inputs)))
+            else:
+                ids.extend(item.ids)
+            offset += len(item.inputs)
+        return ids, batches
+
+    def run_once(self) -> None:
+        """Wait for the next flush (its time, ``flush_rows`` rows, or one asked for), write, and
+        answer the flushes asked for before it began."""
+        self._wake.wait(self.flush_seconds)
+        self._wake.clear()
+        with self._lock:
+            asked, self._asked = self._asked, []
+        self.flush()
+        for answer in asked:
+            answer()
