@@ -129,7 +129,9 @@ class PredictionLog:
 
     @property
     def stats(self) -> LogStats:
-        """This process's buffer's counts (the writer process keeps its own)."""
+        """The counts of the buffer a thread of this process writes (without a writer process);
+        with one, ``pipe.dropped_rows`` counts what it was not handed, and it logs what it could
+        not write."""
         return self.buffer.stats
 
     # -- the hot path ------------------------------------------------------------------------
@@ -149,9 +151,9 @@ class PredictionLog:
         if n == 0 or (resolved.log_rate < 1.0 and random.random() >= resolved.log_rate):
             return Served(n, 0, ids, prefix)
         inputs = np.asarray(values)
-        if inputs.dtype.kind != "f":
+        if inputs.dtype.kind != "f" or inputs.dtype.itemsize not in (2, 4, 8):
             inputs = inputs.astype(np.float64)
-        elif self.pipe is None:  # the buffer keeps it past the request (the pipe's write copies it)
+        elif self.pipe is None:  # the buffer keeps it past the request (the ring is a copy already)
             inputs = inputs.copy()
         item = Pending(resolved.calibrator_id, resolved.version, kind, n_classes, inputs, ids, prefix)
         kept = self.pipe.put(item) if self.pipe is not None else self.buffer.keep(item)
@@ -159,7 +161,9 @@ class PredictionLog:
 
     def flush(self) -> int:
         """Write everything served until now before returning: this thread's buffer (returns the
-        rows it wrote) or, with a writer process, everything sent to it (returns 0)."""
+        rows it wrote) or, with a writer process, everything handed to it (returns 0; logs a
+        warning where the process could not confirm it, and a label whose prediction is not
+        stored yet is then answered ``unknown``)."""
         if self.pipe is not None:
             self.pipe.flush()
             return 0
@@ -179,8 +183,9 @@ class PredictionLog:
         while not self._stop.is_set():
             if self.pipe is None:
                 self.buffer.run_once()
-            else:
+            else:  # the writer process writes on its own; the last batches before a lull go to it
                 self._stop.wait(self.buffer.flush_seconds)
+                self.pipe.announce()
             if time.monotonic() >= next_retention:
                 try:
                     self.apply_retention()
@@ -198,6 +203,7 @@ class PredictionLog:
         self.buffer.ask_flush(lambda: None)  # wakes the thread
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self.buffer.flush()
         if self.pipe is not None:
             self.pipe.close()
+        else:
+            self.buffer.flush()

@@ -6,7 +6,7 @@ version) in one transaction each (``prediction_log_store.log_predictions``); ``r
 writer's loop: a flush every ``flush_seconds``, or sooner once ``flush_rows`` rows wait or a flush
 was asked for (``ask_flush``, answered once what was kept before it is written).
 
-It runs in the writer process (``app.prediction_log_pipe``, the default) or, with
+It runs in the writer process (``app.prediction_log_process``, the default) or, with
 ``log_writer="thread"`` or an in-memory database, on a thread of the API process.
 """
 
@@ -58,17 +58,22 @@ class LogBuffer:
         self._pending: list[Pending] = []
         self._asked: list[Callable[[], None]] = []  # answers to flushes asked for, in order
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when a write takes the buffer
         self._write_lock = threading.Lock()
         self._wake = threading.Event()
 
-    def keep(self, item: Pending) -> bool:
-        """Buffer ``item`` unless the buffer is full (then it is counted as dropped); wakes the
-        writer once ``flush_rows`` rows wait."""
+    def keep(self, item: Pending, wait: bool = False) -> bool:
+        """Buffer ``item`` unless the buffer is full: then it is counted as dropped or, with
+        ``wait``, kept once a write has made room (an item larger than the whole buffer is dropped
+        either way); wakes the writer once ``flush_rows`` rows wait."""
         n = len(item.inputs)
         with self._lock:
-            if self.stats.buffered_bytes + item.inputs.nbytes > self.max_buffer_bytes:
-                self.stats.dropped_rows += n
-                return False
+            while self.stats.buffered_bytes + item.inputs.nbytes > self.max_buffer_bytes:
+                if not (wait and self._pending):
+                    self.stats.dropped_rows += n
+                    return False
+                self._wake.set()
+                self._room.wait(1.0)
             self._pending.append(item)
             self.stats.buffered_rows += n
             self.stats.buffered_bytes += item.inputs.nbytes
@@ -87,6 +92,7 @@ class LogBuffer:
         with self._lock:
             pending, self._pending = self._pending, []
             self.stats.buffered_rows = self.stats.buffered_bytes = 0
+            self._room.notify_all()
         return pending
 
     def flush(self) -> int:

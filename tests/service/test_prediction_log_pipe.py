@@ -1,8 +1,10 @@
-"""The prediction log's writer process (``app.prediction_log_pipe``): batches sent down the pipe are
-written as sent (client ids, generated ids, 1-D scores, float16/32/64, big-endian and strided
-inputs, a batch larger than the pipe); ``flush`` returns once they are stored; a stopped writer's
-full pipe drops batches and counts them, and a killed one is replaced; a closed pipe, or an API
-process that died without closing it, has the writer store what it held and exit."""
+"""The prediction log's writer process (``app.prediction_log_pipe`` / ``_process`` / ``_ring``):
+batches put into the ring are stored as served (client ids, generated ids, 1-D scores,
+float16/32/64, big-endian and strided inputs); ``flush`` returns once they are; a stopped writer's
+full ring drops batches whole and says so (``Served.logged`` 0, counted), as does a database that
+holds the writer back, and a killed writer is replaced; a record that is not one ends the writer
+(status 1); a closed pipe, or an API process that died without closing it, has the writer store
+what it held and exit; signals to the API's process group do not reach it."""
 
 from __future__ import annotations
 
@@ -16,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 
 from app.db import Database
 from app.models import CalibratorRow
 from app.prediction_log import PredictionLog
-from app.prediction_log_pipe import PIPE_BYTES, PipeWriter
+from app.prediction_log_pipe import PipeWriter
 from app.prediction_log_store import find_logged, logged_counts, prediction_chunks
 from app.store import ResolvedVersion
 
@@ -43,6 +45,11 @@ def calibrator(database_url):
     db.dispose()
 
 
+def _logged(db: Database, calibrator_id: int) -> int:
+    with db.read() as session:
+        return logged_counts(session, calibrator_id)[0]
+
+
 def _stored(db: Database, calibrator_id: int, ids: list[str]) -> dict[str, np.ndarray]:
     """The stored input row of each of ``ids`` that was logged."""
     with db.read() as session:
@@ -53,7 +60,7 @@ def _stored(db: Database, calibrator_id: int, ids: list[str]) -> dict[str, np.nd
 
 def test_batches_of_every_kind_arrive_as_sent_and_a_flush_waits_for_them(calibrator, database_url):
     db, calibrator_id = calibrator
-    log = PredictionLog(db, pipe=PipeWriter(_config(database_url)))
+    log = PredictionLog(db, pipe=PipeWriter(_config(database_url), ring_bytes=8 << 20))
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((40, 5))
     sent = [  # (kind, n_classes, inputs, client ids)
@@ -63,14 +70,16 @@ def test_batches_of_every_kind_arrive_as_sent_and_a_flush_waits_for_them(calibra
         ("logits", 5, logits.astype(np.float16), [f"half-{i}" for i in range(40)]),
         ("scores", 2, rng.random(17), [f"score-{i}" for i in range(17)]),
         ("logits", 5, rng.integers(-3, 3, (6, 5)), None),  # integers: stored as float64
-        # larger than the pipe: written in parts, arrives whole
-        ("logits", 1000, rng.standard_normal((2 * PIPE_BYTES // 4000 + 3, 1000)).astype(np.float32), None),
+        ("logits", 1000, rng.standard_normal((1000, 1000)).astype(np.float32), None),  # 4 MB, most of the ring
     ]
     try:
         served = [log.record(ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0), kind, k, inputs, ids)
                   for kind, k, inputs, ids in sent]
         assert [s.logged for s in served] == [len(inputs) for _, _, inputs, _ in sent]
-        log.flush()
+        too_large = log.record(ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0), "logits", 1000,
+                               np.zeros((1100, 1000), dtype=np.float32), None)  # over half the ring: not logged
+        assert too_large.logged == 0 and log.pipe.dropped_rows == 1100
+        assert log.pipe.flush()
         with db.read() as session:
             assert logged_counts(session, calibrator_id) == (sum(len(inputs) for _, _, inputs, _ in sent), 0)
         for (_, _, inputs, _), batch in zip(sent, served, strict=True):
@@ -84,15 +93,15 @@ def test_batches_of_every_kind_arrive_as_sent_and_a_flush_waits_for_them(calibra
         log.stop()
 
 
-def test_a_full_pipe_drops_and_counts_batches_and_a_killed_writer_is_replaced(calibrator, database_url):
+def test_a_full_ring_drops_batches_whole_and_says_so_and_a_killed_writer_is_replaced(calibrator, database_url):
     db, calibrator_id = calibrator
-    pipe = PipeWriter(_config(database_url))
+    pipe = PipeWriter(_config(database_url), ring_bytes=1 << 20, restart_seconds=0.0)
     log = PredictionLog(db, pipe=pipe)
     resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
-    batch = np.ones((64, 100), dtype=np.float32)  # 25.6 kB: the 1 MiB pipe holds ~40
+    batch = np.ones((64, 100), dtype=np.float32)  # 25.6 kB: the 1 MiB ring holds ~40
     try:
         first = log.record(resolved, "logits", 100, batch, None)
-        log.flush()
+        assert log.pipe.flush()
         os.kill(pipe.process.pid, signal.SIGSTOP)  # a writer that reads nothing
         try:
             outcomes = [log.record(resolved, "logits", 100, batch, None).logged for _ in range(200)]
@@ -100,24 +109,96 @@ def test_a_full_pipe_drops_and_counts_batches_and_a_killed_writer_is_replaced(ca
             os.kill(pipe.process.pid, signal.SIGCONT)
         kept = outcomes.count(64)
         assert 0 < kept < 200 and set(outcomes) == {0, 64}
-        assert outcomes == sorted(outcomes, reverse=True)  # kept until the pipe was full, then dropped
+        assert outcomes == sorted(outcomes, reverse=True)  # kept until the ring was full, then dropped
         assert pipe.dropped_rows == 64 * (200 - kept)
-        log.flush()
-        with db.read() as session:
-            assert logged_counts(session, calibrator_id)[0] == 64 * (1 + kept)
+        assert log.pipe.flush()
+        assert _logged(db, calibrator_id) == 64 * (1 + kept)
 
         killed = pipe.process
         killed.kill()
         killed.wait()
-        lost = log.record(resolved, "logits", 100, batch, None)  # the broken pipe: dropped, counted
+        time.sleep(0.01)  # the next put announces the head: the broken pipe is seen
+        lost = log.record(resolved, "logits", 100, batch, None)
         assert lost.logged == 0
         again = log.record(resolved, "logits", 100, batch, None)  # a new writer process
         assert again.logged == 64 and pipe.process is not killed
-        log.flush()
+        assert log.pipe.flush()
         assert set(_stored(db, calibrator_id, [first.ids[0], again.ids[0], lost.ids[0]])) == {
             first.ids[0], again.ids[0]}
     finally:
         log.stop()
+
+
+def test_a_database_that_holds_the_writer_back_fills_the_ring_and_every_batch_said_logged_is_stored(
+        calibrator, database_url):
+    """The writer reads no further while its buffer (64 kB here) is full: with the chunks' table
+    locked by another transaction, the ring fills and the API drops batches, answering ``logged``
+    0; once the lock is let go, every batch answered as logged is stored."""
+    db, calibrator_id = calibrator
+    pipe = PipeWriter(_config(database_url, max_buffer_bytes=64 << 10, flush_rows=64), ring_bytes=1 << 20)
+    log = PredictionLog(db, pipe=pipe)
+    resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
+    locker = Database(database_url)
+    try:
+        with locker.write() as session:  # SQLite: the database's write lock; Postgres: the table's
+            if locker.dialect != "sqlite":
+                session.execute(text("LOCK TABLE prediction_chunks IN ACCESS EXCLUSIVE MODE"))
+            served = []
+            for _ in range(150):
+                served.append(log.record(resolved, "logits", 100, np.ones((64, 100), dtype=np.float32), None))
+                time.sleep(0.002)
+        logged = [s for s in served if s.logged]
+        assert 0 < len(logged) < 150 and pipe.dropped_rows == 64 * (150 - len(logged))
+        assert pipe.flush()
+        assert _logged(db, calibrator_id) == 64 * len(logged)
+        assert set(_stored(db, calibrator_id, [s.ids[0] for s in served])) == {s.ids[0] for s in logged}
+    finally:
+        locker.dispose()
+        log.stop()
+
+
+def test_a_record_that_is_not_one_ends_the_writer_which_stores_what_it_held_and_is_replaced(
+        calibrator, database_url):
+    db, calibrator_id = calibrator
+    pipe = PipeWriter(_config(database_url), ring_bytes=1 << 20, restart_seconds=0.0)
+    log = PredictionLog(db, pipe=pipe)
+    resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
+    try:
+        held = log.record(resolved, "logits", 3, np.ones((5, 3)), None)
+        writer = pipe.process
+        with pipe._lock:  # a record with a length beyond the ring, as memory gone wrong would write
+            pipe._ring.memory[pipe._ring.head:pipe._ring.head + 8] = (99).to_bytes(8, "little")
+            pipe._ring.head += 4096
+            pipe._control(1)
+        assert writer.wait(30) == 1
+        assert set(_stored(db, calibrator_id, held.ids)) == set(held.ids)
+        time.sleep(0.01)
+        log.record(resolved, "logits", 3, np.ones((5, 3)), None)  # sees the broken pipe
+        again = log.record(resolved, "logits", 3, np.full((5, 3), 2.0), None)
+        assert again.logged == 5 and pipe.flush()
+        assert set(_stored(db, calibrator_id, again.ids)) == set(again.ids)
+    finally:
+        log.stop()
+
+
+def test_signals_to_the_api_process_group_do_not_reach_the_writer(calibrator, database_url):
+    db, calibrator_id = calibrator
+    log = PredictionLog(db, pipe=PipeWriter(_config(database_url)))
+    try:
+        served = log.record(ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0), "logits", 3,
+                            np.ones((5, 3)), None)
+        writer = log.pipe.process
+        assert os.getsid(writer.pid) == writer.pid != os.getsid(0)  # a session of its own
+        assert log.pipe.flush()  # the writer is running (its handlers are set)
+        os.kill(writer.pid, signal.SIGINT)
+        os.kill(writer.pid, signal.SIGTERM)
+        later = log.record(ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0), "logits", 3,
+                           np.ones((5, 3)), None)
+        assert log.pipe.flush() and writer.poll() is None and log.pipe.process is writer
+        assert set(_stored(db, calibrator_id, served.ids + later.ids)) == set(served.ids + later.ids)
+    finally:
+        log.stop()
+    assert writer.poll() == 0
 
 
 def _ended(pid: int) -> bool:
@@ -155,3 +236,21 @@ def test_the_writer_stores_what_it_holds_when_its_api_process_dies(calibrator, d
     stored = _stored(db, calibrator_id, ids)
     np.testing.assert_array_equal(np.array([stored[f"{prefix}{i}"] for i in range(10)]),
                                   np.arange(30.0).reshape(10, 3))
+
+
+def test_batches_before_a_lull_are_written_without_a_flush(calibrator, database_url):
+    """The ring's head goes down the pipe with a batch at most every 2 ms; the last batches before
+    traffic stops go with the log thread's next announcement (every flush_seconds)."""
+    db, calibrator_id = calibrator
+    log = PredictionLog(db, flush_seconds=0.1, pipe=PipeWriter(_config(database_url, flush_seconds=0.1)))
+    log.start()
+    try:
+        resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
+        served = [log.record(resolved, "logits", 2, np.full((3, 2), float(i)), None) for i in range(50)]
+        deadline = time.monotonic() + 30
+        while _logged(db, calibrator_id) < 150 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stored = _stored(db, calibrator_id, [batch.ids[2] for batch in served])
+        assert [float(stored[batch.ids[2]][0]) for batch in served] == [float(i) for i in range(50)]
+    finally:
+        log.stop()
