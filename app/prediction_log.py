@@ -165,7 +165,9 @@ class PredictionLog:
         warning where the process could not confirm it, and a label whose prediction is not
         stored yet is then answered ``unknown``)."""
         if self.pipe is not None:
-            self.pipe.flush()
+            if not self.pipe.flush():
+                logger.warning("prediction log: the writer process did not confirm that what was served "
+                               "before is stored (see its warnings)")
             return 0
         return self.buffer.flush()
 
@@ -190,7 +192,7 @@ class PredictionLog:
                 try:
                     self.apply_retention()
                 except Exception as exc:
-                    logger.warning("retention not applied: %s", str(exc).splitlines()[0])
+                    logger.warning("retention not applied: %s", (str(exc).splitlines() or [repr(exc)])[0])
                 next_retention = time.monotonic() + self.retention_interval
 
     def start(self) -> None:

@@ -118,7 +118,7 @@ class LogBuffer:
                 except Exception as exc:  # a deleted calibrator, the database away: counted, logged
                     self.stats.failed_rows += rows
                     logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
-                                   calibrator_id, str(exc).splitlines()[0])
+                                   calibrator_id, (str(exc).splitlines() or [repr(exc)])[0])
             self.stats.written_rows += written
             return written
 

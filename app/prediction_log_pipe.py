@@ -13,12 +13,15 @@ measures what is left: the copy, and the process's work on the machine's other c
 
 A full ring drops the batch whole (``Served.logged`` 0, counted in ``dropped_rows``); the process
 holds back (reads no further) while its own buffer is full, so its drops are the ring's. A batch
-larger than half the ring, or than the process's buffer, is not logged (counted too). The process
+larger than a quarter of the ring, or than the process's buffer, is not logged (counted too). The process
 starts with the first batch (an application that never logs has none), in a session of its own (a
 Ctrl-C or a signal to the API's process group does not reach it; it ends when the API process
 closes the pipe or dies), and again after it ended, at most every ``RESTART_SECONDS``. ``flush``
 returns ``True`` once the process has written everything put before it, ``False`` if it could not
-tell (the process ended or did not answer within ``flush_timeout``).
+(the process ended, rows failed, or no answer within ``flush_timeout``). A batch put after the
+process ended and before a control message finds its pipe broken (5 ms at most) is answered
+``logged`` but lost, as a thread's buffer is lost with its process: ``logged`` says a batch was
+handed to the writer, and ``flush`` whether it was written.
 """
 
 from __future__ import annotations
@@ -69,27 +72,28 @@ class PipeWriter:
         self._ring: RingWriter | None = None
         self._generation = 0  # one more each start: a flush waits on the process it sent its mark to
         self._next_start = 0.0
+        self.close_timeout = 2 * config["db_timeout"] + 40  # the process's last writes may wait on the database
         self._closed = False
+        self._ended = False  # a process ended since the last flush: what it was handed may be lost
         self._announced = (0, 0.0)  # the head last sent down the pipe, and when
-        self._marks = self._acked = 0
+        self._marks = self._acked = self._failed = 0  # marks sent; answered; answered as failed (the latest)
         self._lock = threading.Lock()  # the ring, the pipes and the process
-        self._flush_lock = threading.Lock()
 
     def _start(self) -> None:
         now = time.monotonic()
         if now < self._next_start:
             raise ChildProcessError("the writer process ended less than restart_seconds ago")
         self._next_start = now + self.restart_seconds
+        config = orjson.dumps({**self.config, "ring_bytes": self.ring_bytes}).decode()
+        ring = RingWriter(self.ring_bytes)
         read, write = os.pipe()
         back_read, back_write = os.pipe()
-        ring = RingWriter(self.ring_bytes)
-        config = orjson.dumps({**self.config, "ring_bytes": ring.size}).decode()
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", BOOT, ROOT, str(read), str(back_write), str(ring.fd)],
                 pass_fds=(read, back_write, ring.fd), stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, CONFIG_VARIABLE: config})
-        except OSError:
+        except (OSError, subprocess.SubprocessError):
             for fd in (write, back_read):
                 os.close(fd)
             ring.close()
@@ -133,12 +137,13 @@ class PipeWriter:
             for kind, value in BACK.iter_unpack(said):
                 if kind == TAIL:
                     self._ring.tail = max(self._ring.tail, value)
-                elif kind == ACK:
-                    self._acked = max(self._acked, value)
+                elif kind == ACK:  # negative: rows could not be written before this mark's answer
+                    self._acked = max(self._acked, abs(value))
+                    self._failed = max(self._failed, -value)
 
     def put(self, item: Pending) -> bool:
         """Hand a served batch to the writer process; ``False`` (counted in ``dropped_rows``) when it
-        was not: the ring full, the batch larger than half of it, or no process."""
+        was not: the ring full, the batch larger than a quarter of it, or no process."""
         data, dtype = raw_view(item.inputs)
         if item.prefix is not None:
             mode, text = PREFIX, item.prefix.encode()
@@ -148,7 +153,9 @@ class PipeWriter:
                              len(data), dtype, item.kind)
         with self._lock:
             try:
-                if self._closed or len(head) + len(data) > self.ring_bytes // 2 or (
+                # a quarter of the ring at most: with the tail the process has not reported yet (an
+                # eighth) and a wrap's skipped end, such a batch always fits once the process caught up
+                if self._closed or len(head) + len(data) > self.ring_bytes // 4 or (
                         item.inputs.nbytes > self.config["max_buffer_bytes"]):
                     raise ValueError
                 if self._fd is None:
@@ -165,12 +172,18 @@ class PipeWriter:
                 pass
             except ChildProcessError:  # waiting to start the process again
                 pass
-            except OSError as exc:  # the process ended (a broken pipe) or could not start
-                logger.warning("prediction log: the writer process has ended (%s); another starts in %.0f s "
-                               "at most", exc, max(0.0, self._next_start - time.monotonic()))
-                self._close()
+            except (OSError, subprocess.SubprocessError) as exc:  # the process ended, or could not start
+                self._end(exc)
             self.dropped_rows += len(item.inputs)
             return False
+
+    def _end(self, exc: BaseException) -> None:
+        """The process ended (a broken pipe) or could not start: what it was handed and had not
+        written is lost (the next ``flush`` says so); another starts with a later batch."""
+        logger.warning("prediction log: the writer process has ended (%s); another starts in %.0f s at most",
+                       exc, max(0.0, self._next_start - time.monotonic()))
+        self._ended = self._fd is not None
+        self._close()
 
     def announce(self) -> None:
         """Send the ring's head if batches came since it was last sent (the log's thread calls this
@@ -179,50 +192,55 @@ class PipeWriter:
             if self._fd is not None and self._ring.head != self._announced[0]:
                 try:
                     self._control(ANNOUNCE)
-                except OSError:
-                    self._close()
+                except OSError as exc:
+                    self._end(exc)
 
     def flush(self) -> bool:
         """Return once the writer process has written every batch put before this call: ``True``,
-        or ``False`` if it ended or did not answer within ``flush_timeout``."""
-        with self._flush_lock:
+        or ``False`` if it could not (a process ended since the last flush, rows could not be
+        written, or no answer within ``flush_timeout``). Flushes from several threads wait together."""
+        with self._lock:
+            ended, self._ended = self._ended, False
+            if self._fd is None:
+                return not ended
+            self._marks += 1
+            mark, generation, sent = self._marks, self._generation, False
+        deadline = time.monotonic() + self.flush_timeout
+        while time.monotonic() < deadline:
             with self._lock:
-                if self._fd is None:
-                    return True  # nothing was put since the last process ended
-                self._marks += 1
-                mark, generation, sent = self._marks, self._generation, False
-            deadline = time.monotonic() + self.flush_timeout
-            while time.monotonic() < deadline:
-                with self._lock:
-                    if self._generation != generation or self._fd is None:
-                        return False
-                    try:
-                        sent = sent or self._control(MARK, mark)
-                        self._read_back()
-                    except OSError:
-                        self._close()
-                        return False
-                    if self._acked >= mark:
-                        return True
-                    back = self._back
-                with contextlib.suppress(OSError, ValueError):  # closed by a put since: see the generation
-                    select.select([back], [], [], 0.05)
-            logger.warning("prediction log: the writer process did not flush within %.0f s", self.flush_timeout)
-            return False
+                if self._generation != generation or self._fd is None:
+                    return False
+                try:
+                    sent = sent or self._control(MARK, mark)
+                    self._read_back()
+                except OSError as exc:
+                    self._end(exc)
+                    return False
+                if self._acked >= mark:
+                    return not ended and self._failed < mark
+                back = self._back
+            with contextlib.suppress(OSError, ValueError):  # closed by a put since: see the generation
+                select.select([back], [], [], 0.05)
+        logger.warning("prediction log: the writer process did not flush within %.0f s", self.flush_timeout)
+        return False
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Close the pipe: the writer process writes what it holds and exits. Nothing is put after."""
+    def close(self) -> None:
+        """Close the pipe: the writer process writes what it holds and exits. Nothing is put after.
+        The last head is sent even into a full pipe (waiting for room), or the batches after the
+        last one sent would not be read."""
+        deadline = time.monotonic() + self.close_timeout
         with self._lock:
             self._closed = True
             process = self.process
             if self._fd is not None:
                 with contextlib.suppress(OSError):
-                    self._control(ANNOUNCE)
+                    while not self._control(ANNOUNCE) and time.monotonic() < deadline:
+                        select.select([], [self._fd], [], 1.0)
                 self._close()
         if process is not None:
             try:
-                process.wait(timeout)
+                process.wait(max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                logger.warning("prediction log: the writer process did not exit within %.0f s", timeout)
+                logger.warning("prediction log: the writer process did not exit within %.0f s", self.close_timeout)
                 process.kill()
                 process.wait()

@@ -6,14 +6,16 @@ head the message carries, keeps them in a ``LogBuffer`` and writes them on its o
 (``flush_rows`` / ``flush_seconds`` / ``max_buffer_bytes`` as a thread of the API process would).
 While that buffer is full it reads no further, so a slow database fills the ring and the API
 process drops batches it can count and report. It sends back how far it has read the ring (every
-eighth of it) and each flush mark once what came before the mark is written. At end of file (the
-API process closed the pipe, or died) or once its parent is gone, and on a record that is not one
-(``ValueError``, exit status 1), it writes what it holds and exits. It ignores SIGINT and SIGTERM:
-the API process decides when it ends. Only raw arrays cross, never pickles.
+eighth of it) and answers each flush mark once what came before the mark is written (negative when
+rows could not be written since the last answer). At end of file (the API process closed the pipe,
+or died) or once its parent is gone, and on a record that is not one (``ValueError``, exit status
+1), it writes what it holds and exits. It ignores SIGINT and SIGTERM: the API process decides when
+it ends. Only raw arrays cross, never pickles.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import signal
@@ -26,6 +28,7 @@ from .prediction_log_buffer import LogBuffer, Pending
 from .prediction_log_pipe import ACK, BACK, CONFIG_VARIABLE, CONTROL, MARK, PREFIX, TAIL
 from .prediction_log_ring import RingReader
 
+logger = logging.getLogger(__name__)
 POLL_SECONDS = 0.005  # the pipe is read this often while messages come; a reader waiting in it
 IDLE_POLLS = 20  # would be woken by each write. After this many empty polls it waits in the pipe
 
@@ -90,11 +93,22 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
 
     def write() -> None:
         while not done.is_set():
-            buffer.run_once()
+            try:
+                buffer.run_once()
+            except Exception:  # an answer that failed: the writer goes on (a dead writer would hold the reader)
+                logger.exception("prediction log: the writer process's writer thread")
 
     writer = threading.Thread(target=write, name="prediction-log", daemon=True)
     writer.start()
     said = 0  # the tail last sent back
+    failed = [0]  # the rows not written when the last mark was answered
+
+    def answer(mark: int) -> None:
+        """A mark's answer: negative when rows could not be written since the last one."""
+        failed_now = buffer.stats.failed_rows
+        _say(back_fd, ACK, mark if failed_now == failed[0] else -mark, wait=True)
+        failed[0] = failed_now
+
     try:
         for mode, value, head in _controls(read_fd, os.getppid()):
             for kind, calibrator_id, version, n_classes, input_kind, text, array in ring.records(head):
@@ -103,7 +117,7 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
             if ring.tail - said >= ring.size // 8 and _say(back_fd, TAIL, ring.tail):
                 said = ring.tail
             if mode == MARK:
-                buffer.ask_flush(lambda mark=value: _say(back_fd, ACK, mark, wait=True))
+                buffer.ask_flush(lambda mark=value: answer(mark))
     finally:
         done.set()
         buffer.ask_flush(lambda: None)

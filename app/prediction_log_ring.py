@@ -23,7 +23,7 @@ import struct
 
 import numpy as np
 
-from calibration.inputs import INPUT_KINDS
+from calibration import INPUT_KINDS
 
 # mode, calibrator id, version, n_classes, rows, columns (-1: 1-D), text bytes, data bytes, dtype,
 # input kind; then the text (client ids joined by newlines, or the prefix) and the array's bytes
@@ -99,7 +99,7 @@ class RingReader:
                 self.tail += self.size - position
                 continue
             mode, calibrator_id, version, n_classes, shape, n_text, n_data, dtype, kind = self._checked(
-                fields, position)
+                fields, position, head)
             start = position + HEADER.size
             text = self.memory[start:start + n_text].decode()
             array = np.frombuffer(self.memory, dtype=dtype, count=n_data // dtype.itemsize,
@@ -107,12 +107,13 @@ class RingReader:
             self.tail += HEADER.size + n_text + n_data
             yield mode, calibrator_id, version, n_classes, kind, text, array
 
-    def _checked(self, fields: tuple, position: int) -> tuple:
+    def _checked(self, fields: tuple, position: int, head: int) -> tuple:
         mode, calibrator_id, version, n_classes, rows, columns, n_text, n_data, dtype, kind = fields
         dtype, kind = dtype.rstrip(b"\0").decode("ascii", "replace"), kind.rstrip(b"\0").decode("ascii", "replace")
         shape = (rows,) if columns == -1 else (rows, columns)
         if (mode not in (CLIENT_IDS, PREFIX) or dtype not in DTYPES or kind not in INPUT_KINDS or rows < 0
-                or columns < -1 or not 0 <= n_text <= MAX_TEXT or n_data != int(np.prod(shape)) * int(dtype[2])
-                or position + HEADER.size + n_text + n_data > self.size):
+                or columns < -1 or not 0 <= n_text <= MAX_TEXT or n_data != rows * abs(columns) * int(dtype[2])
+                or position + HEADER.size + n_text + n_data > self.size
+                or self.tail + HEADER.size + n_text + n_data > head):
             raise ValueError(f"not a record of the prediction log at ring position {self.tail}: {fields}")
         return mode, calibrator_id, version, n_classes, shape, n_text, n_data, np.dtype(dtype), kind

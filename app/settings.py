@@ -115,9 +115,12 @@ class Settings(BaseSettings):
     log_buffer_bytes: int = Field(256 << 20, ge=0, description="Largest prediction-log buffer per process; rows "
                                   "beyond it are dropped (and counted) rather than slowing calibrate.")
     log_writer: Literal["process", "thread"] = Field(
-        "process", description="Who writes the prediction log: a process of its own (the default: it shares no "
-        "interpreter lock with the hot path) or a thread of each API process. An in-memory SQLite database, which "
-        "another process cannot open, always uses the thread.")
+        "process", description="Who writes the prediction log: a process of its own (the default, on Linux: it "
+        "shares no interpreter lock with the hot path) or a thread of each API process. An in-memory SQLite "
+        "database, which another process cannot open, always uses the thread.")
+    log_ring_bytes: int = Field(16 << 20, ge=1 << 20, description="The shared-memory ring through which each API "
+                                "process hands served batches to its log writer process; a batch larger than "
+                                "a quarter of it is not logged, and a full ring drops batches (counted).")
     observation_retention_days: float = Field(0.0, ge=0, description="Observations older than this are deleted "
                                               "(0: kept until deleted).")
     prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions older than this "

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 from sqlalchemy import insert, text
 
+from app import prediction_log_pipe
 from app.db import Database
 from app.models import CalibratorRow
 from app.prediction_log import PredictionLog
@@ -60,7 +62,7 @@ def _stored(db: Database, calibrator_id: int, ids: list[str]) -> dict[str, np.nd
 
 def test_batches_of_every_kind_arrive_as_sent_and_a_flush_waits_for_them(calibrator, database_url):
     db, calibrator_id = calibrator
-    log = PredictionLog(db, pipe=PipeWriter(_config(database_url), ring_bytes=8 << 20))
+    log = PredictionLog(db, pipe=PipeWriter(_config(database_url), ring_bytes=16 << 20))
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((40, 5))
     sent = [  # (kind, n_classes, inputs, client ids)
@@ -70,14 +72,14 @@ def test_batches_of_every_kind_arrive_as_sent_and_a_flush_waits_for_them(calibra
         ("logits", 5, logits.astype(np.float16), [f"half-{i}" for i in range(40)]),
         ("scores", 2, rng.random(17), [f"score-{i}" for i in range(17)]),
         ("logits", 5, rng.integers(-3, 3, (6, 5)), None),  # integers: stored as float64
-        ("logits", 1000, rng.standard_normal((1000, 1000)).astype(np.float32), None),  # 4 MB, most of the ring
+        ("logits", 1000, rng.standard_normal((1000, 1000)).astype(np.float32), None),  # 4 MB, near a quarter
     ]
     try:
         served = [log.record(ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0), kind, k, inputs, ids)
                   for kind, k, inputs, ids in sent]
         assert [s.logged for s in served] == [len(inputs) for _, _, inputs, _ in sent]
         too_large = log.record(ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0), "logits", 1000,
-                               np.zeros((1100, 1000), dtype=np.float32), None)  # over half the ring: not logged
+                               np.zeros((1100, 1000), dtype=np.float32), None)  # over a quarter of the ring
         assert too_large.logged == 0 and log.pipe.dropped_rows == 1100
         assert log.pipe.flush()
         with db.read() as session:
@@ -122,6 +124,7 @@ def test_a_full_ring_drops_batches_whole_and_says_so_and_a_killed_writer_is_repl
         assert lost.logged == 0
         again = log.record(resolved, "logits", 100, batch, None)  # a new writer process
         assert again.logged == 64 and pipe.process is not killed
+        assert not log.pipe.flush()  # a writer ended since the last flush: what it held may be lost
         assert log.pipe.flush()
         assert set(_stored(db, calibrator_id, [first.ids[0], again.ids[0], lost.ids[0]])) == {
             first.ids[0], again.ids[0]}
@@ -175,7 +178,8 @@ def test_a_record_that_is_not_one_ends_the_writer_which_stores_what_it_held_and_
         time.sleep(0.01)
         log.record(resolved, "logits", 3, np.ones((5, 3)), None)  # sees the broken pipe
         again = log.record(resolved, "logits", 3, np.full((5, 3), 2.0), None)
-        assert again.logged == 5 and pipe.flush()
+        assert again.logged == 5 and not pipe.flush()  # a writer ended since the last flush
+        assert pipe.flush()
         assert set(_stored(db, calibrator_id, again.ids)) == set(again.ids)
     finally:
         log.stop()
@@ -254,3 +258,46 @@ def test_batches_before_a_lull_are_written_without_a_flush(calibrator, database_
         assert [float(stored[batch.ids[2]][0]) for batch in served] == [float(i) for i in range(50)]
     finally:
         log.stop()
+
+
+def test_a_flush_says_when_rows_could_not_be_written(calibrator, database_url):
+    db, calibrator_id = calibrator
+    log = PredictionLog(db, pipe=PipeWriter(_config(database_url)))
+    try:
+        resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
+        log.record(resolved, "logits", 3, np.ones((5, 3)), None)
+        assert log.pipe.flush()
+        gone = ResolvedVersion("gone", 1, "-", 1, calibrator_id + 1000, 1.0)  # no such calibrator: refused
+        assert log.record(gone, "logits", 3, np.ones((5, 3)), None).logged == 5
+        assert not log.pipe.flush()
+        log.record(resolved, "logits", 3, np.ones((5, 3)), None)
+        assert log.pipe.flush()
+        assert _logged(db, calibrator_id) == 10
+    finally:
+        log.stop()
+
+
+def test_closing_with_the_control_pipe_full_still_sends_the_last_head(calibrator, database_url, monkeypatch):
+    """A writer held back by the database reads no control messages; with one sent every batch, the
+    pipe fills and later heads are not sent. ``close`` waits for room for the last one: every batch
+    answered as logged is stored once the database lets go."""
+    monkeypatch.setattr(prediction_log_pipe, "ANNOUNCE_SECONDS", 0.0)
+    db, calibrator_id = calibrator
+    pipe = PipeWriter(_config(database_url, max_buffer_bytes=4096, flush_rows=8))
+    log = PredictionLog(db, pipe=pipe)
+    resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
+    locker = Database(database_url)
+    try:
+        with locker.write() as session:
+            if locker.dialect != "sqlite":
+                session.execute(text("LOCK TABLE prediction_chunks IN ACCESS EXCLUSIVE MODE"))
+            served = [log.record(resolved, "logits", 2, np.full((4, 2), float(i)), None) for i in range(4000)]
+            release = threading.Timer(1.0, session.rollback)
+            release.start()
+            log.stop()
+            release.join()
+    finally:
+        locker.dispose()
+    logged = [s for s in served if s.logged]
+    assert len(logged) == 4000
+    assert _logged(db, calibrator_id) == 4 * len(logged)
