@@ -9,11 +9,14 @@ between runs) for ``--rounds`` rounds: off, 10% and 100% with generated ids (the
 the rows; a batch of them is one index row), and 100% with 64 fresh client ids a request (the
 ``Prediction-Ids`` header; one index row per id, the worst case). Medians and each round's ratio
 to its run with logging off (median and range) are reported, and the server's CPU time per
-request (all its threads, from /proc, split into the event loop's thread, the log's writer, named
-``prediction-log``, and the others: the hot path's pool threads, which run the calibrate calls it
-moves off the loop, so "others" is not the log's cost; its ratio off/on is the throughput ratio
-once the cores are the bound, and steadier than req/s on a shared machine), with the rows the log
-wrote read from the observation summary. The append figure is rows per second of ``POST
+request (all its threads and its log writer process, from /proc, split into the event loop's
+thread, the log's writer, named ``prediction-log``: the writer process, or the thread with
+``CALIBRATION_LOG_WRITER=thread``, and the others: the hot path's pool threads, which run the
+calibrate calls it moves off the loop, so "others" is not the log's cost; its ratio off/on is the
+throughput ratio once the cores are the bound, and steadier than req/s on a shared machine), with
+the rows the log wrote read from the observation summary. A second server, whose log a thread
+writes (the baseline, what the log was before its writer process), runs off and 100% in the same
+rounds. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
 Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
@@ -41,8 +44,11 @@ from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.service_latency import ALLOCATOR, run_wrk  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402
 
-# (label, sampling rate, client ids per request: None for generated ids)
-SETTINGS = (("0%", 0.0, None), ("10%", 0.1, None), ("100%", 1.0, None), ("100%, client ids", 1.0, 64))
+# (label, sampling rate, client ids per request: None for generated ids, who writes the log); each
+# row's ratios are to the same server's run with logging off in the same round
+SETTINGS = (("0%", 0.0, None, "process"), ("10%", 0.1, None, "process"), ("100%", 1.0, None, "process"),
+            ("100%, client ids", 1.0, 64, "process"), ("0%, thread writer", 0.0, None, "thread"),
+            ("100%, thread writer", 1.0, None, "thread"))
 
 
 def _stat_seconds(path: str) -> float:
@@ -107,6 +113,19 @@ def measured(pid: int, *wrk_args, env: dict | None = None) -> dict:
             "other_us": 1e6 * (total - main - writer) / n}
 
 
+def _fitted_server(directory: str, writer: str, fit_logits, fit_labels) -> tuple[LiveServer, httpx.Client, str]:
+    # the scheduler's drift-monitor jobs (every 60 s, on the rows logged since) are the alarms
+    # feature's cost, not the log's: they landed in one run or another and swamped the ratios
+    server = LiveServer(f"sqlite:///{directory}/{writer}.db", log_file=f"{directory}/{writer}.log", env={
+        **ALLOCATOR, "CALIBRATION_SCHEDULE_SECONDS": "0", "CALIBRATION_LOG_WRITER": writer})
+    base = server.start()
+    client = httpx.Client(base_url=base, timeout=120)
+    fitted = client.post("/v1/calibrators/bench/versions", json={
+        "method": "temperature", "logits": fit_logits.tolist(), "labels": fit_labels.tolist()})
+    assert fitted.status_code == 201, fitted.text
+    return server, client, f"{base}/v1/calibrators/bench/calibrate"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=6)
@@ -121,26 +140,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         body = Path(directory) / "batch.npy"
         np.save(body, batch)
-        # the scheduler's drift-monitor jobs (every 60 s, on the rows logged since) are the alarms
-        # feature's cost, not the log's: they landed in one run or another and swamped the ratios
-        server = LiveServer(f"sqlite:///{directory}/log.db", env={**ALLOCATOR, "CALIBRATION_SCHEDULE_SECONDS": "0"},
-                            log_file=f"{directory}/server.log")
-        base = server.start()
+        servers = {writer: _fitted_server(directory, writer, fit_logits, fit_labels)
+                   for writer in ("process", "thread")}
         try:
-            client = httpx.Client(base_url=base, timeout=120)
-            fitted = client.post("/v1/calibrators/bench/versions", json={
-                "method": "temperature", "logits": fit_logits.tolist(), "labels": fit_labels.tolist()})
-            assert fitted.status_code == 201, fitted.text
-            url = f"{base}/v1/calibrators/bench/calibrate"
-            results: dict[str, list[dict]] = {label: [] for label, _, _ in SETTINGS}
-            run_wrk(url, body, "application/x-npy", "application/x-npy", 2)  # warm-up
+            results: dict[str, list[dict]] = {label: [] for label, _, _, _ in SETTINGS}
+            for _, _, url in servers.values():  # warm-up
+                run_wrk(url, body, "application/x-npy", "application/x-npy", 2)
             for _ in range(args.rounds):
-                for label, rate, client_ids in SETTINGS:
+                for label, rate, client_ids, writer in SETTINGS:
+                    server, client, url = servers[writer]
                     client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
                     results[label].append(measured(
                         server.process.pid, url, body, "application/x-npy", "application/x-npy", args.seconds,
                         env=None if client_ids is None else {"CLIENT_IDS": str(client_ids)}))
             time.sleep(2)  # the log's last flush
+            client = servers["process"][1]
             summary = client.get("/v1/calibrators/bench/observations").json()
 
             chunk = 10000
@@ -155,11 +169,11 @@ def main() -> None:
                 assert response.status_code == 201, response.text
             append_rate = 5 * chunk / (time.perf_counter() - start)
         finally:
-            server.stop()
+            for server, _, _ in servers.values():
+                server.stop()
     rows = []
-    off = results["0%"]
-    for label, _, _ in SETTINGS:
-        runs = results[label]
+    for label, _, _, writer in SETTINGS:
+        runs, off = results[label], results["0%" if writer == "process" else "0%, thread writer"]
         rps = [r["rps"] for r in runs]
         # each round's ratio to the same round's run with logging off (the runs alternate)
         ratios = sorted(r["rps"] / o["rps"] for r, o in zip(runs, off, strict=True))
@@ -177,12 +191,12 @@ def main() -> None:
                      sum(r["errors"] for r in runs)])
     rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", "-", "-", 0])
     write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
-          f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite)",
+          f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite; the writer a process, or a thread)",
           ["logging", "req/s median (range)", "ratio to off, median of rounds (range)",
            "server CPU us/request (event loop + log writer + other threads)",
            "CPU ratio off/on, median of rounds (range)", "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["numpy", "fastapi", "uvicorn", "sqlalchemy"]),
-          f"Rows the log wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "
+          f"Rows the writer process wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "
           f"{chunk} x {k} float32 .npz. Client and server share the machine's 2 cores "
           f"(load average {os.getloadavg()[0]:.1f} at the end); the ratios of interleaved rounds are the "
           "comparable figure.")
