@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import weakref
 
 import numpy as np
@@ -41,7 +42,13 @@ def test_a_finished_call_s_arguments_and_result_are_not_kept_by_the_work_threads
     try:
         seen, produced = asyncio.run(submit())
         refused = asyncio.run(fails())
-        gc.collect()
+        # the request has its answer once the work thread hands it over, a moment before that thread
+        # has left the call and dropped its task: wait for that moment (the old loop kept the task
+        # until the thread's next one, which never comes here)
+        deadline = time.monotonic() + 5
+        while any(ref() is not None for ref in (seen, produced, refused)) and time.monotonic() < deadline:
+            gc.collect()
+            time.sleep(0.01)
         assert seen() is None and produced() is None and refused() is None
     finally:
         pool.shutdown()
