@@ -20,11 +20,8 @@ every ``retention_interval`` seconds.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import random
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -36,7 +33,7 @@ from . import observation_store, prediction_log_store
 from .db import Database
 from .errors import InvalidInput
 from .models import utcnow
-from .prediction_log_buffer import LogBuffer, LogStats, Pending
+from .prediction_log_buffer import LogBuffer, LogStats, Pending, name_thread
 from .prediction_log_pipe import PipeWriter
 from .store import ResolvedVersion
 
@@ -70,15 +67,6 @@ def new_prefix() -> str:
     ids need to be distinct, not secret, and ``os.urandom`` releases the GIL for its system call,
     a hand-over to the log's writer thread on every request."""
     return f"{random.getrandbits(64):016x}-"
-
-
-def name_thread(name: str) -> None:
-    """Give the calling thread ``name`` (15 bytes at most) for the OS, on Linux: ``top -H`` and
-    ``/proc/<pid>/task/<tid>/comm`` then tell the log's writer from the hot path's pool threads,
-    whose CPU time the live benchmark (``benchmarks/prediction_log.py``) reports apart."""
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import time
 
 import orjson
 
-from .prediction_log_buffer import LogBuffer, Pending
+from .prediction_log_buffer import LogBuffer, Pending, name_thread
 from .prediction_log_pipe import ACK, BACK, CONFIG_VARIABLE, CONTROL, MARK, PREFIX, TAIL
 from .prediction_log_ring import RingReader
 
@@ -77,7 +77,6 @@ def _say(fd: int, kind: int, value: int, wait: bool = False) -> bool:
 def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
     from . import logs
     from .db import Database
-    from .prediction_log import name_thread
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

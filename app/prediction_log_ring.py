@@ -23,13 +23,14 @@ import struct
 
 import numpy as np
 
-from calibration import INPUT_KINDS
-
 # mode, calibrator id, version, n_classes, rows, columns (-1: 1-D), text bytes, data bytes, dtype,
 # input kind; then the text (client ids joined by newlines, or the prefix) and the array's bytes
 HEADER = struct.Struct("<8q8s16s")
 CLIENT_IDS, PREFIX, WRAP = 1, 2, 3  # the ids are the client's or a prefix's; the records go on at the start
 DTYPES = ("<f2", "<f4", "<f8")  # what ``observation_store.raw_view`` gives for float inputs
+# ``calibration.INPUT_KINDS`` (a test keeps them equal): the writer process does not import the core,
+# whose scipy would add ~50 MiB to its resident memory
+KINDS = ("logits", "probabilities", "scores")
 
 MAX_TEXT = 1 << 26  # bytes of ids a record may carry (64 MiB: the largest request body)
 RING_BYTES = 16 << 20
@@ -111,7 +112,7 @@ class RingReader:
         mode, calibrator_id, version, n_classes, rows, columns, n_text, n_data, dtype, kind = fields
         dtype, kind = dtype.rstrip(b"\0").decode("ascii", "replace"), kind.rstrip(b"\0").decode("ascii", "replace")
         shape = (rows,) if columns == -1 else (rows, columns)
-        if (mode not in (CLIENT_IDS, PREFIX) or dtype not in DTYPES or kind not in INPUT_KINDS or rows < 0
+        if (mode not in (CLIENT_IDS, PREFIX) or dtype not in DTYPES or kind not in KINDS or rows < 0
                 or columns < -1 or not 0 <= n_text <= MAX_TEXT or n_data != rows * abs(columns) * int(dtype[2])
                 or position + HEADER.size + n_text + n_data > self.size
                 or self.tail + HEADER.size + n_text + n_data > head):

@@ -26,8 +26,10 @@ from app.db import Database
 from app.models import CalibratorRow
 from app.prediction_log import PredictionLog
 from app.prediction_log_pipe import PipeWriter
+from app.prediction_log_ring import KINDS
 from app.prediction_log_store import find_logged, logged_counts, prediction_chunks
 from app.store import ResolvedVersion
+from calibration import INPUT_KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -301,3 +303,8 @@ def test_closing_with_the_control_pipe_full_still_sends_the_last_head(calibrator
     logged = [s for s in served if s.logged]
     assert len(logged) == 4000
     assert _logged(db, calibrator_id) == 4 * len(logged)
+
+
+def test_the_ring_knows_the_core_s_input_kinds():
+    """The writer process checks a record's kind without importing the core (``KINDS``)."""
+    assert KINDS == INPUT_KINDS
