@@ -37,6 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import allocator, job_store
 from .db import Database, libpq_url, normalise_url
 from .errors import NotFound, Unavailable
+from .logs import first_line
 from .models import utcnow
 
 PROGRESS_STEP = 5.0  # percent between progress writes
@@ -220,7 +221,7 @@ class JobRunner:
             for job_id in queued:
                 self.engine.enqueue(job_id)
         except SQLAlchemyError as exc:
-            logger.warning("queued jobs not offered again: %s", str(exc).splitlines()[0])
+            logger.warning("queued jobs not offered again: %s", first_line(exc))
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -24,6 +24,12 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message for a one-line log entry (its ``repr`` when the
+    message is empty, as a bare ``MemoryError()``'s is)."""
+    return (str(exc).splitlines() or [repr(exc)])[0]
+
+
 def configure(level: str = "info") -> None:
     root = logging.getLogger()
     if not any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):

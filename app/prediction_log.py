@@ -32,6 +32,7 @@ import numpy as np
 from . import observation_store, prediction_log_store
 from .db import Database
 from .errors import InvalidInput
+from .logs import first_line
 from .models import utcnow
 from .prediction_log_buffer import LogBuffer, LogStats, Pending, name_thread
 from .prediction_log_pipe import PipeWriter
@@ -180,7 +181,7 @@ class PredictionLog:
                 try:
                     self.apply_retention()
                 except Exception as exc:
-                    logger.warning("retention not applied: %s", (str(exc).splitlines() or [repr(exc)])[0])
+                    logger.warning("retention not applied: %s", first_line(exc))
                 next_retention = time.monotonic() + self.retention_interval
 
     def start(self) -> None:

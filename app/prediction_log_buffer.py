@@ -24,6 +24,7 @@ import numpy as np
 
 from . import prediction_log_store
 from .db import Database
+from .logs import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class LogBuffer:
                 except Exception as exc:  # a deleted calibrator, the database away: counted, logged
                     self.stats.failed_rows += rows
                     logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
-                                   calibrator_id, (str(exc).splitlines() or [repr(exc)])[0])
+                                   calibrator_id, first_line(exc))
             self.stats.written_rows += written
             return written
 

@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from . import policies
 from .errors import ServiceError
+from .logs import first_line
 from .models import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 from .promotion_models import RefitPolicyRow
 
@@ -83,7 +84,7 @@ class Scheduler:
             try:
                 self.tick()
             except Exception as exc:  # the database away: the next tick tries again
-                logger.warning("scheduled checks failed: %s", str(exc).splitlines()[0])
+                logger.warning("scheduled checks failed: %s", first_line(exc))
 
     def start(self) -> None:
         if self.seconds > 0:

@@ -18,6 +18,7 @@ from .db import Database
 from .errors import ServiceError
 from .job_inputs import batch_of_job
 from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
+from .logs import first_line
 from .schemas import CompareFields, FitFields
 from .service import CalibrationService
 from .settings import get_settings
@@ -37,7 +38,7 @@ def _heartbeat(db: Database, job_id: str, every: float, done: threading.Event) -
             with db.write() as session:
                 job_store.update_job(session, job_id)
         except Exception as exc:  # the database is away: try again at the next beat
-            logger.warning("job %s heartbeat failed: %s", job_id, str(exc).splitlines()[0])
+            logger.warning("job %s heartbeat failed: %s", job_id, first_line(exc))
 
 
 def run_job(database_url: str, job_id: str, heartbeat_seconds: float | None = None) -> None:

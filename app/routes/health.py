@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import JSONResponse, Response
 
+from ..logs import first_line
 from ..migrate import current_revision, head_revision
 from ..online_schemas import HealthOut, ReadyOut
 
@@ -27,7 +28,7 @@ def readiness(engine) -> tuple[int, dict]:
             connection.execute(text("SELECT 1"))
         revision = current_revision(engine)
     except SQLAlchemyError as exc:
-        return 503, {"status": "unavailable", "database": f"unreachable: {str(exc).splitlines()[0]}"}
+        return 503, {"status": "unavailable", "database": f"unreachable: {first_line(exc)}"}
     head = head_revision()
     if revision != head:
         return 503, {"status": "unavailable", "database": "ok",

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from ..errors import Conflict, ServiceError
+from ..logs import first_line
 
 log = logging.getLogger("app.errors")
 PROBLEM_TYPE = "about:blank"
@@ -104,7 +105,7 @@ def install(app: FastAPI) -> None:
     async def _database_down(request: Request, exc: OperationalError):
         if _missing_schema(exc):
             return render(request, unmigrated())
-        log.warning("database unavailable: %s", str(exc).splitlines()[0])
+        log.warning("database unavailable: %s", first_line(exc))
         return render(request, unavailable())
 
     @app.exception_handler(ProgrammingError)
@@ -116,7 +117,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(IntegrityError)
     async def _integrity(request: Request, exc: IntegrityError):
-        log.info("integrity conflict: %s", str(exc.orig).splitlines()[0] if exc.orig else exc)
+        log.info("integrity conflict: %s", first_line(exc.orig) if exc.orig else exc)
         return render(request, from_error(Conflict("the request conflicts with a concurrent change; retry it")))
 
     @app.exception_handler(DBAPIError)
