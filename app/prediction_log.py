@@ -2,12 +2,12 @@
 
 Logging is off the request path. ``record`` (on the hot path) keeps a served batch whole with
 the calibrator's rate as its probability and hands it to the writer: by default a process of its
-own (``app.prediction_log_pipe``: one ``writev`` into a pipe, no interpreter lock shared with the
-event loop), else (``log_writer="thread"``, or an in-memory SQLite database, which another process
-cannot open) a bounded in-memory buffer that a thread of this process writes
+own (``app.prediction_log_pipe``: a copy into a ring in shared memory, no interpreter lock shared
+with the event loop), else (``log_writer="thread"``, an in-memory SQLite database, which another
+process cannot open, or not Linux) a bounded in-memory buffer that a thread of this process writes
 (``app.prediction_log_buffer``). Either writes every ``flush_seconds`` (or sooner once
 ``flush_rows`` rows wait), one chunk per (calibrator, version) in one transaction each; rows
-beyond ``max_buffer_bytes`` (or a full pipe) are dropped and counted, never queued without bound.
+beyond ``max_buffer_bytes`` (or a full ring) are dropped and counted, never queued without bound.
 Each client id is one index row; a batch of generated ids is one index row for the whole batch
 (``prediction_log_store.log_predictions``, migration 0009): at 64 rows a request, the writer's
 per-id B-tree inserts were most of what logging cost the server.

@@ -2,8 +2,8 @@
 
 ``keep`` adds a batch to the buffer (bounded by ``max_buffer_bytes``: batches beyond it are dropped
 and counted, never queued without bound); ``flush`` writes what waits, one chunk per (calibrator,
-version) in one transaction each (``prediction_log_store.log_predictions``); ``run`` is the
-writer's loop: a flush every ``flush_seconds``, or sooner once ``flush_rows`` rows wait or a flush
+version) in one transaction each (``prediction_log_store.log_predictions``); ``run_once`` is a
+turn of the writer's loop: a flush every ``flush_seconds``, or sooner once ``flush_rows`` rows wait or a flush
 was asked for (``ask_flush``, answered once what was kept before it is written).
 
 It runs in the writer process (``app.prediction_log_process``, the default) or, with

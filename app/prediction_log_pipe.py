@@ -168,10 +168,8 @@ class PipeWriter:
                 if time.monotonic() - self._announced[1] >= ANNOUNCE_SECONDS:
                     self._control(ANNOUNCE)
                 return True
-            except ValueError:  # the ring is full, the batch too large, or the log closed
-                pass
-            except ChildProcessError:  # waiting to start the process again
-                pass
+            except (ValueError, ChildProcessError):  # the ring full, the batch too large, the log closed,
+                pass  # or the process waiting to start again
             except (OSError, subprocess.SubprocessError) as exc:  # the process ended, or could not start
                 self._end(exc)
             self.dropped_rows += len(item.inputs)

@@ -24,6 +24,8 @@ import time
 
 import orjson
 
+from . import logs
+from .db import Database
 from .prediction_log_buffer import LogBuffer, Pending, name_thread
 from .prediction_log_pipe import ACK, BACK, CONFIG_VARIABLE, CONTROL, MARK, PREFIX, TAIL
 from .prediction_log_ring import RingReader
@@ -75,9 +77,6 @@ def _say(fd: int, kind: int, value: int, wait: bool = False) -> bool:
 
 
 def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
-    from . import logs
-    from .db import Database
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     name_thread("prediction-log")
@@ -100,13 +99,14 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
     writer = threading.Thread(target=write, name="prediction-log", daemon=True)
     writer.start()
     said = 0  # the tail last sent back
-    failed = [0]  # the rows not written when the last mark was answered
+    failed = 0  # the rows not written when the last mark was answered (the writer thread's)
 
     def answer(mark: int) -> None:
         """A mark's answer: negative when rows could not be written since the last one."""
+        nonlocal failed
         failed_now = buffer.stats.failed_rows
-        _say(back_fd, ACK, mark if failed_now == failed[0] else -mark, wait=True)
-        failed[0] = failed_now
+        _say(back_fd, ACK, mark if failed_now == failed else -mark, wait=True)
+        failed = failed_now
 
     try:
         for mode, value, head in _controls(read_fd, os.getppid()):
