@@ -6,9 +6,10 @@ scheduler off: its drift-monitor jobs on the logged rows belong to the alarms fe
 temperature-scaling calibrator, ``.npy`` batches of 64 x ``--classes`` float32 logits, ``wrk``
 with 32 connections for ``--seconds`` per run. The settings alternate (``PUT .../logging``
 between runs) for ``--rounds`` rounds: off, 10% and 100% with generated ids (the service names
-the rows; a batch of them is one index row), and 100% with 64 fresh client ids a request (the
-``Prediction-Ids`` header; one index row per id, the worst case). Medians and each round's ratio
-to its run with logging off (median and range) are reported, and the server's CPU time per
+the rows; a batch of them is one index row), and off and 100% with 64 fresh client ids a request
+(the ``Prediction-Ids`` header; one index row per id, the worst case). Medians and each round's
+ratio to its run with logging off and the same requests (median and range) are reported (100%
+with client ids also against off without them: what the ids cost with their parsing and checks), and the server's CPU time per
 request (all its threads and its log writer process, from /proc, split into the event loop's
 thread, the log's writer, named ``prediction-log``: the writer process, or the thread with
 ``CALIBRATION_LOG_WRITER=thread``, and the others: the hot path's pool threads, which run the
@@ -44,11 +45,15 @@ from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.service_latency import ALLOCATOR, run_wrk  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402
 
-# (label, sampling rate, client ids per request: None for generated ids, who writes the log); each
-# row's ratios are to the same server's run with logging off in the same round
-SETTINGS = (("0%", 0.0, None, "process"), ("10%", 0.1, None, "process"), ("100%", 1.0, None, "process"),
-            ("100%, client ids", 1.0, 64, "process"), ("0%, thread writer", 0.0, None, "thread"),
-            ("100%, thread writer", 1.0, None, "thread"))
+# (label, sampling rate, client ids per request: None for generated ids, who writes the log, the
+# run with logging off that its ratios are to: the same server and the same requests, in the same
+# round). A request's client ids are parsed and checked with logging off too (``log_served``), so
+# "100%, client ids" is compared with "0%, client ids"; its ratio to plain "0%" is also reported
+SETTINGS = (("0%", 0.0, None, "process", "0%"), ("10%", 0.1, None, "process", "0%"),
+            ("100%", 1.0, None, "process", "0%"), ("0%, client ids", 0.0, 64, "process", "0%"),
+            ("100%, client ids", 1.0, 64, "process", "0%, client ids"),
+            ("0%, thread writer", 0.0, None, "thread", "0%, thread writer"),
+            ("100%, thread writer", 1.0, None, "thread", "0%, thread writer"))
 
 
 def _stat_seconds(path: str) -> float:
@@ -143,11 +148,11 @@ def main() -> None:
         servers = {writer: _fitted_server(directory, writer, fit_logits, fit_labels)
                    for writer in ("process", "thread")}
         try:
-            results: dict[str, list[dict]] = {label: [] for label, _, _, _ in SETTINGS}
+            results: dict[str, list[dict]] = {label: [] for label, *_ in SETTINGS}
             for _, _, url in servers.values():  # warm-up
                 run_wrk(url, body, "application/x-npy", "application/x-npy", 2)
             for _ in range(args.rounds):
-                for label, rate, client_ids, writer in SETTINGS:
+                for label, rate, client_ids, writer, _ in SETTINGS:
                     server, client, url = servers[writer]
                     client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
                     results[label].append(measured(
@@ -172,14 +177,17 @@ def main() -> None:
             for server, _, _ in servers.values():
                 server.stop()
     rows = []
-    for label, _, _, writer in SETTINGS:
-        runs, off = results[label], results["0%" if writer == "process" else "0%, thread writer"]
+    # and the client ids' whole cost against requests without them: their parsing and checks as well
+    comparisons = [(label, baseline) for label, *_, baseline in SETTINGS] + [("100%, client ids", "0%")]
+    for label, baseline in comparisons:
+        runs, off = results[label], results[baseline]
         rps = [r["rps"] for r in runs]
         # each round's ratio to the same round's run with logging off (the runs alternate)
         ratios = sorted(r["rps"] / o["rps"] for r, o in zip(runs, off, strict=True))
         # and the server's CPU per request: what throughput is once the cores are the bound
         cpu_ratios = sorted(o["cpu_us"] / r["cpu_us"] for r, o in zip(runs, off, strict=True))
-        rows.append([label, f"{statistics.median(rps):.0f} ({min(rps):.0f}-{max(rps):.0f})",
+        rows.append([f"{label} (vs {baseline})" if label != baseline else label,
+                     f"{statistics.median(rps):.0f} ({min(rps):.0f}-{max(rps):.0f})",
                      f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})",
                      f"{statistics.median(r['cpu_us'] for r in runs):.0f} "
                      f"({statistics.median(r['main_us'] for r in runs):.0f} + "
