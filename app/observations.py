@@ -111,6 +111,8 @@ class Observations:
         with self.db.write() as session:
             calibrator: CalibratorRow = store.calibrator_row(session, name)
             calibrator.log_sample_rate = sample_rate
+        if sample_rate > 0 and self.log is not None:
+            self.log.start_writer()
         return {"name": name, "sample_rate": sample_rate}
 
     def label(self, name: str, ids: list[str], labels: list[int]) -> dict:

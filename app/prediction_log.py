@@ -15,7 +15,9 @@ A label call flushes this process's log first (``flush``), so a label posted rig
 prediction finds it; with several processes a label can reach one whose prediction is still in
 another's buffer (at most ``flush_seconds``): it is reported ``unknown`` and can be posted again.
 This process's ``prediction-log`` thread applies the retention settings (observations and the log)
-every ``retention_interval`` seconds.
+every ``retention_interval`` seconds and, at start-up, starts the writer process when a calibrator
+logs (as turning logging on does): a process that boots with the first batch (~1 s) drops what
+does not fit in its ring meanwhile, after every restart of a service under traffic.
 """
 
 from __future__ import annotations
@@ -170,6 +172,8 @@ class PredictionLog:
 
     def _run(self) -> None:
         name_thread("prediction-log")
+        if self.pipe is not None:
+            self._start_writer_if_logging()
         next_retention = time.monotonic()
         while not self._stop.is_set():
             if self.pipe is None:
@@ -183,6 +187,25 @@ class PredictionLog:
                 except Exception as exc:
                     logger.warning("retention not applied: %s", first_line(exc))
                 next_retention = time.monotonic() + self.retention_interval
+
+    def start_writer(self) -> None:
+        """Start the writer process now (when logging is turned on), not with the first batch it is
+        handed (``PipeWriter.start``); nothing without one."""
+        if self.pipe is not None:
+            self.pipe.start()
+
+    def _start_writer_if_logging(self) -> None:
+        """At start-up, start the writer process at once when a calibrator logs: after a restart
+        under traffic, the first batches would otherwise wait for the process to boot, and those
+        beyond the ring's room be dropped."""
+        try:
+            with self.db.read() as session:
+                logging_on = prediction_log_store.any_logging(session)
+        except Exception as exc:  # the database away at start-up: the first batch starts it
+            logger.warning("prediction log: could not tell whether a calibrator logs: %s", first_line(exc))
+            return
+        if logging_on:
+            self.start_writer()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="prediction-log", daemon=True)

@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from .models import LoggedPredictionRow, PredictionChunkRow, utcnow
+from .models import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
 from .observation_store import IN_LIST, from_raw, raw_view
 from .store import dialect_insert
 
@@ -159,6 +159,11 @@ def prediction_chunks(session: Session, chunk_ids: set[int]) -> dict[int, tuple]
         array = from_raw(chunk.inputs, chunk.dtype, chunk.n_rows, chunk.n_classes, chunk.input_kind)
         chunks[chunk.id] = (chunk.version, chunk.input_kind, chunk.n_classes, array)
     return chunks
+
+
+def any_logging(session: Session) -> bool:
+    """Whether some calibrator logs its predictions (a sampling rate above 0)."""
+    return session.scalar(select(CalibratorRow.id).where(CalibratorRow.log_sample_rate > 0).limit(1)) is not None
 
 
 def logged_counts(session: Session, calibrator_id: int) -> tuple[int, int]:

@@ -9,9 +9,9 @@ between runs) for ``--rounds`` rounds: off, 10% and 100% with generated ids (the
 the rows; a batch of them is one index row), and off and 100% with 64 fresh client ids a request
 (the ``Prediction-Ids`` header; one index row per id, the worst case). Medians and each round's
 ratio to its run with logging off and the same requests (median and range) are reported (100%
-with client ids also against off without them: what the ids cost with their parsing and checks), and the server's CPU time per
-request (all its threads and its log writer process, from /proc, split into the event loop's
-thread, the log's writer, named ``prediction-log``: the writer process, or the thread with
+with client ids also against off without them: what the ids cost with their parsing and checks),
+and the server's CPU time per request (all its threads and its log writer process, from /proc,
+split into the event loop's thread, the log's writer, named ``prediction-log``: the writer process, or the thread with
 ``CALIBRATION_LOG_WRITER=thread``, and the others: the hot path's pool threads, which run the
 calibrate calls it moves off the loop, so "others" is not the log's cost; its ratio off/on is the
 throughput ratio once the cores are the bound, and steadier than req/s on a shared machine), with

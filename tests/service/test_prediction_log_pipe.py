@@ -4,7 +4,8 @@ float16/32/64, big-endian and strided inputs); ``flush`` returns once they are; 
 full ring drops batches whole and says so (``Served.logged`` 0, counted), as does a database that
 holds the writer back, and a killed writer is replaced; a record that is not one ends the writer
 (status 1); a closed pipe, or an API process that died without closing it, has the writer store
-what it held and exit; signals to the API's process group do not reach it."""
+what it held and exit; signals to the API's process group do not reach it; the writer starts
+when logging is turned on and with the service when a calibrator logs."""
 
 from __future__ import annotations
 
@@ -20,16 +21,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sqlalchemy import insert, text
+from starlette.testclient import TestClient
 
 from app import prediction_log_pipe
 from app.db import Database
+from app.main import create_app
 from app.models import CalibratorRow
 from app.prediction_log import PredictionLog
 from app.prediction_log_pipe import PipeWriter
 from app.prediction_log_ring import KINDS
 from app.prediction_log_store import find_logged, logged_counts, prediction_chunks
+from app.settings import Settings
 from app.store import ResolvedVersion
 from calibration import INPUT_KINDS
+from tests.service.test_api import fit
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -308,3 +313,54 @@ def test_closing_with_the_control_pipe_full_still_sends_the_last_head(calibrator
 def test_the_ring_knows_the_core_s_input_kinds():
     """The writer process checks a record's kind without importing the core (``KINDS``)."""
     assert KINDS == INPUT_KINDS
+
+
+def _writer_of(app) -> PipeWriter:
+    return app.state.service.prediction_log.pipe
+
+
+def _started(pipe: PipeWriter, seconds: float = 20.0) -> subprocess.Popen | None:
+    deadline = time.monotonic() + seconds
+    while pipe.process is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pipe.process
+
+
+def _named(process: subprocess.Popen, seconds: float = 20.0) -> str:
+    deadline, name = time.monotonic() + seconds, ""
+    while time.monotonic() < deadline:
+        name = Path(f"/proc/{process.pid}/comm").read_text().strip()
+        if name == "prediction-log":
+            break
+        time.sleep(0.05)
+    return name
+
+
+def test_the_writer_starts_when_logging_is_turned_on_and_at_start_up_when_a_calibrator_logs(database_url):
+    """Not with the first logged batch only: while the process boots (~1 s), batches beyond the
+    ring's room would be dropped, after every restart of a service under traffic."""
+    settings = Settings(database_url=database_url, job_engine="embedded", log_writer="process")
+    app = create_app(settings)
+    with TestClient(app) as client:
+        fit(client)
+        time.sleep(0.5)  # the log's thread has looked (no calibrator logs): no process yet
+        assert _writer_of(app).process is None
+        assert client.put("/v1/calibrators/demo/logging", json={"sample_rate": 0.25}).status_code == 200
+        process = _writer_of(app).process  # started by the call, before any batch
+        assert process is not None and process.poll() is None
+        assert _named(process) == "prediction-log"  # it names itself once booted
+    assert process.wait(timeout=60) == 0  # the service's shutdown closed it
+
+    restarted = create_app(settings)
+    with TestClient(restarted):  # a calibrator logs: the process starts with the service, no batch served
+        process = _started(_writer_of(restarted))
+        assert process is not None and process.poll() is None
+    assert process.wait(timeout=60) == 0
+
+    with TestClient(create_app(settings)) as client:
+        assert client.put("/v1/calibrators/demo/logging", json={"sample_rate": 0.0}).status_code == 200
+    quiet = create_app(settings)
+    with TestClient(quiet):
+        log = quiet.state.service.prediction_log
+        log._start_writer_if_logging()  # what its thread did at start-up, done again here
+        assert log.pipe.process is None
