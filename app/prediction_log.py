@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -44,12 +45,37 @@ logger = logging.getLogger(__name__)
 MAX_ID_LENGTH = 128
 
 
+# a generated id (``prediction_log_store.GENERATED``) among client ids joined by commas, after a
+# leading comma: a literal first character, which the regex engine finds by scanning (~2 us for 64
+# ids; starting with ``(?:\A|,)`` instead tries every position, ~20 us)
+GENERATED_IN_JOINED = re.compile(rb",[0-9a-f]{16}-(?:0|[1-9][0-9]{0,8})(?=,)")
+PRINTABLE_ASCII = bytes(range(0x20, 0x7F))
+
+
 def check_ids(ids: list[str], n: int) -> None:
     """Client prediction ids: one per row, distinct, 1-128 printable ASCII characters, no comma,
     and not of the form of the service's generated ids (``new_prefix``: those name rows of a
-    logged batch, and a client id of that form would stand beside its first prediction)."""
+    logged batch, and a client id of that form would stand beside its first prediction).
+
+    On the hot path (every calibrate call with ids, logging on or off), so the ids are checked
+    together first, as one string with a comma before and after each: a few scans of it (~8 us
+    for 64 ids, against ~17 us for a check of each id). Ids with a space in them, and any fault,
+    go to ``_check_each``, which names the fault."""
     if len(ids) != n:
         raise InvalidInput(f"ids has {len(ids)} entries for {n} rows")
+    joined = "," + ",".join(ids) + ","
+    if joined.isascii() and " " not in joined:
+        data = joined.encode()
+        distinct = set(ids)
+        if (not data.translate(None, PRINTABLE_ASCII) and data.count(b",") == n + 1  # no comma in an id
+                and len(distinct) == n and "" not in distinct and max(map(len, ids), default=0) <= MAX_ID_LENGTH
+                and not GENERATED_IN_JOINED.search(data)):
+            return
+    _check_each(ids, n)
+
+
+def _check_each(ids: list[str], n: int) -> None:
+    """``check_ids`` one id at a time: raises for the first id at fault (or a repeated one)."""
     for pid in ids:
         if not (0 < len(pid) <= MAX_ID_LENGTH and pid.isascii() and pid.isprintable() and "," not in pid
                 and pid.strip() == pid):
