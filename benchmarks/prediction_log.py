@@ -1,5 +1,6 @@
 """What the prediction log costs the hot path: binary calibrate throughput with logging off, on at
-10% and on at 100% of rows (ratios against off), and the append throughput of observations.
+10% and on at 100% of rows (ratios against off), what share of the served rows the log wrote,
+and the append throughput of observations.
 
 One server (``calibration-service serve``, 1 worker, SQLite in a temporary directory, the
 scheduler off: its drift-monitor jobs on the logged rows belong to the alarms feature), a
@@ -7,17 +8,21 @@ temperature-scaling calibrator, ``.npy`` batches of 64 x ``--classes`` float32 l
 with 32 connections for ``--seconds`` per run. The settings alternate (``PUT .../logging``
 between runs) for ``--rounds`` rounds: off, 10% and 100% with generated ids (the service names
 the rows; a batch of them is one index row), and off and 100% with 64 fresh client ids a request
-(the ``Prediction-Ids`` header; one index row per id, the worst case). Medians and each round's
-ratio to its run with logging off and the same requests (median and range) are reported (100%
-with client ids also against off without them: what the ids cost with their parsing and checks),
-and the server's CPU time per request (all its threads and its log writer process, from /proc,
-split into the event loop's thread, the log's writer, named ``prediction-log``: the writer process, or the thread with
+(the ``Prediction-Ids`` header; one index row per id), in the order they are served
+(``<start>.<request>.<row>``) or random (UUID 4, what a service's request ids often are: each a
+random key in the id index's B-tree). Medians and each round's ratio to its run with logging off
+and the same requests (median and range) are reported (100% with client ids also against off
+without them: what the ids cost with their parsing and checks), and the server's CPU time per
+request (all its threads and its log writer process, from /proc, split into the event loop's
+thread, the log's writer, named ``prediction-log``: the writer process, or the thread with
 ``CALIBRATION_LOG_WRITER=thread``, and the others: the hot path's pool threads, which run the
-calibrate calls it moves off the loop, so "others" is not the log's cost; its ratio off/on is the
-throughput ratio once the cores are the bound, and steadier than req/s on a shared machine), with
-the rows the log wrote read from the observation summary. A second server, whose log a thread
-writes (the baseline, what the log was before its writer process), runs off and 100% in the same
-rounds. The append figure is rows per second of ``POST
+calibrate calls it moves off the loop, so "others" is not the log's cost; its ratio off/on is
+the throughput ratio once the cores are the bound, and steadier than req/s on a shared machine).
+Each run's CPU time runs on until the log's writer has caught up (the logged count still for
+1.5 s, ``SETTLE_SECONDS`` at most), and the rows it logged (from the observation summary) are
+divided by the rows served: below 1 where the writer fell behind and the ring dropped batches.
+A second server, whose log a thread writes (the baseline, what the log was before its writer
+process), runs off and 100% in the same rounds. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
 Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
@@ -52,8 +57,35 @@ from tests.service.live import LiveServer  # noqa: E402
 SETTINGS = (("0%", 0.0, None, "process", "0%"), ("10%", 0.1, None, "process", "0%"),
             ("100%", 1.0, None, "process", "0%"), ("0%, client ids", 0.0, 64, "process", "0%"),
             ("100%, client ids", 1.0, 64, "process", "0%, client ids"),
+            ("0%, random client ids", 0.0, "64 random", "process", "0%, random client ids"),
+            ("100%, random client ids", 1.0, "64 random", "process", "0%, random client ids"),
             ("0%, thread writer", 0.0, None, "thread", "0%, thread writer"),
             ("100%, thread writer", 1.0, None, "thread", "0%, thread writer"))
+SETTLE_SECONDS = 60.0  # the most a run waits for its log's writer to catch up
+
+
+def logged_rows(client: httpx.Client) -> int:
+    return client.get("/v1/calibrators/bench/observations").json()["prediction_log"]["logged"]
+
+
+def settled(client: httpx.Client) -> None:
+    """Wait until the log's writer has written what it was handed (the logged count still for
+    1.5 s, flush_seconds 1), ``SETTLE_SECONDS`` at most."""
+    deadline, last = time.monotonic() + SETTLE_SECONDS, -1
+    while time.monotonic() < deadline:
+        time.sleep(1.5)
+        now = logged_rows(client)
+        if now == last:
+            return
+        last = now
+
+
+def wrk_env(client_ids) -> dict | None:
+    """``CLIENT_IDS`` (and ``RANDOM_IDS``) for ``benchmarks/wrk_post.lua``."""
+    if client_ids is None:
+        return None
+    count, *random = str(client_ids).split()
+    return {"CLIENT_IDS": count, "RANDOM_IDS": "1" if random else "0"}
 
 
 def _stat_seconds(path: str) -> float:
@@ -99,15 +131,15 @@ def writer_processes(pid: int) -> dict[int, float]:
     return seconds
 
 
-def measured(pid: int, *wrk_args, env: dict | None = None) -> dict:
-    """A wrk run, with the server's CPU time per request over it and the 1.5 s after it, when the
-    log writes the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
+def measured(pid: int, *wrk_args, env: dict | None = None, settle=lambda: time.sleep(1.5)) -> dict:
+    """A wrk run, with the server's CPU time per request over it and until ``settle`` returns, when
+    the log has written the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
     process's main thread: requests, and the sampling into the log's buffer), on the log's writer
     and on the others (the hot path's pool threads, which run calibrate calls that the hot path
     moved off the loop: ``app/routes/hot_path.py``)."""
     before, threads, processes = cpu_seconds(pid), thread_seconds(pid), writer_processes(pid)
     result = run_wrk(*wrk_args, env=env)
-    time.sleep(1.5)
+    settle()
     after, processes_after = thread_seconds(pid), writer_processes(pid)
     main = after.get(pid, 0.0) - threads.get(pid, 0.0)
     process = sum(seconds - processes.get(child, 0.0) for child, seconds in processes_after.items())
@@ -155,9 +187,12 @@ def main() -> None:
                 for label, rate, client_ids, writer, _ in SETTINGS:
                     server, client, url = servers[writer]
                     client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
+                    before = logged_rows(client)
                     results[label].append(measured(
                         server.process.pid, url, body, "application/x-npy", "application/x-npy", args.seconds,
-                        env=None if client_ids is None else {"CLIENT_IDS": str(client_ids)}))
+                        env=wrk_env(client_ids), settle=lambda client=client: settled(client)))
+                    run = results[label][-1]
+                    run["logged"] = (logged_rows(client) - before) / (64 * run["requests"])
             time.sleep(2)  # the log's last flush
             client = servers["process"][1]
             summary = client.get("/v1/calibrators/bench/observations").json()
@@ -194,15 +229,17 @@ def main() -> None:
                      f"{statistics.median(r['writer_us'] for r in runs):.0f} + "
                      f"{statistics.median(r['other_us'] for r in runs):.0f})",
                      f"{statistics.median(cpu_ratios):.3f} ({cpu_ratios[0]:.3f}-{cpu_ratios[-1]:.3f})",
+                     f"{statistics.median(r['logged'] for r in runs):.3f} ({min(r['logged'] for r in runs):.3f})",
                      f"{statistics.median(r['p50'] for r in runs):.2f}",
                      f"{statistics.median(r['p99'] for r in runs):.2f}",
                      sum(r["errors"] for r in runs)])
-    rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", "-", "-", 0])
+    rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", "-", "-", "-", 0])
     write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
           f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite; the writer a process, or a thread)",
           ["logging", "req/s median (range)", "ratio to off, median of rounds (range)",
            "server CPU us/request (event loop + log writer + other threads)",
-           "CPU ratio off/on, median of rounds (range)", "p50 ms", "p99 ms", "non-2xx"], rows,
+           "CPU ratio off/on, median of rounds (range)", "rows logged / served, median (lowest)",
+           "p50 ms", "p99 ms", "non-2xx"], rows,
           environment(["numpy", "fastapi", "uvicorn", "sqlalchemy"]),
           f"Rows the writer process wrote over all runs: {summary['prediction_log']['logged']}; append chunks of "
           f"{chunk} x {k} float32 .npz. Client and server share the machine's 2 cores "

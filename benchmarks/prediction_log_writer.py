@@ -1,16 +1,20 @@
 """The prediction log's writer alone: CPU per logged request, with no server, client or event loop.
 
-A fresh SQLite database (migrated, so with this code's page size), one calibrator, and
-``PredictionLog.record`` then ``flush`` called in one thread: ``--requests`` batches of 64 x
-``--classes`` float32 rows, flushed every 64 requests (4096 rows: the default
-``CALIBRATION_LOG_FLUSH_ROWS``). Reported per request: the thread's CPU time in ``record`` (the
-hot path's share: sampling, ids, the copy into the buffer) and in ``flush`` (the writer's: the
-chunk, its index rows, the commit), at sampling rates 10% and 100% with generated ids and at
-100% with 64 client ids a request. Thread CPU time does not count what other processes take, so
-these figures are steadier than the live benchmark's (``benchmarks/prediction_log.py``) on a
-shared machine; that one is what the hot path pays.
+A fresh database (migrated: SQLite with this code's page size, and with ``--postgres`` a new
+database on the local Postgres server beside it), one calibrator, and ``PredictionLog.record``
+then ``flush`` called in one thread: ``--requests`` batches of 64 x ``--classes`` float32 rows,
+flushed every 64 requests (4096 rows: the default ``CALIBRATION_LOG_FLUSH_ROWS``). Reported per
+request: the thread's CPU time in ``record`` (the hot path's share: sampling, ids, the copy into
+the buffer) and in ``flush`` (the writer's: the chunk, its index rows, the commit), and the wall
+time of ``flush`` over the run's first and last quarters (what the writer can sustain as its id
+index grows; Postgres's own processes work outside this thread, so only wall time compares the
+two databases), at sampling rates 10% and 100% with generated ids and at 100% with 64 client ids
+a request: ids that follow the order they are served in (``request-<i>-<j>``), or random ones
+(UUID 4, what a service's request ids often are; made before the run). Thread CPU time does not
+count what other processes take, so these figures are steadier than the live benchmark's
+(``benchmarks/prediction_log.py``) on a shared machine; that one is what the hot path pays.
 
-Run: ``python benchmarks/prediction_log_writer.py [--requests 20000 --classes 100]``.
+Run: ``python benchmarks/prediction_log_writer.py [--requests 20000 --classes 100 --postgres]``.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import os
 import sys
 import tempfile
 import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import insert
+from sqlalchemy import create_engine, insert, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,12 +41,52 @@ from app.store import ResolvedVersion
 from benchmarks._common import environment, write
 
 FLUSH_EVERY = 64  # requests: 4096 rows of 64
+ADMIN_URL = os.environ.get("CALIBRATION_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+# (label, sampling rate, client ids: None (generated), "ordered" or "random", databases)
+SETTINGS = (("10%", 0.1, None, ("sqlite",)), ("100%", 1.0, None, ("sqlite",)),
+            ("100%, client ids in serving order", 1.0, "ordered", ("sqlite", "postgres")),
+            ("100%, random client ids (UUID 4)", 1.0, "random", ("sqlite", "postgres")))
 
 
-def measure(rate: float, client_ids: bool, requests: int, classes: int) -> dict:
-    with tempfile.TemporaryDirectory() as directory:
-        url = f"sqlite:///{directory}/log.db"
+@contextmanager
+def database(kind: str):
+    """``(url, size in bytes of the database afterwards: a function)`` of a new, migrated database."""
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as directory:
+            url = f"sqlite:///{directory}/log.db"
+            upgrade(url)
+            yield url, lambda: os.path.getsize(f"{directory}/log.db")
+        return
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"bench_log_writer_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    url = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+    def size() -> int:
+        with admin.connect() as connection:
+            return connection.execute(text(f"SELECT pg_database_size('{name}')")).scalar_one()
+    try:
         upgrade(url)
+        yield url, size
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def request_ids(client_ids: str | None, requests: int) -> list[list[str] | None]:
+    if client_ids is None:
+        return [None] * requests
+    if client_ids == "ordered":
+        return [[f"request-{i}-{j}" for j in range(64)] for i in range(requests)]
+    return [[str(uuid.uuid4()) for _ in range(64)] for _ in range(requests)]
+
+
+def measure(kind: str, rate: float, client_ids: str | None, requests: int, classes: int) -> dict:
+    all_ids = request_ids(client_ids, requests)
+    quarter = requests // 4
+    with database(kind) as (url, size):
         db = Database(url)
         with db.write() as session:
             created = session.execute(insert(CalibratorRow).returning(CalibratorRow.id), {"name": "bench"})
@@ -48,33 +94,42 @@ def measure(rate: float, client_ids: bool, requests: int, classes: int) -> dict:
         log = PredictionLog(db, flush_rows=1 << 40)
         resolved = ResolvedVersion("bench", 1, "-", 1, calibrator, rate)
         batch = np.random.default_rng(0).standard_normal((64, classes)).astype(np.float32)
-        recording = writing = 0.0
-        for i in range(requests):
-            ids = [f"request-{i}-{j}" for j in range(64)] if client_ids else None
+        recording = writing = first_wall = last_wall = 0.0
+        for i, ids in enumerate(all_ids):
             start = time.thread_time()
             log.record(resolved, "logits", classes, batch, ids)
             recording += time.thread_time() - start
             if (i + 1) % FLUSH_EVERY == 0 or i == requests - 1:
-                start = time.thread_time()
+                start, wall = time.thread_time(), time.perf_counter()
                 log.flush()
                 writing += time.thread_time() - start
-        size = os.path.getsize(f"{directory}/log.db")
+                wall = time.perf_counter() - wall
+                first_wall += wall if i < quarter else 0.0
+                last_wall += wall if i >= requests - quarter else 0.0
         db.dispose()
-    return {"record_us": 1e6 * recording / requests, "flush_us": 1e6 * writing / requests, "mib": size / (1 << 20)}
+        mib = size() / (1 << 20)
+    return {"record_us": 1e6 * recording / requests, "flush_us": 1e6 * writing / requests,
+            "first_us": 1e6 * first_wall / quarter, "last_us": 1e6 * last_wall / quarter, "mib": mib}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--postgres", action="store_true", help="the client-id rows on Postgres as well")
     args = parser.parse_args()
     rows = []
-    for label, rate, client_ids in (("10%", 0.1, False), ("100%", 1.0, False), ("100%, client ids", 1.0, True)):
-        result = measure(rate, client_ids, args.requests, args.classes)
-        rows.append([label, f"{result['record_us']:.1f}", f"{result['flush_us']:.1f}", f"{result['mib']:.0f}"])
-    write("prediction_log_writer", f"The prediction log's writer alone: thread CPU per request of 64 x {args.classes} "
-          f"float32 rows ({args.requests} requests, SQLite, {SQLITE_PAGE_SIZE}-byte pages)",
-          ["logging", "record us/request (hot path)", "flush us/request (writer)", "database MiB"], rows,
+    for label, rate, client_ids, kinds in SETTINGS:
+        for kind in kinds if args.postgres else kinds[:1]:
+            result = measure(kind, rate, client_ids, args.requests, args.classes)
+            rows.append([label, kind, f"{result['record_us']:.1f}", f"{result['flush_us']:.1f}",
+                         f"{result['first_us']:.0f}", f"{result['last_us']:.0f}", f"{result['mib']:.0f}"])
+            print(rows[-1], flush=True)
+    write("prediction_log_writer", f"The prediction log's writer alone: per request of 64 x {args.classes} "
+          f"float32 rows ({args.requests} requests; SQLite with {SQLITE_PAGE_SIZE}-byte pages"
+          f"{', and Postgres' if args.postgres else ''})",
+          ["logging", "database", "record us/request (hot path, thread CPU)", "flush us/request (writer, thread CPU)",
+           "flush wall us/request, first quarter", "flush wall us/request, last quarter", "database MiB"], rows,
           environment(["numpy", "sqlalchemy"]),
           f"Flushed every {FLUSH_EVERY} requests. Load average {os.getloadavg()[0]:.1f} at the end (thread CPU "
           "time does not count other processes' time, but shared caches and cores still move it a little).")
