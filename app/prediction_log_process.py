@@ -3,7 +3,10 @@ pipe, its back pipe and the ring's memory (``app.prediction_log_ring``) as file 
 
 It reads the pipe's control messages (``_controls``) and, at each, the ring's records up to the
 head the message carries, keeps them in a ``LogBuffer`` and writes them on its own thread
-(``flush_rows`` / ``flush_seconds`` / ``max_buffer_bytes`` as a thread of the API process would).
+(``flush_rows`` / ``flush_seconds`` / ``max_buffer_bytes`` as a thread of the API process would),
+through SQLite connections with a page cache of ``cache_bytes`` (``log_writer_cache_bytes``: a
+flush behind on random client ids touches many pages of the id index, and a cache too small for
+them has SQLite write some several times in one commit).
 While that buffer is full it reads no further, so a slow database fills the ring and the API
 process drops batches it can count and report. It sends back how far it has read the ring (every
 eighth of it) and answers each flush mark once what came before the mark is written (negative when
@@ -84,7 +87,7 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
     config = orjson.loads(os.environ.pop(CONFIG_VARIABLE))
     logs.configure(config["log_level"])
     ring = RingReader(int(ring_fd), config["ring_bytes"])
-    db = Database(config["database_url"], config["db_timeout"])
+    db = Database(config["database_url"], config["db_timeout"], sqlite_cache_bytes=config["cache_bytes"])
     buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"])
     os.set_blocking(back_fd, False)
     done = threading.Event()

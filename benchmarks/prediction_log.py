@@ -22,7 +22,9 @@ Each run's CPU time runs on until the log's writer has caught up (the logged cou
 1.5 s, ``SETTLE_SECONDS`` at most), and the rows it logged (from the observation summary) are
 divided by the rows served: below 1 where the writer fell behind and the ring dropped batches.
 A second server, whose log a thread writes (the baseline, what the log was before its writer
-process), runs off and 100% in the same rounds. The append figure is rows per second of ``POST
+process), runs off and 100% in the same rounds, and a third, whose writer process keeps SQLite's
+own 2 MiB page cache (``CALIBRATION_LOG_WRITER_CACHE_BYTES=0``, the baseline of that setting),
+off and 100% with random client ids. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
 Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
@@ -59,8 +61,17 @@ SETTINGS = (("0%", 0.0, None, "process", "0%"), ("10%", 0.1, None, "process", "0
             ("100%, client ids", 1.0, 64, "process", "0%, client ids"),
             ("0%, random client ids", 0.0, "64 random", "process", "0%, random client ids"),
             ("100%, random client ids", 1.0, "64 random", "process", "0%, random client ids"),
+            ("0%, random client ids, 2 MiB cache", 0.0, "64 random", "default cache",
+             "0%, random client ids, 2 MiB cache"),
+            ("100%, random client ids, 2 MiB cache", 1.0, "64 random", "default cache",
+             "0%, random client ids, 2 MiB cache"),
             ("0%, thread writer", 0.0, None, "thread", "0%, thread writer"),
             ("100%, thread writer", 1.0, None, "thread", "0%, thread writer"))
+# the servers: the writer a process (with CALIBRATION_LOG_WRITER_CACHE_BYTES's default), a thread
+# (the baseline of the writer process), or a process with SQLite's own 2 MiB page cache (the
+# baseline of that setting)
+SERVERS = {"process": {"CALIBRATION_LOG_WRITER": "process"}, "thread": {"CALIBRATION_LOG_WRITER": "thread"},
+           "default cache": {"CALIBRATION_LOG_WRITER": "process", "CALIBRATION_LOG_WRITER_CACHE_BYTES": "0"}}
 SETTLE_SECONDS = 60.0  # the most a run waits for its log's writer to catch up
 
 
@@ -150,11 +161,12 @@ def measured(pid: int, *wrk_args, env: dict | None = None, settle=lambda: time.s
             "other_us": 1e6 * (total - main - writer) / n}
 
 
-def _fitted_server(directory: str, writer: str, fit_logits, fit_labels) -> tuple[LiveServer, httpx.Client, str]:
+def _fitted_server(directory: str, server_name: str, fit_logits, fit_labels) -> tuple[LiveServer, httpx.Client, str]:
     # the scheduler's drift-monitor jobs (every 60 s, on the rows logged since) are the alarms
     # feature's cost, not the log's: they landed in one run or another and swamped the ratios
-    server = LiveServer(f"sqlite:///{directory}/{writer}.db", log_file=f"{directory}/{writer}.log", env={
-        **ALLOCATOR, "CALIBRATION_SCHEDULE_SECONDS": "0", "CALIBRATION_LOG_WRITER": writer})
+    file = server_name.replace(" ", "-")
+    server = LiveServer(f"sqlite:///{directory}/{file}.db", log_file=f"{directory}/{file}.log", env={
+        **ALLOCATOR, "CALIBRATION_SCHEDULE_SECONDS": "0", **SERVERS[server_name]})
     base = server.start()
     client = httpx.Client(base_url=base, timeout=120)
     fitted = client.post("/v1/calibrators/bench/versions", json={
@@ -177,15 +189,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         body = Path(directory) / "batch.npy"
         np.save(body, batch)
-        servers = {writer: _fitted_server(directory, writer, fit_logits, fit_labels)
-                   for writer in ("process", "thread")}
+        servers = {name: _fitted_server(directory, name, fit_logits, fit_labels) for name in SERVERS}
         try:
             results: dict[str, list[dict]] = {label: [] for label, *_ in SETTINGS}
             for _, _, url in servers.values():  # warm-up
                 run_wrk(url, body, "application/x-npy", "application/x-npy", 2)
             for _ in range(args.rounds):
-                for label, rate, client_ids, writer, _ in SETTINGS:
-                    server, client, url = servers[writer]
+                for label, rate, client_ids, server_name, _ in SETTINGS:
+                    server, client, url = servers[server_name]
                     client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
                     before = logged_rows(client)
                     results[label].append(measured(

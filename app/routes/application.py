@@ -71,7 +71,8 @@ def log_writer_process(settings: Settings, database: Database) -> PipeWriter | N
         return None
     return PipeWriter({"database_url": settings.database_url, "db_timeout": settings.db_timeout_seconds,
                        "flush_rows": settings.log_flush_rows, "flush_seconds": settings.log_flush_seconds,
-                       "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level},
+                       "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level,
+                       "cache_bytes": settings.log_writer_cache_bytes},
                       settings.log_ring_bytes, flush_timeout=2 * settings.db_timeout_seconds + 30)
 
 

@@ -31,6 +31,7 @@ from app.prediction_log import PredictionLog
 from app.prediction_log_pipe import PipeWriter
 from app.prediction_log_ring import KINDS
 from app.prediction_log_store import find_logged, logged_counts, prediction_chunks
+from app.routes.application import log_writer_process
 from app.settings import Settings
 from app.store import ResolvedVersion
 from calibration import INPUT_KINDS
@@ -41,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _config(url: str, **overrides) -> dict:
     return {"database_url": url, "db_timeout": 30.0, "flush_rows": 4096, "flush_seconds": 60.0,
-            "max_buffer_bytes": 256 << 20, "log_level": "warning", **overrides}
+            "max_buffer_bytes": 256 << 20, "log_level": "warning", "cache_bytes": 64 << 20, **overrides}
 
 
 @pytest.fixture
@@ -364,3 +365,23 @@ def test_the_writer_starts_when_logging_is_turned_on_and_at_start_up_when_a_cali
         log = quiet.state.service.prediction_log
         log._start_writer_if_logging()  # what its thread did at start-up, done again here
         assert log.pipe.process is None
+
+
+def test_the_writer_process_s_sqlite_page_cache_is_a_setting(tmp_path, monkeypatch):
+    """``CALIBRATION_LOG_WRITER_CACHE_BYTES`` reaches the writer process's database (its connections'
+    ``cache_size``, in KiB); the API process's own connections keep SQLite's default."""
+    monkeypatch.setenv("CALIBRATION_LOG_WRITER_CACHE_BYTES", str(8 << 20))
+    url = f"sqlite:///{tmp_path}/cache.db"
+    settings = Settings(database_url=url)
+    api = Database(url)
+    config = log_writer_process(settings, api).config
+    assert config["cache_bytes"] == 8 << 20
+    writer = Database(url, sqlite_cache_bytes=config["cache_bytes"])
+    try:
+        with writer.read() as session:
+            assert session.execute(text("PRAGMA cache_size")).scalar_one() == -8192
+        with api.read() as session:
+            assert session.execute(text("PRAGMA cache_size")).scalar_one() == -2000  # SQLite's default
+    finally:
+        writer.dispose()
+        api.dispose()
