@@ -194,9 +194,10 @@ class PipeWriter:
     def _end(self, exc: BaseException) -> None:
         """The process ended (a broken pipe) or could not start: what it was handed and had not
         written is lost (the next ``flush`` says so); another starts with a later batch."""
-        logger.warning("prediction log: the writer process has ended (%s); another starts in %.0f s at most",
-                       exc, max(0.0, self._next_start - time.monotonic()))
-        self._ended = self._fd is not None
+        logger.warning("prediction log: the writer process has ended or could not start (%s); another starts "
+                       "in %.0f s at most", exc, max(0.0, self._next_start - time.monotonic()))
+        # a start that fails after a writer ended keeps that loss known to the next flush
+        self._ended = self._ended or self._fd is not None
         self._close()
 
     def announce(self) -> None:

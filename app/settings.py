@@ -121,11 +121,11 @@ class Settings(BaseSettings):
     log_ring_bytes: int = Field(16 << 20, ge=1 << 20, description="The shared-memory ring through which each API "
                                 "process hands served batches to its log writer process; a batch larger than "
                                 "a quarter of it is not logged, and a full ring drops batches (counted).")
-    log_writer_cache_bytes: int = Field(64 << 20, ge=0, description="SQLite's page cache in the log's writer "
-                                        "process (0: SQLite's default, 2 MiB). A writer behind on random client ids "
-                                        "writes all it holds in one commit, which touches many pages of the id "
-                                        "index: in a cache too small for them SQLite writes them out mid-commit, "
-                                        "some several times. Not used on Postgres or by the thread writer.")
+    log_writer_cache_bytes: int = Field(
+        64 << 20, ge=0, le=1 << 40, description="SQLite's page cache in the log's writer process (0: SQLite's "
+        "default, 2 MiB). A writer behind on random client ids writes all it holds in one commit, which touches "
+        "many pages of the id index: in a cache too small for them SQLite writes them out mid-commit, some several "
+        "times. Not used on Postgres or by the thread writer.")
     observation_retention_days: float = Field(0.0, ge=0, description="Observations older than this are deleted "
                                               "(0: kept until deleted).")
     prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions older than this "

@@ -9,7 +9,9 @@ when logging is turned on and with the service when a calibrator logs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -385,3 +387,43 @@ def test_the_writer_process_s_sqlite_page_cache_is_a_setting(tmp_path, monkeypat
     finally:
         writer.dispose()
         api.dispose()
+
+
+@contextlib.contextmanager
+def _no_file_descriptors_left():
+    """Every file descriptor this process may open taken (the soft limit lowered to those open, the
+    gaps below it filled), so the next ``os.pipe`` or ``memfd_create`` fails with EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1, hard))
+    taken = []
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                taken.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_restart_that_fails_does_not_forget_that_batches_were_lost(calibrator, database_url):
+    """A writer ended with batches it had not written; turning logging on again then fails to start
+    one (no file descriptors left): the next flush still says that rows were lost."""
+    db, calibrator_id = calibrator
+    pipe = PipeWriter(_config(database_url), ring_bytes=1 << 20, restart_seconds=0.0)
+    log = PredictionLog(db, pipe=pipe)
+    resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
+    try:
+        log.record(resolved, "logits", 3, np.ones((5, 3)), None)
+        writer = pipe.process
+        writer.send_signal(signal.SIGKILL)  # before its flush (flush_seconds 60): the batch is lost
+        writer.wait(30)
+        time.sleep(0.01)
+        assert log.record(resolved, "logits", 3, np.ones((5, 3)), None).logged == 0  # sees the broken pipe
+        with _no_file_descriptors_left():
+            pipe.start()
+        assert pipe.process is writer  # none started: the ring's memfd could not be made
+        assert not pipe.flush()
+    finally:
+        log.stop()
