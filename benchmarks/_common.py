@@ -6,10 +6,33 @@ import json
 import os
 import platform
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+POSTGRES_ADMIN_URL = os.environ.get("CALIBRATION_TEST_POSTGRES_URL",
+                                    "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+@contextmanager
+def postgres_database(prefix: str) -> Iterator[str]:
+    """The URL of a new database ``<prefix>_<8 hex digits>`` on the local Postgres server
+    (``CALIBRATION_TEST_POSTGRES_URL``), dropped on exit."""
+    from sqlalchemy import create_engine, text
+
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def best_of(fn, repeat: int = 5, warmup: int = 1) -> float:

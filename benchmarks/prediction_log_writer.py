@@ -38,10 +38,9 @@ from app.migrate import upgrade
 from app.models import CalibratorRow
 from app.prediction_log import PredictionLog
 from app.store import ResolvedVersion
-from benchmarks._common import environment, write
+from benchmarks._common import environment, postgres_database, write
 
 FLUSH_EVERY = 64  # requests: 4096 rows of 64
-ADMIN_URL = os.environ.get("CALIBRATION_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 # (label, sampling rate, client ids: None (generated), "ordered" or "random", databases)
 SETTINGS = (("10%", 0.1, None, ("sqlite",)), ("100%", 1.0, None, ("sqlite",)),
             ("100%, client ids in serving order", 1.0, "ordered", ("sqlite", "postgres")),
@@ -57,22 +56,17 @@ def database(kind: str):
             upgrade(url)
             yield url, lambda: os.path.getsize(f"{directory}/log.db")
         return
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"bench_log_writer_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    with postgres_database("bench_log_writer") as url:
+        engine = create_engine(url)
 
-    def size() -> int:
-        with admin.connect() as connection:
-            return connection.execute(text(f"SELECT pg_database_size('{name}')")).scalar_one()
-    try:
-        upgrade(url)
-        yield url, size
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
+        def size() -> int:
+            with engine.connect() as connection:
+                return connection.execute(text("SELECT pg_database_size(current_database())")).scalar_one()
+        try:
+            upgrade(url)
+            yield url, size
+        finally:
+            engine.dispose()
 
 
 def request_ids(client_ids: str | None, requests: int) -> list[list[str] | None]:
