@@ -10,6 +10,8 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import ResolutionError
+from alembic.util import CommandError
 from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import Engine
 
@@ -55,6 +57,7 @@ LOSS_NAMES = {
     "observation_chunks": ("chunk of observations", "chunks of observations"),
     "prediction_chunks": ("chunk of logged predictions", "chunks of logged predictions"),
     "logged_predictions": ("logged prediction id", "logged prediction ids"),
+    "prediction_epochs": ("epoch of the prediction log", "epochs of the prediction log"),
     "evaluations": ("evaluation", "evaluations"),
     "drift_monitors": ("drift monitor", "drift monitors"),
 }
@@ -93,22 +96,28 @@ def downgrade_losses(database_url: str, revision: str) -> dict[str, int]:
 def _losses(engine: Engine, current: str, revision: str) -> dict[str, int]:
     from .db import make_engine
 
+    # step by step: a table one revision's downgrade changes is a loss unless that revision
+    # declares it lossless (it rewrites the rows in the old form: 0009's and 0010's expand batch
+    # index rows into one row per id; 0011 drops the epochs, derived from the index it keeps)
+    affected: set[str] = set()
     with tempfile.TemporaryDirectory() as scratch:
         scratch_url = f"sqlite:///{scratch}/schema.db"
         upgrade(scratch_url, current)
+        script = ScriptDirectory.from_config(alembic_config(scratch_url))
+        try:
+            crossed = [script.get_revision(r.revision) for r in script.iterate_revisions(current, revision)
+                       if r.revision != revision]
+        except ResolutionError as exc:  # an unknown revision: the error alembic's own command gives
+            raise CommandError(str(exc)) from exc
         scratch_engine = make_engine(scratch_url)
         before = _schema(scratch_engine)
-        downgrade(scratch_url, revision)
-        after = _schema(scratch_engine)
+        for step in crossed:
+            downgrade(scratch_url, step.down_revision or "base")
+            after = _schema(scratch_engine)
+            lossless = set(getattr(step.module, "lossless_downgrade", ()))
+            affected |= {name for name in before if after.get(name) != before[name] and name not in lossless}
+            before = after
         scratch_engine.dispose()
-    # tables whose changes every crossed revision's downgrade declares lossless (it rewrites the
-    # rows in the old form: 0009's and 0010's expand batch index rows into one row per id)
-    script = ScriptDirectory.from_config(alembic_config(scratch_url))
-    crossed = [script.get_revision(r.revision) for r in script.iterate_revisions(current, revision)
-               if r.revision != revision]
-    lossless = set.intersection(*(set(getattr(r.module, "lossless_downgrade", ())) for r in crossed)) \
-        if crossed else set()
-    affected = [name for name in before if after.get(name) != before[name] and name not in lossless]
     present = set(inspect(engine).get_table_names())
     losses = {}
     with engine.connect() as connection:

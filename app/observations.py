@@ -16,7 +16,7 @@ from sqlalchemy.exc import NoResultFound
 
 import calibration as cal
 
-from . import observation_store, prediction_log_store, store
+from . import observation_store, prediction_log_lookup, prediction_log_store, store
 from .batches import ArrayBatch, validated
 from .db import Database
 from .errors import InvalidInput, NotFound, TooLarge
@@ -25,6 +25,7 @@ from .names import check_name
 from .observation_schemas import ObservationQuery
 from .observation_store import Selection
 from .online_updates import OnlineUpdates
+from .prediction_epochs import EpochFilters
 from .prediction_log import PredictionLog
 
 FLOAT_DTYPES = ("f2", "f4", "f8")
@@ -41,6 +42,7 @@ class Observations:
                  max_fit_entries: int, online: OnlineUpdates):
         self.db = db
         self.log = log
+        self.epoch_filters = log.epoch_filters if log is not None else EpochFilters(0)
         self.online = online
         self.max_rows = max_rows
         self.max_bytes = max_bytes
@@ -130,18 +132,18 @@ class Observations:
             first.setdefault(pid, position)
         with self.db.write() as session:
             calibrator = store.calibrator_row(session, name)
-            found = prediction_log_store.find_logged(session, calibrator.id, list(first))
-            chunks = prediction_log_store.prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
-            for pid, (chunk, _, _) in found.items():
-                label, n_classes = labels[first[pid]], chunks[chunk][2]
+            found = prediction_log_lookup.find_logged(session, calibrator.id, list(first), self.epoch_filters)
+            chunks = prediction_log_store.prediction_chunks(session, {logged.chunk_id for logged in found.values()})
+            for pid, logged in found.items():
+                label, n_classes = labels[first[pid]], chunks[logged.chunk_id][2]
                 if not 0 <= label < max(n_classes, 2):
                     raise InvalidInput(f"label {label} of prediction {pid!r} is outside [0, {max(n_classes, 2)})")
-            unlabelled = [p for p, v in found.items() if not v[2]]
-            claimed = prediction_log_store.claim_labels(session, calibrator.id, unlabelled)
+            unlabelled = {pid: logged for pid, logged in found.items() if not logged.labelled}
+            claimed = prediction_log_lookup.claim_labels(session, calibrator.id, unlabelled)
             by_version: dict[tuple, tuple[list, list]] = {}
             for pid, position in first.items():  # in the order the ids were posted
                 if pid in claimed:
-                    chunk, row, _ = found[pid]
+                    chunk, row = found[pid].chunk_id, found[pid].row
                     version, kind, n_classes, array = chunks[chunk]
                     entry = by_version.setdefault((version, kind, n_classes, array.dtype.str), ([], []))
                     entry[0].append(array[row])

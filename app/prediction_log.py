@@ -32,11 +32,12 @@ from datetime import timedelta
 
 import numpy as np
 
-from . import observation_store, prediction_log_store
+from . import observation_store, prediction_epoch_store, prediction_log_store
 from .db import Database
 from .errors import InvalidInput
 from .logs import first_line
 from .models import utcnow
+from .prediction_epochs import EpochFilters, EpochWriter
 from .prediction_log_buffer import LogBuffer, LogStats, Pending, name_thread
 from .prediction_log_pipe import PipeWriter
 from .store import ResolvedVersion
@@ -134,9 +135,11 @@ class PredictionLog:
     def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
                  max_buffer_bytes: int = 256 << 20, observation_retention_days: float = 0.0,
                  log_retention_days: float = 30.0, retention_interval: float = 3600.0,
-                 pipe: PipeWriter | None = None):
+                 pipe: PipeWriter | None = None, epochs: EpochWriter | None = None,
+                 epoch_filters: EpochFilters | None = None):
         self.db = db
-        self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes)
+        self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes, epochs)
+        self.epoch_filters = epoch_filters if epoch_filters is not None else EpochFilters()
         self.pipe = pipe
         self.observation_retention_days = observation_retention_days
         self.log_retention_days = log_retention_days
@@ -195,6 +198,9 @@ class PredictionLog:
                 observation_store.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
             if self.log_retention_days > 0:
                 prediction_log_store.delete_predictions_before(session, now - timedelta(days=self.log_retention_days))
+            # epochs their writer left open (stopped without closing them, or logged before 0011)
+            stale = timedelta(seconds=2 * self.buffer.epochs.max_seconds)
+            prediction_epoch_store.close_stale(session, now - stale)
 
     def _run(self) -> None:
         name_thread("prediction-log")
@@ -245,5 +251,6 @@ class PredictionLog:
             self._thread.join(timeout=30)
         if self.pipe is not None:
             self.pipe.close()
-        else:
+        elif self.db is not None:
             self.buffer.flush()
+            self.buffer.epochs.close_due(self.db, everything=True)

@@ -2,9 +2,11 @@
 
 ``keep`` adds a batch to the buffer (bounded by ``max_buffer_bytes``: batches beyond it are dropped
 and counted, never queued without bound); ``flush`` writes what waits, one chunk per (calibrator,
-version) in one transaction each (``prediction_log_store.log_predictions``); ``run_once`` is a
-turn of the writer's loop: a flush every ``flush_seconds``, or sooner once ``flush_rows`` rows wait or a flush
-was asked for (``ask_flush``, answered once what was kept before it is written).
+version) in one transaction each (``prediction_log_store.log_predictions``), into the epoch of the
+id index that ``epochs`` keeps open for the calibrator (``app.prediction_epochs``, closed once full
+or old); ``run_once`` is a turn of the writer's loop: a flush every ``flush_seconds``, or sooner
+once ``flush_rows`` rows wait or a flush was asked for (``ask_flush``, answered once what was
+kept before it is written).
 
 It runs in the writer process (``app.prediction_log_process``, the default) or, with
 ``log_writer="thread"`` or an in-memory database, on a thread of the API process.
@@ -25,6 +27,7 @@ import numpy as np
 from . import prediction_log_store
 from .db import Database
 from .logs import first_line
+from .prediction_epochs import EpochWriter
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,9 @@ class LogStats:
 
 class LogBuffer:
     def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
-                 max_buffer_bytes: int = 256 << 20):
+                 max_buffer_bytes: int = 256 << 20, epochs: EpochWriter | None = None):
         self.db = db
+        self.epochs = epochs if epochs is not None else EpochWriter()
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
         self.max_buffer_bytes = max_buffer_bytes
@@ -124,15 +128,18 @@ class LogBuffer:
                 ids, batches = self._index(items)
                 try:
                     with self.db.write() as session:
-                        prediction_log_store.log_predictions(
+                        epoch_id = self.epochs.epoch_for(session, calibrator_id, len(ids) + len(batches))
+                        index_rows = prediction_log_store.log_predictions(
                             session, calibrator_id, version, kind, n_classes,
-                            np.concatenate([item.inputs for item in items]), ids, batches)
+                            np.concatenate([item.inputs for item in items]), ids, batches, epoch_id)
+                    self.epochs.written(calibrator_id, epoch_id, index_rows)
                     written += rows
                 except Exception as exc:  # a deleted calibrator, the database away: counted, logged
                     self.stats.failed_rows += rows
                     logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
                                    calibrator_id, first_line(exc))
             self.stats.written_rows += written
+            self.epochs.close_due(self.db)
             return written
 
     @staticmethod

@@ -29,6 +29,7 @@ import orjson
 
 from . import logs
 from .db import Database
+from .prediction_epochs import EpochWriter
 from .prediction_log_buffer import LogBuffer, Pending, name_thread
 from .prediction_log_pipe import ACK, BACK, CONFIG_VARIABLE, CONTROL, MARK, PREFIX, TAIL
 from .prediction_log_ring import RingReader
@@ -88,7 +89,8 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
     logs.configure(config["log_level"])
     ring = RingReader(int(ring_fd), config["ring_bytes"])
     db = Database(config["database_url"], config["db_timeout"], sqlite_cache_bytes=config["cache_bytes"])
-    buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"])
+    buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"],
+                       EpochWriter(config["epoch_ids"], config["epoch_seconds"]))
     os.set_blocking(back_fd, False)
     done = threading.Event()
 
@@ -125,4 +127,5 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
         buffer.ask_flush(lambda: None)
         writer.join(timeout=2 * config["db_timeout"] + 10)
         buffer.flush()
+        buffer.epochs.close_due(db, everything=True)
         db.dispose()

@@ -18,6 +18,7 @@ from ..idempotency import IdempotencyKeys
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from ..main_info import server_version
+from ..prediction_epochs import EpochFilters, EpochWriter
 from ..prediction_log import PredictionLog
 from ..prediction_log_pipe import PipeWriter
 from ..scheduler import Scheduler
@@ -72,7 +73,8 @@ def log_writer_process(settings: Settings, database: Database) -> PipeWriter | N
     return PipeWriter({"database_url": settings.database_url, "db_timeout": settings.db_timeout_seconds,
                        "flush_rows": settings.log_flush_rows, "flush_seconds": settings.log_flush_seconds,
                        "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level,
-                       "cache_bytes": settings.log_writer_cache_bytes},
+                       "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids,
+                       "epoch_seconds": settings.log_epoch_seconds},
                       settings.log_ring_bytes, flush_timeout=2 * settings.db_timeout_seconds + 30)
 
 
@@ -86,7 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     prediction_log = PredictionLog(database, settings.log_flush_rows, settings.log_flush_seconds,
                                    settings.log_buffer_bytes, settings.observation_retention_days,
                                    settings.prediction_log_retention_days, settings.retention_interval_seconds,
-                                   log_writer_process(settings, database))
+                                   log_writer_process(settings, database),
+                                   EpochWriter(settings.log_epoch_ids, settings.log_epoch_seconds),
+                                   EpochFilters(settings.log_epoch_filter_bytes))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -17,7 +17,8 @@ from app.db import Database, make_engine
 from app.main import create_app
 from app.migrate import downgrade, downgrade_losses, upgrade
 from app.prediction_log import PredictionLog
-from app.prediction_log_store import claim_labels, find_logged, log_predictions, logged_counts, prediction_chunks
+from app.prediction_log_lookup import claim_labels, find_logged
+from app.prediction_log_store import log_predictions, logged_counts, prediction_chunks
 from app.settings import Settings
 from app.store import ResolvedVersion
 from tests.service.test_api import LOGITS, fit, npy
@@ -36,6 +37,15 @@ def _index_rows(url: str) -> list[tuple]:
                 "SELECT prediction_id, row, labelled, n_rows FROM logged_predictions ORDER BY chunk_id, row"))]
     finally:
         engine.dispose()
+
+
+def _where(found: dict) -> dict[str, tuple]:
+    """``find_logged``'s answer as ``{id: (chunk, row, labelled)}``."""
+    return {pid: tuple(logged[:3]) for pid, logged in found.items()}
+
+
+def _claim(session, calibrator_id: int, ids: list[str]) -> set[str]:
+    return claim_labels(session, calibrator_id, find_logged(session, calibrator_id, ids))
 
 
 @contextmanager
@@ -128,10 +138,10 @@ def test_rows_logged_before_0009_read_the_same_after_it_and_a_downgrade_expands_
 
     engine = make_engine(url)
     with Session(engine) as session, session.begin():
-        assert find_logged(session, 1, ["x", "y", "z"]) == {"x": (chunk, 0, False), "y": (chunk, 1, True)}
+        assert _where(find_logged(session, 1, ["x", "y", "z"])) == {"x": (chunk, 0, False), "y": (chunk, 1, True)}
         log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [], [("0123456789abcdef-", 0, 3)])
-        assert claim_labels(session, 1, ["x", "0123456789abcdef-2"]) == {"x", "0123456789abcdef-2"}
-        assert claim_labels(session, 1, ["x", "0123456789abcdef-2"]) == set()
+        assert _claim(session, 1, ["x", "0123456789abcdef-2"]) == {"x", "0123456789abcdef-2"}
+        assert _claim(session, 1, ["x", "0123456789abcdef-2"]) == set()
         assert logged_counts(session, 1) == (5, 3)
     engine.dispose()
     downgrade(url, "0008")
@@ -219,11 +229,11 @@ def test_a_sampled_batch_written_at_0010_is_read_and_expanded_by_the_downgrade_t
     """Rows of the release that sampled rows one by one (a batch row with the kept ids' numbers)."""
     with log_session(sqlite_url, "old", 0.5) as session:
         log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), [])
-        session.execute(text("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, labelled, "
-                             "n_rows, kept) VALUES (1, '0123456789abcdef-,', 1, 0, false, 3, :kept)"),
+        session.execute(text("INSERT INTO logged_predictions (calibrator_id, epoch_id, prediction_id, chunk_id, row, "
+                             "labelled, n_rows, kept) VALUES (1, 1, '0123456789abcdef-,', 1, 0, false, 3, :kept)"),
                         {"kept": np.array([1, 4, 9], dtype="<u4").tobytes()})
-        assert claim_labels(session, 1, ["0123456789abcdef-4"]) == {"0123456789abcdef-4"}
-        assert find_logged(session, 1, ["0123456789abcdef-0", "0123456789abcdef-9"]) == {
+        assert _claim(session, 1, ["0123456789abcdef-4"]) == {"0123456789abcdef-4"}
+        assert _where(find_logged(session, 1, ["0123456789abcdef-0", "0123456789abcdef-9"])) == {
             "0123456789abcdef-9": (1, 2, False)}
     downgrade(sqlite_url, "0009")
     engine = make_engine(sqlite_url)
@@ -274,10 +284,11 @@ def test_client_ids_over_several_statements_keep_their_rows(database_url, monkey
     with log_session(database_url, "many", 1.0) as session:
         ids = ["e", "a", "d", "b", "c"]
         assert log_predictions(session, 1, 1, "logits", 4, np.zeros((5, 4)), ids) == 5
-        assert log_predictions(session, 1, 1, "logits", 4, np.zeros((2, 4)), ["f", "a"]) == 1  # "a" keeps its first
+        # a new epoch: "a" has a row in each, and keeps its first
+        assert log_predictions(session, 1, 1, "logits", 4, np.zeros((2, 4)), ["f", "a"]) == 2
         found = find_logged(session, 1, [*ids, "f"])
-        assert {pid: row for pid, (_, row, _) in found.items()} == {"e": 0, "a": 1, "d": 2, "b": 3, "c": 4, "f": 0}
-        assert len({chunk for chunk, _, _ in found.values()}) == 2
+        assert {pid: logged.row for pid, logged in found.items()} == {"e": 0, "a": 1, "d": 2, "b": 3, "c": 4, "f": 0}
+        assert len({logged.chunk_id for logged in found.values()}) == 2
 
 
 def test_downgrades_that_rewrite_the_log_are_not_reported_as_losses_but_dropping_it_is(sqlite_url):
@@ -305,7 +316,7 @@ def test_a_client_id_served_twice_before_a_flush_keeps_its_first_serving(databas
         log.record(v2, "logits", 4, np.full((2, 4), 3.0), ["y", "x"])
         assert log.flush() == 5
         with db.read() as session:
-            found = find_logged(session, 1, ["a", "x", "y"])
+            found = _where(find_logged(session, 1, ["a", "x", "y"]))
             chunks = prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
         served = {pid: (chunks[chunk][0], chunks[chunk][3][row].tolist()) for pid, (chunk, row, _) in found.items()}
         assert served == {"a": (2, [2.0] * 4), "x": (1, [1.0] * 4), "y": (1, [1.0] * 4)}

@@ -30,9 +30,10 @@ from app.db import Database
 from app.main import create_app
 from app.models import CalibratorRow
 from app.prediction_log import PredictionLog
+from app.prediction_log_lookup import find_logged
 from app.prediction_log_pipe import PipeWriter
 from app.prediction_log_ring import KINDS
-from app.prediction_log_store import find_logged, logged_counts, prediction_chunks
+from app.prediction_log_store import logged_counts, prediction_chunks
 from app.routes.application import log_writer_process
 from app.settings import Settings
 from app.store import ResolvedVersion
@@ -44,7 +45,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _config(url: str, **overrides) -> dict:
     return {"database_url": url, "db_timeout": 30.0, "flush_rows": 4096, "flush_seconds": 60.0,
-            "max_buffer_bytes": 256 << 20, "log_level": "warning", "cache_bytes": 64 << 20, **overrides}
+            "max_buffer_bytes": 256 << 20, "log_level": "warning", "cache_bytes": 64 << 20, "epoch_ids": 65536,
+            "epoch_seconds": 3600.0, **overrides}
 
 
 @pytest.fixture
@@ -66,8 +68,8 @@ def _stored(db: Database, calibrator_id: int, ids: list[str]) -> dict[str, np.nd
     """The stored input row of each of ``ids`` that was logged."""
     with db.read() as session:
         found = find_logged(session, calibrator_id, ids)
-        chunks = prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
-    return {pid: chunks[chunk][3][row] for pid, (chunk, row, _) in found.items()}
+        chunks = prediction_chunks(session, {logged.chunk_id for logged in found.values()})
+    return {pid: chunks[logged.chunk_id][3][logged.row] for pid, logged in found.items()}
 
 
 def test_batches_of_every_kind_arrive_as_sent_and_a_flush_waits_for_them(calibrator, database_url):

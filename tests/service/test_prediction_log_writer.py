@@ -16,7 +16,8 @@ from sqlalchemy import insert
 from app.db import Database
 from app.models import CalibratorRow
 from app.prediction_log import PredictionLog, name_thread
-from app.prediction_log_store import find_logged, logged_counts, prediction_chunks
+from app.prediction_log_lookup import find_logged
+from app.prediction_log_store import logged_counts, prediction_chunks
 from app.store import ResolvedVersion
 
 
@@ -41,13 +42,12 @@ def test_a_flush_of_many_requests_writes_each_batch_at_its_rows(database_url):
             ids = [s.ids[-1] for s in served]
             found = find_logged(session, calibrator, ids)
             assert set(found) == set(ids)
-            chunks = prediction_chunks(session, {chunk for chunk, _, _ in found.values()})
+            chunks = prediction_chunks(session, {logged.chunk_id for logged in found.values()})
         (chunk,) = chunks
         inputs = chunks[chunk][3]
         for batch, pid in zip([*batches, batches[0]], ids, strict=True):
-            _, row, labelled = found[pid]
-            assert not labelled
-            np.testing.assert_array_equal(inputs[row], batch[-1])
+            assert not found[pid].labelled
+            np.testing.assert_array_equal(inputs[found[pid].row], batch[-1])
     finally:
         db.dispose()
 

@@ -1,0 +1,121 @@
+"""Epochs of the prediction log's id index: the writer's side (``EpochWriter``: which epoch a flush
+writes into, and when to close it) and the lookups' side (``EpochFilters``: which epochs may hold
+an id).
+
+The index is keyed ``(calibrator_id, epoch_id, prediction_id)`` (migration 0011). A writer fills one
+open epoch per calibrator, so random client ids (UUIDs) land on that epoch's few pages, not on a
+random page of the whole index each (on SQLite 3.3 us an id at any size instead of ~43 us at
+1.3 M ids and rising: ``benchmarks/id_index_keys.py``). After ``max_ids`` ids, or ``max_seconds``,
+the writer closes it: a Bloom filter of its ids is stored with it (``app.bloom``, 10 bits an id,
+false positives ~0.8%). A lookup then reads the index only in the open epochs and in the closed
+ones whose filter may hold the id; an id logged in several epochs is the one in the first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+
+from sqlalchemy.orm import Session
+
+from . import bloom, prediction_epoch_store
+from .db import Database
+from .logs import first_line
+
+logger = logging.getLogger(__name__)
+
+
+class EpochWriter:
+    """The open epoch of each calibrator one writer writes into (one writer per process: epochs
+    are never shared, so each writer's ids fill pages of their own)."""
+
+    def __init__(self, max_ids: int = 65536, max_seconds: float = 3600.0):
+        if max_ids < 1 or max_seconds <= 0:
+            raise ValueError(f"an epoch needs max_ids >= 1 and max_seconds > 0, not {max_ids}, {max_seconds}")
+        self.max_ids = max_ids
+        self.max_seconds = max_seconds
+        self._open: dict[int, list] = {}  # calibrator id -> [epoch id, ids written, opened (monotonic)]
+
+    def epoch_for(self, session: Session, calibrator_id: int, n_ids: int) -> int:
+        """The epoch that ``n_ids`` ids of ``calibrator_id`` go into, in this transaction: this
+        writer's open one, else (none yet, or closed by retention meanwhile) a new one."""
+        current = self._open.get(calibrator_id)
+        if current is not None and prediction_epoch_store.mark_written(session, current[0], n_ids):
+            return current[0]
+        epoch_id = prediction_epoch_store.open_epoch(session, calibrator_id)
+        prediction_epoch_store.mark_written(session, epoch_id, n_ids)
+        self._open[calibrator_id] = [epoch_id, 0, time.monotonic()]
+        return epoch_id
+
+    def written(self, calibrator_id: int, epoch_id: int, n_ids: int) -> None:
+        """Count ``n_ids`` ids committed into ``epoch_id``."""
+        current = self._open.get(calibrator_id)
+        if current is not None and current[0] == epoch_id:
+            current[1] += n_ids
+
+    def close_due(self, db: Database, everything: bool = False) -> int:
+        """Close the epochs that are full or old (``everything``: all, when the writer stops);
+        an epoch that could not be closed stays listed and is tried again. Returns how many closed."""
+        now, closed = time.monotonic(), 0
+        for calibrator_id, (epoch_id, n_ids, opened) in list(self._open.items()):
+            if everything or n_ids >= self.max_ids or now - opened >= self.max_seconds:
+                try:
+                    with db.write() as session:
+                        prediction_epoch_store.close(session, epoch_id)
+                except Exception as exc:  # the database away: the next flush tries again
+                    logger.warning("prediction log: epoch %d not closed: %s", epoch_id, first_line(exc))
+                    continue
+                del self._open[calibrator_id]
+                closed += 1
+        return closed
+
+
+class EpochFilters:
+    """The Bloom filters of closed epochs, read once and kept (a closed epoch's filter never
+    changes) up to ``max_bytes`` (least recently used first out; 0 keeps none)."""
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[int, tuple[bytes, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def candidates(self, session: Session, calibrator_id: int, keys: list[str]) -> dict[int, list[str]]:
+        """``{epoch id: keys that may be in it}``, oldest epoch first: every key for an open epoch,
+        for a closed one the keys its filter may hold."""
+        epochs = prediction_epoch_store.listed(session, calibrator_id)
+        if not keys or not epochs:
+            return {}
+        closed = [epoch_id for epoch_id, hashes in epochs if hashes is not None]
+        filters = self._filters(session, closed)
+        h1, h2 = bloom.digests(keys)
+        found = {}
+        for epoch_id, hashes in epochs:
+            if hashes is None:
+                found[epoch_id] = keys
+            elif epoch_id in filters:  # else deleted since it was listed
+                maybe = bloom.maybe_held(*filters[epoch_id], h1, h2)
+                if maybe.any():
+                    found[epoch_id] = [key for key, held in zip(keys, maybe.tolist(), strict=True) if held]
+        return found
+
+    def _filters(self, session: Session, epoch_ids: list[int]) -> dict[int, tuple[bytes, int]]:
+        with self._lock:
+            found = {epoch_id: self._kept[epoch_id] for epoch_id in epoch_ids if epoch_id in self._kept}
+            for epoch_id in found:
+                self._kept.move_to_end(epoch_id)
+        missing = [epoch_id for epoch_id in epoch_ids if epoch_id not in found]
+        if missing:
+            read = prediction_epoch_store.filters(session, missing)
+            found.update(read)
+            with self._lock:
+                for epoch_id, entry in read.items():
+                    if epoch_id not in self._kept and len(entry[0]) <= self.max_bytes:
+                        self._kept[epoch_id] = entry
+                        self._bytes += len(entry[0])
+                while self._bytes > self.max_bytes:
+                    _, (data, _) = self._kept.popitem(last=False)
+                    self._bytes -= len(data)
+        return found

@@ -1,0 +1,114 @@
+"""Lookups in the prediction log's id index for label joins: where each id's served inputs are
+(``find_logged``) and marking them labelled once (``claim_labels``).
+
+The index is split in epochs (``app.prediction_epochs``): an id is looked for in the open epochs
+and in the closed ones whose Bloom filter may hold it, and an id logged in several epochs is the
+one in the first (a client id served again keeps its first serving). A generated id has no row of
+its own until it is labelled: it is found through its batch's row (``<prefix>,``, migration 0009).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from .models import LoggedPredictionRow
+from .observation_store import IN_LIST
+from .prediction_epochs import EpochFilters
+from .prediction_log_store import BATCH_MARK, GENERATED
+from .store import dialect_insert
+
+# a batch of generated ids that an earlier release sampled row by row (migration 0010): the sorted
+# numbers of the ids it kept, the j-th at row first + j; still read, no longer written
+KEPT_DTYPE = np.dtype("<u4")
+INDEX = LoggedPredictionRow
+
+
+class Logged(NamedTuple):
+    """Where a logged id's inputs are (chunk and row), whether it is labelled, its epoch, and
+    whether it has a row of its own (else it is a generated id found through its batch's row)."""
+
+    chunk_id: int
+    row: int
+    labelled: bool
+    epoch_id: int
+    own: bool = True
+
+
+def _rows(session: Session, calibrator_id: int, keys: list[str], filters: EpochFilters, columns: tuple):
+    """The index rows (``columns``, after the epoch and the key) of ``keys``, first epoch first."""
+    for epoch_id, maybe in filters.candidates(session, calibrator_id, keys).items():
+        for start in range(0, len(maybe), IN_LIST):
+            yield from session.execute(
+                select(INDEX.epoch_id, INDEX.prediction_id, *columns)
+                .where(INDEX.calibrator_id == calibrator_id, INDEX.epoch_id == epoch_id,
+                       INDEX.prediction_id.in_(maybe[start:start + IN_LIST])))
+
+
+def _generated(session: Session, calibrator_id: int, ids, filters: EpochFilters) -> dict[str, Logged]:
+    """The generated ``ids`` that a logged batch holds, found through the batch's row."""
+    wanted: dict[str, list[tuple[str, int]]] = {}
+    for pid in ids:
+        match = GENERATED.fullmatch(pid)
+        if match:
+            wanted.setdefault(match.group(1) + BATCH_MARK, []).append((pid, int(match.group(2))))
+    found: dict[str, Logged] = {}
+    columns = (INDEX.chunk_id, INDEX.row, INDEX.n_rows, INDEX.kept)
+    for epoch_id, key, chunk, first, n, kept in _rows(session, calibrator_id, list(wanted), filters, columns):
+        numbers = None if kept is None else np.frombuffer(kept, dtype=KEPT_DTYPE)
+        for pid, i in wanted[key]:
+            if numbers is None:
+                row = first + i if i < n else None
+            else:
+                j = int(np.searchsorted(numbers, i))
+                row = first + j if j < len(numbers) and numbers[j] == i else None
+            if row is not None:
+                found.setdefault(pid, Logged(chunk, row, False, epoch_id, own=False))
+    return found
+
+
+def find_logged(session: Session, calibrator_id: int, ids: list[str],
+                filters: EpochFilters | None = None) -> dict[str, Logged]:
+    """Where each of the ``ids`` that were logged is: its own row in its first epoch, else (a
+    generated id not labelled yet) its batch's. ``filters`` keeps the closed epochs' filters
+    between calls (``None``: read for this call only)."""
+    filters = filters if filters is not None else EpochFilters(0)
+    found: dict[str, Logged] = {}
+    own = [pid for pid in ids if BATCH_MARK not in pid]
+    columns = (INDEX.chunk_id, INDEX.row, INDEX.labelled)
+    for epoch_id, pid, chunk, row, labelled in _rows(session, calibrator_id, own, filters, columns):
+        found.setdefault(pid, Logged(chunk, row, labelled, epoch_id))
+    found.update(_generated(session, calibrator_id, [pid for pid in own if pid not in found], filters))
+    return found
+
+
+def claim_labels(session: Session, calibrator_id: int, found: dict[str, Logged]) -> set[str]:
+    """Mark the ids of ``found`` (``find_logged``'s) labelled where they were not yet; returns those
+    this call marked (a concurrent call for the same id marks it once: the update takes the row's
+    lock, and a generated id's labelled row, ``n_rows`` 0, is inserted once under the primary key,
+    in its batch's epoch)."""
+    claimed: set[str] = set()
+    by_epoch: dict[int, list[str]] = {}
+    for pid, logged in found.items():
+        if logged.own:
+            by_epoch.setdefault(logged.epoch_id, []).append(pid)
+    for epoch_id, pids in by_epoch.items():
+        for start in range(0, len(pids), IN_LIST):
+            rows = session.execute(
+                update(INDEX)
+                .where(INDEX.calibrator_id == calibrator_id, INDEX.epoch_id == epoch_id,
+                       INDEX.prediction_id.in_(pids[start:start + IN_LIST]), INDEX.labelled.is_(False))
+                .values(labelled=True).returning(INDEX.prediction_id))
+            claimed.update(pid for (pid,) in rows)
+    batched = [(pid, logged) for pid, logged in found.items() if not logged.own]
+    for start in range(0, len(batched), IN_LIST):
+        values = [{"calibrator_id": calibrator_id, "epoch_id": logged.epoch_id, "prediction_id": pid,
+                   "chunk_id": logged.chunk_id, "row": logged.row, "labelled": True, "n_rows": 0}
+                  for pid, logged in batched[start:start + IN_LIST]]
+        statement = dialect_insert(session)(INDEX).values(values)
+        statement = statement.on_conflict_do_nothing(index_elements=["calibrator_id", "epoch_id", "prediction_id"])
+        claimed.update(pid for (pid,) in session.execute(statement.returning(INDEX.prediction_id)))
+    return claimed

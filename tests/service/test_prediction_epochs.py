@@ -1,0 +1,246 @@
+"""Epochs of the prediction log's id index (migration 0011): a writer fills one open epoch per
+calibrator and closes it with a Bloom filter of its ids; labels are looked up in the open epochs and
+the closed ones whose filter may hold the id, and an id logged in several epochs joins its first
+serving. On SQLite and Postgres, through the real writer (``PredictionLog``'s buffer)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import insert, select, text, update
+
+from app import bloom, prediction_epoch_store
+from app.db import Database, make_engine
+from app.migrate import downgrade, upgrade
+from app.models import CalibratorRow, PredictionEpochRow, utcnow
+from app.prediction_epochs import EpochFilters, EpochWriter
+from app.prediction_log import PredictionLog
+from app.prediction_log_lookup import claim_labels, find_logged
+from app.prediction_log_store import log_predictions, logged_counts, prediction_chunks
+from app.store import ResolvedVersion
+
+KEYS = st.lists(st.text(min_size=1, max_size=40).filter(lambda s: "," not in s), min_size=0, max_size=300,
+                unique=True)
+
+
+@given(KEYS, st.integers(1, 16), st.integers(1, 12))
+@settings(max_examples=60, deadline=None)
+def test_a_bloom_filter_never_misses_a_key_it_holds(keys, bits_per_key, hashes):
+    data = bloom.build(keys, bits_per_key, hashes)
+    assert len(data) == max(8, -(-len(keys) * bits_per_key // 8))
+    if keys:
+        assert bloom.maybe_held(data, hashes, *bloom.digests(keys)).all()
+
+
+def test_a_bloom_filters_false_positives_are_near_the_theory():
+    """65536 keys at 10 bits and 7 hashes: (1 - e^(-7/10))^7 = 0.82% of other keys pass. Over
+    200000 others the count is binomial (sd ~ 40 of ~1640): within 6 sd of the theory."""
+    keys = [f"member-{i}" for i in range(65536)]
+    data = bloom.build(keys)
+    others = [f"other-{i}" for i in range(200_000)]
+    rate = (1 - np.exp(-bloom.HASHES / bloom.BITS_PER_KEY)) ** bloom.HASHES
+    passed = int(bloom.maybe_held(data, bloom.HASHES, *bloom.digests(others)).sum())
+    assert abs(passed - rate * len(others)) <= 6 * (len(others) * rate * (1 - rate)) ** 0.5
+
+
+def test_bad_filter_parameters_are_value_errors():
+    with pytest.raises(ValueError, match="bits_per_key"):
+        bloom.build(["a"], 0)
+    with pytest.raises(ValueError, match="not a Bloom filter"):
+        bloom.maybe_held(b"", 7, *bloom.digests(["a"]))
+    with pytest.raises(ValueError, match="max_ids"):
+        EpochWriter(0)
+
+
+@pytest.fixture
+def db(database_url):
+    db = Database(database_url)
+    with db.write() as session:
+        session.execute(insert(CalibratorRow), [{"name": "epochs"}, {"name": "other"}])
+    yield db
+    db.dispose()
+
+
+def _serve(log: PredictionLog, batches: list[list[str]], calibrator_id: int = 1) -> dict[str, float]:
+    """Serve each batch of client ids (row value: its serving's number) and flush after each; the
+    first value each id was served with."""
+    first: dict[str, float] = {}
+    for number, ids in enumerate(batches):
+        resolved = ResolvedVersion("epochs", 1, "", 1, calibrator_id=calibrator_id, log_rate=1.0)
+        log.record(resolved, "logits", 2, np.full((len(ids), 2), float(number)), ids)
+        log.flush()
+        for pid in ids:
+            first.setdefault(pid, float(number))
+    return first
+
+
+def _joined(db: Database, ids: list[str], filters: EpochFilters | None = None, calibrator_id: int = 1) -> dict:
+    """The value of the row each of ``ids`` joins."""
+    with db.read() as session:
+        found = find_logged(session, calibrator_id, ids, filters)
+        chunks = prediction_chunks(session, {logged.chunk_id for logged in found.values()})
+    return {pid: float(chunks[logged.chunk_id][3][logged.row][0]) for pid, logged in found.items()}
+
+
+def _epochs(db: Database) -> list[tuple]:
+    with db.read() as session:
+        return [tuple(r) for r in session.execute(select(PredictionEpochRow.calibrator_id, PredictionEpochRow.n_ids,
+                                                         PredictionEpochRow.bloom_hashes).order_by("id"))]
+
+
+@given(st.lists(st.lists(st.sampled_from([f"id-{i}" for i in range(40)]), min_size=1, max_size=6, unique=True),
+                min_size=1, max_size=12))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_ids_in_many_small_epochs_join_their_first_serving_whatever_the_filters_say(sqlite_url, batches):
+    """Epochs of 4 ids: repeats across epochs join the first serving, with the real filters, with
+    filters that say "maybe" to every id (only slower) and through a cache kept across calls."""
+    upgrade(sqlite_url)
+    db = Database(sqlite_url)
+    try:
+        with db.write() as session:
+            session.execute(text("DELETE FROM calibrators"))
+            calibrator_id = session.execute(insert(CalibratorRow).returning(CalibratorRow.id),
+                                            {"name": "epochs"}).scalar_one()
+        log = PredictionLog(db, epochs=EpochWriter(max_ids=4))
+        first = _serve(log, batches, calibrator_id)
+        everything = [*first, "never-served"]
+        cache = EpochFilters()
+        assert _joined(db, everything, calibrator_id=calibrator_id) == first
+        assert _joined(db, everything, cache, calibrator_id) == first == _joined(db, everything, cache, calibrator_id)
+        with db.write() as session:
+            session.execute(update(PredictionEpochRow).where(PredictionEpochRow.bloom_hashes.is_not(None))
+                            .values(bloom=b"\xff" * 8))
+        assert _joined(db, everything, calibrator_id=calibrator_id) == first
+    finally:
+        db.dispose()
+
+
+def test_a_writer_closes_full_epochs_with_filters_and_labels_join_across_them(db):
+    log = PredictionLog(db, epochs=EpochWriter(max_ids=5))
+    batches = [[f"u{i}-{j}" for j in range(3)] for i in range(6)] + [["u0-0", "u5-2", "fresh"]]
+    first = _serve(log, batches)
+    # 3 ids a flush, closed once 5 are in: epochs of 6, 6, 6 and an open one of 3 (two repeats)
+    assert _epochs(db) == [(1, 6, 7), (1, 6, 7), (1, 6, 7), (1, 3, None)]
+    assert _joined(db, [*first, "nope"]) == first
+    with db.write() as session:
+        found = find_logged(session, 1, ["u0-0", "u5-2", "fresh"])
+        assert claim_labels(session, 1, found) == {"u0-0", "u5-2", "fresh"}
+    with db.write() as session:
+        found = find_logged(session, 1, ["u0-0", "u5-2", "fresh"])
+        assert [found[p].labelled for p in ("u0-0", "u5-2", "fresh")] == [True, True, True]
+        assert claim_labels(session, 1, found) == set()
+        assert logged_counts(session, 1) == (21, 3)  # the two repeats' second rows are counted
+    # a filter that holds nothing hides its epoch's ids: the lookups do read the filters
+    with db.write() as session:
+        session.execute(update(PredictionEpochRow).where(PredictionEpochRow.id == 1).values(bloom=b"\0" * 8))
+    assert set(_joined(db, list(first))) == set(first) - {f"u{i}-{j}" for i in (0, 1) for j in range(3)} | {"u0-0"}
+
+
+def test_an_epoch_closed_under_its_writer_is_not_written_again(db):
+    """Retention closed the writer's open epoch (its writer looked stopped): the next flush opens
+    a new one instead of adding ids the filter would not hold."""
+    writer = EpochWriter(max_ids=1000)
+    log = PredictionLog(db, epochs=writer)
+    _serve(log, [["a", "b"]])
+    with db.write() as session:
+        assert prediction_epoch_store.close_stale(session, utcnow() + timedelta(seconds=1)) == 1
+    _serve(log, [["c"]])
+    assert _epochs(db) == [(1, 2, 7), (1, 1, None)]
+    assert set(_joined(db, ["a", "b", "c"])) == {"a", "b", "c"}
+
+
+def test_stopping_closes_the_open_epochs_and_retention_closes_stale_ones_and_deletes_empty_ones(db):
+    log = PredictionLog(db, epochs=EpochWriter(max_ids=1000), log_retention_days=1.0)
+    _serve(log, [["a"]])
+    _serve(log, [["z"]], calibrator_id=2)
+    log.stop()
+    assert _epochs(db) == [(1, 1, 7), (2, 1, 7)]
+    with db.write() as session:  # an epoch a writer left open, last written three hours ago
+        epoch_id = prediction_epoch_store.open_epoch(session, 1)
+        log_predictions(session, 1, 1, "logits", 2, np.zeros((1, 2)), ["b"], epoch_id=epoch_id)
+        session.execute(update(PredictionEpochRow).where(PredictionEpochRow.id == epoch_id)
+                        .values(written_at=utcnow() - timedelta(hours=3)))
+        # calibrator 2's chunk is old enough for retention
+        session.execute(text("UPDATE prediction_chunks SET created_at = :t WHERE calibrator_id = 2"),
+                        {"t": utcnow() - timedelta(days=2)})
+    log.apply_retention()
+    assert _epochs(db) == [(1, 1, 7), (1, 1, 7)]
+    assert set(_joined(db, ["a", "b"])) == {"a", "b"}
+    assert _joined(db, ["z"], calibrator_id=2) == {}
+
+
+@pytest.mark.postgres
+def test_a_close_waits_for_the_write_in_progress_and_holds_its_ids(postgres_url):
+    """On Postgres a writer's transaction holds its epoch's row lock (``mark_written``): a close
+    started meanwhile waits for it and its filter holds the ids that transaction wrote."""
+    upgrade(postgres_url)
+    db = Database(postgres_url)
+    try:
+        with db.write() as session:
+            session.execute(insert(CalibratorRow), [{"name": "locked"}])
+            epoch_id = prediction_epoch_store.open_epoch(session, 1)
+        closed = threading.Event()
+        with db.write() as session:
+            assert prediction_epoch_store.mark_written(session, epoch_id, 1)
+            log_predictions(session, 1, 1, "logits", 2, np.zeros((1, 2)), ["late"], epoch_id=epoch_id)
+
+            def close():
+                with db.write() as other:
+                    prediction_epoch_store.close(other, epoch_id)
+                closed.set()
+            closer = threading.Thread(target=close)
+            closer.start()
+            assert not closed.wait(1.0)  # blocked on the row lock
+        closer.join(30)
+        assert closed.is_set()
+        with db.write() as session:
+            (data, hashes), = prediction_epoch_store.filters(session, [epoch_id]).values()
+            assert bloom.maybe_held(data, hashes, *bloom.digests(["late"])).all()
+            assert not prediction_epoch_store.mark_written(session, epoch_id)
+    finally:
+        db.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request) -> str:
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+def test_the_migration_puts_old_ids_in_an_epoch_and_the_downgrade_keeps_each_ids_first_row(empty_url):
+    upgrade(empty_url, "0010")
+    engine = make_engine(empty_url)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
+                                "VALUES (1, 'old', 1, '2026-11-01 00:00:00', 1.0)"))
+        chunk = connection.execute(text(
+            "INSERT INTO prediction_chunks (calibrator_id, version, input_kind, n_rows, n_classes, dtype, "
+            "inputs, created_at) VALUES (1, 1, 'logits', 2, 2, '<f8', :data, '2026-11-01 00:00:00') RETURNING id"),
+            {"data": np.arange(4, dtype="<f8").tobytes()}).scalar_one()
+        connection.execute(text("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, "
+                                "labelled, n_rows) VALUES (1, 'x', :c, 0, false, 1), (1, 'y', :c, 1, true, 1)"),
+                           {"c": chunk})
+    engine.dispose()
+    upgrade(empty_url)
+    db = Database(empty_url)
+    try:
+        assert _epochs(db) == [(1, 2, None)]
+        assert _joined(db, ["x", "y"]) == {"x": 0.0, "y": 2.0}
+        log = PredictionLog(db, epochs=EpochWriter(max_ids=1))
+        _serve(log, [["x", "new"]])  # "x" again: a second row, in a new epoch
+        log.apply_retention()  # closes the migrated epoch: it was last written on 2026-11-01
+        assert [hashes for _, _, hashes in _epochs(db)] == [7, 7]
+        assert _joined(db, ["x", "y", "new"]) == {"x": 0.0, "y": 2.0, "new": 0.0}
+    finally:
+        db.dispose()
+    downgrade(empty_url, "0010")
+    engine = make_engine(empty_url)
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT prediction_id, chunk_id, row FROM logged_predictions "
+                                       "ORDER BY prediction_id")).all()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [("new", chunk + 1, 1), ("x", chunk, 0), ("y", chunk, 1)]
