@@ -225,6 +225,9 @@ class PredictionEpochRow(Base):
     its ids (``app.bloom``, ``bloom_hashes`` hash functions), is null while it is open."""
 
     __tablename__ = "prediction_epochs"
+    # never an id used before (SQLite's default reuses the largest after a delete): the API
+    # processes keep closed epochs' filters by id
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), index=True)

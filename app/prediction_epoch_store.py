@@ -18,19 +18,21 @@ EPOCHS = PredictionEpochRow.__table__
 
 
 def open_epoch(session: Session, calibrator_id: int) -> int:
-    """A new open epoch of ``calibrator_id``'s log; returns its id."""
+    """A new open epoch of ``calibrator_id``'s log, written now; returns its id."""
     now = utcnow()
     return session.connection().execute(insert(EPOCHS).returning(EPOCHS.c.id), {
         "calibrator_id": calibrator_id, "n_ids": 0, "created_at": now, "written_at": now}).scalar_one()
 
 
-def mark_written(session: Session, epoch_id: int, n_ids: int = 0) -> bool:
-    """Whether ``epoch_id`` is still open, counting ``n_ids`` more ids in it: the update takes the
-    epoch's row lock for the rest of the transaction, so a ``close`` either waits for the ids this
-    transaction writes (and puts them in its filter) or came first (and this answers ``False``)."""
+def mark_written(session: Session, epoch_id: int, calibrator_id: int) -> bool:
+    """Whether ``epoch_id`` is still an open epoch of ``calibrator_id``, marking it written now: the
+    update takes the epoch's row lock for the rest of the transaction, so a ``close`` either waits
+    for the ids this transaction writes (and puts them in its filter) or came first (and this
+    answers ``False``)."""
     return session.connection().execute(
-        update(EPOCHS).where(EPOCHS.c.id == epoch_id, EPOCHS.c.bloom_hashes.is_(None))
-        .values(written_at=utcnow(), n_ids=EPOCHS.c.n_ids + n_ids)).rowcount == 1
+        update(EPOCHS).where(EPOCHS.c.id == epoch_id, EPOCHS.c.calibrator_id == calibrator_id,
+                             EPOCHS.c.bloom_hashes.is_(None))
+        .values(written_at=utcnow())).rowcount == 1
 
 
 def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES) -> bool:
@@ -50,12 +52,11 @@ def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES) -> bool:
     return True
 
 
-def close_stale(session: Session, written_before: datetime) -> int:
-    """Close the open epochs last written before ``written_before`` (their writer stopped without
-    closing them, or they hold ids logged before migration 0011); returns how many."""
-    stale = session.scalars(select(EPOCHS.c.id).where(EPOCHS.c.bloom_hashes.is_(None),
-                                                      EPOCHS.c.written_at < written_before)).all()
-    return sum(close(session, epoch_id) for epoch_id in stale)
+def stale(session: Session, written_before: datetime) -> list[int]:
+    """The open epochs last written before ``written_before``: their writer stopped without closing
+    them, or has been idle since, or they hold ids logged before migration 0011."""
+    return list(session.scalars(select(EPOCHS.c.id).where(EPOCHS.c.bloom_hashes.is_(None),
+                                                          EPOCHS.c.written_at < written_before)))
 
 
 def delete_empty(session: Session) -> int:

@@ -5,17 +5,17 @@ an id).
 The index is keyed ``(calibrator_id, epoch_id, prediction_id)`` (migration 0011). A writer fills one
 open epoch per calibrator, so random client ids (UUIDs) land on that epoch's few pages, not on a
 random page of the whole index each (on SQLite 3.3 us an id at any size instead of ~43 us at
-1.3 M ids and rising: ``benchmarks/id_index_keys.py``). After ``max_ids`` ids, or ``max_seconds``,
-the writer closes it: a Bloom filter of its ids is stored with it (``app.bloom``, 10 bits an id,
-false positives ~0.8%). A lookup then reads the index only in the open epochs and in the closed
-ones whose filter may hold the id; an id logged in several epochs is the one in the first.
+1.3 M ids and rising: ``benchmarks/id_index_keys.py``). After ``max_ids`` index rows the writer
+closes it (and every epoch it holds when it stops; retention closes one left open, or idle, for
+long): a Bloom filter of its ids is stored with it (``app.bloom``, 10 bits an id, false
+positives ~0.8%). A lookup then reads the index only in the open epochs and in the closed
+ones whose filter may hold the id; an id logged in several epochs joins its first chunk.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 
 from sqlalchemy.orm import Session
@@ -29,46 +29,56 @@ logger = logging.getLogger(__name__)
 
 class EpochWriter:
     """The open epoch of each calibrator one writer writes into (one writer per process: epochs
-    are never shared, so each writer's ids fill pages of their own)."""
+    are never shared, so each writer's ids fill pages of their own), closed once it holds
+    ``max_ids`` index rows, or when the writer stops (``close_all``)."""
 
-    def __init__(self, max_ids: int = 65536, max_seconds: float = 3600.0):
-        if max_ids < 1 or max_seconds <= 0:
-            raise ValueError(f"an epoch needs max_ids >= 1 and max_seconds > 0, not {max_ids}, {max_seconds}")
+    def __init__(self, max_ids: int = 65536):
+        if max_ids < 1:
+            raise ValueError(f"an epoch needs max_ids >= 1, not {max_ids}")
         self.max_ids = max_ids
-        self.max_seconds = max_seconds
-        self._open: dict[int, list] = {}  # calibrator id -> [epoch id, ids written, opened (monotonic)]
+        self._open: dict[int, list[int]] = {}  # calibrator id -> [epoch id, index rows committed]
+        self._opened: dict[int, int] = {}  # epochs opened by the transaction in progress
 
-    def epoch_for(self, session: Session, calibrator_id: int, n_ids: int) -> int:
-        """The epoch that ``n_ids`` ids of ``calibrator_id`` go into, in this transaction: this
-        writer's open one, else (none yet, or closed by retention meanwhile) a new one."""
+    def epoch_for(self, session: Session, calibrator_id: int) -> int:
+        """The epoch that ``calibrator_id``'s ids go into, in this transaction: this writer's open
+        one, else (none yet, or closed by retention meanwhile) a new one."""
         current = self._open.get(calibrator_id)
-        if current is not None and prediction_epoch_store.mark_written(session, current[0], n_ids):
+        if current is not None and prediction_epoch_store.mark_written(session, current[0], calibrator_id):
             return current[0]
         epoch_id = prediction_epoch_store.open_epoch(session, calibrator_id)
-        prediction_epoch_store.mark_written(session, epoch_id, n_ids)
-        self._open[calibrator_id] = [epoch_id, 0, time.monotonic()]
+        self._opened[calibrator_id] = epoch_id
         return epoch_id
 
-    def written(self, calibrator_id: int, epoch_id: int, n_ids: int) -> None:
-        """Count ``n_ids`` ids committed into ``epoch_id``."""
-        current = self._open.get(calibrator_id)
-        if current is not None and current[0] == epoch_id:
-            current[1] += n_ids
+    def committed(self, calibrator_id: int, index_rows: int) -> None:
+        """The transaction that wrote ``index_rows`` rows into ``calibrator_id``'s epoch committed."""
+        if calibrator_id in self._opened:
+            self._open[calibrator_id] = [self._opened.pop(calibrator_id), 0]
+        self._open[calibrator_id][1] += index_rows
 
-    def close_due(self, db: Database, everything: bool = False) -> int:
-        """Close the epochs that are full or old (``everything``: all, when the writer stops);
-        an epoch that could not be closed stays listed and is tried again. Returns how many closed."""
-        now, closed = time.monotonic(), 0
-        for calibrator_id, (epoch_id, n_ids, opened) in list(self._open.items()):
-            if everything or n_ids >= self.max_ids or now - opened >= self.max_seconds:
-                try:
-                    with db.write() as session:
-                        prediction_epoch_store.close(session, epoch_id)
-                except Exception as exc:  # the database away: the next flush tries again
-                    logger.warning("prediction log: epoch %d not closed: %s", epoch_id, first_line(exc))
-                    continue
-                del self._open[calibrator_id]
-                closed += 1
+    def rolled_back(self, calibrator_id: int) -> None:
+        """It rolled back: an epoch it opened does not exist (its id may be handed out again)."""
+        self._opened.pop(calibrator_id, None)
+
+    def close_full(self, db: Database) -> int:
+        """Close the epochs holding ``max_ids`` index rows; returns how many."""
+        return self._close(db, [c for c, (_, n) in self._open.items() if n >= self.max_ids])
+
+    def close_all(self, db: Database) -> int:
+        """Close every open epoch (the writer stops); returns how many."""
+        return self._close(db, list(self._open))
+
+    def _close(self, db: Database, calibrator_ids: list[int]) -> int:
+        closed = 0
+        for calibrator_id in calibrator_ids:
+            epoch_id = self._open[calibrator_id][0]
+            try:
+                with db.write() as session:
+                    prediction_epoch_store.close(session, epoch_id)
+            except Exception as exc:  # the database away: the next flush tries again
+                logger.warning("prediction log: epoch %d not closed: %s", epoch_id, first_line(exc))
+                continue
+            del self._open[calibrator_id]
+            closed += 1
         return closed
 
 

@@ -136,8 +136,9 @@ class PredictionLog:
                  max_buffer_bytes: int = 256 << 20, observation_retention_days: float = 0.0,
                  log_retention_days: float = 30.0, retention_interval: float = 3600.0,
                  pipe: PipeWriter | None = None, epochs: EpochWriter | None = None,
-                 epoch_filters: EpochFilters | None = None):
+                 epoch_filters: EpochFilters | None = None, epoch_idle_seconds: float = 3600.0):
         self.db = db
+        self.epoch_idle_seconds = epoch_idle_seconds
         self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes, epochs)
         self.epoch_filters = epoch_filters if epoch_filters is not None else EpochFilters()
         self.pipe = pipe
@@ -198,9 +199,12 @@ class PredictionLog:
                 observation_store.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
             if self.log_retention_days > 0:
                 prediction_log_store.delete_predictions_before(session, now - timedelta(days=self.log_retention_days))
-            # epochs their writer left open (stopped without closing them, or logged before 0011)
-            stale = timedelta(seconds=2 * self.buffer.epochs.max_seconds)
-            prediction_epoch_store.close_stale(session, now - stale)
+            stale = prediction_epoch_store.stale(session, now - timedelta(seconds=self.epoch_idle_seconds))
+        # epochs left open or idle (a writer stopped, or ids logged before 0011), each in a
+        # transaction of its own: a close reads all its ids, and writers wait for it on SQLite
+        for epoch_id in stale:
+            with self.db.write() as session:
+                prediction_epoch_store.close(session, epoch_id)
 
     def _run(self) -> None:
         name_thread("prediction-log")
@@ -253,4 +257,4 @@ class PredictionLog:
             self.pipe.close()
         elif self.db is not None:
             self.buffer.flush()
-            self.buffer.epochs.close_due(self.db, everything=True)
+            self.buffer.epochs.close_all(self.db)

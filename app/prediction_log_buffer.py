@@ -3,8 +3,8 @@
 ``keep`` adds a batch to the buffer (bounded by ``max_buffer_bytes``: batches beyond it are dropped
 and counted, never queued without bound); ``flush`` writes what waits, one chunk per (calibrator,
 version) in one transaction each (``prediction_log_store.log_predictions``), into the epoch of the
-id index that ``epochs`` keeps open for the calibrator (``app.prediction_epochs``, closed once full
-or old); ``run_once`` is a turn of the writer's loop: a flush every ``flush_seconds``, or sooner
+id index that ``epochs`` keeps open for the calibrator (``app.prediction_epochs``, closed once
+full); ``run_once`` is a turn of the writer's loop: a flush every ``flush_seconds``, or sooner
 once ``flush_rows`` rows wait or a flush was asked for (``ask_flush``, answered once what was
 kept before it is written).
 
@@ -128,18 +128,19 @@ class LogBuffer:
                 ids, batches = self._index(items)
                 try:
                     with self.db.write() as session:
-                        epoch_id = self.epochs.epoch_for(session, calibrator_id, len(ids) + len(batches))
+                        epoch_id = self.epochs.epoch_for(session, calibrator_id)
                         index_rows = prediction_log_store.log_predictions(
                             session, calibrator_id, version, kind, n_classes,
                             np.concatenate([item.inputs for item in items]), ids, batches, epoch_id)
-                    self.epochs.written(calibrator_id, epoch_id, index_rows)
+                    self.epochs.committed(calibrator_id, index_rows)
                     written += rows
                 except Exception as exc:  # a deleted calibrator, the database away: counted, logged
+                    self.epochs.rolled_back(calibrator_id)
                     self.stats.failed_rows += rows
                     logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
                                    calibrator_id, first_line(exc))
             self.stats.written_rows += written
-            self.epochs.close_due(self.db)
+            self.epochs.close_full(self.db)
             return written
 
     @staticmethod

@@ -2,8 +2,9 @@
 (``find_logged``) and marking them labelled once (``claim_labels``).
 
 The index is split in epochs (``app.prediction_epochs``): an id is looked for in the open epochs
-and in the closed ones whose Bloom filter may hold it, and an id logged in several epochs is the
-one in the first (a client id served again keeps its first serving). A generated id has no row of
+and in the closed ones whose Bloom filter may hold it, and an id logged in several epochs joins
+the row of its first chunk (a client id served again keeps its first serving, whichever writer
+and epoch served it). A generated id has no row of
 its own until it is labelled: it is found through its batch's row (``<prefix>,``, migration 0009).
 """
 
@@ -39,7 +40,7 @@ class Logged(NamedTuple):
 
 
 def _rows(session: Session, calibrator_id: int, keys: list[str], filters: EpochFilters, columns: tuple):
-    """The index rows (``columns``, after the epoch and the key) of ``keys``, first epoch first."""
+    """The index rows (``columns``, after the epoch and the key) of ``keys``, in every epoch that may hold them."""
     for epoch_id, maybe in filters.candidates(session, calibrator_id, keys).items():
         for start in range(0, len(maybe), IN_LIST):
             yield from session.execute(
@@ -80,7 +81,10 @@ def find_logged(session: Session, calibrator_id: int, ids: list[str],
     own = [pid for pid in ids if BATCH_MARK not in pid]
     columns = (INDEX.chunk_id, INDEX.row, INDEX.labelled)
     for epoch_id, pid, chunk, row, labelled in _rows(session, calibrator_id, own, filters, columns):
-        found.setdefault(pid, Logged(chunk, row, labelled, epoch_id))
+        # an id in several epochs (served again, perhaps through another writer, whose epoch may
+        # be older): its first serving is the chunk written first
+        if pid not in found or chunk < found[pid].chunk_id:
+            found[pid] = Logged(chunk, row, labelled, epoch_id)
     found.update(_generated(session, calibrator_id, [pid for pid in own if pid not in found], filters))
     return found
 

@@ -90,7 +90,7 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
     ring = RingReader(int(ring_fd), config["ring_bytes"])
     db = Database(config["database_url"], config["db_timeout"], sqlite_cache_bytes=config["cache_bytes"])
     buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"],
-                       EpochWriter(config["epoch_ids"], config["epoch_seconds"]))
+                       EpochWriter(config["epoch_ids"]))
     os.set_blocking(back_fd, False)
     done = threading.Event()
 
@@ -127,5 +127,5 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
         buffer.ask_flush(lambda: None)
         writer.join(timeout=2 * config["db_timeout"] + 10)
         buffer.flush()
-        buffer.epochs.close_due(db, everything=True)
+        buffer.epochs.close_all(db)
         db.dispose()

@@ -126,14 +126,15 @@ class Settings(BaseSettings):
         "default, 2 MiB). A writer behind on random client ids writes all it holds in one commit, which touches "
         "many pages of the id index: in a cache too small for them SQLite writes them out mid-commit, some several "
         "times. Not used on Postgres or by the thread writer.")
-    log_epoch_ids: int = Field(65536, ge=1, le=1 << 24, description="Ids a writer puts in one epoch of the "
-                               "prediction log's id index before it closes it with a Bloom filter of them "
+    log_epoch_ids: int = Field(65536, ge=1, le=1 << 24, description="Index rows (a client id, or a batch of "
+                               "generated ids) a writer puts in one epoch of the prediction log's id index "
+                               "before it closes it with a Bloom filter of their ids "
                                "(app/prediction_epochs.py): random client ids then fill one epoch's pages, not "
                                "random pages of the whole index. A label is looked up in the open epochs and in "
                                "the closed ones whose filter may hold its id.")
-    log_epoch_seconds: float = Field(3600.0, gt=0, description="An epoch is also closed this long after it "
-                                     "opened; one left open by a writer that stopped is closed by retention "
-                                     "after twice as long.")
+    log_epoch_idle_seconds: float = Field(3600.0, gt=0, description="Retention closes an open epoch not "
+                                          "written for this long (its writer stopped, or has been idle), each in "
+                                          "a transaction of its own.")
     log_epoch_filter_bytes: int = Field(256 << 20, ge=0, description="Closed epochs' Bloom filters (about "
                                         "1.25 bytes a logged id) each API process keeps in memory; beyond it "
                                         "they are read from the database at each label request.")

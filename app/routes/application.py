@@ -73,8 +73,7 @@ def log_writer_process(settings: Settings, database: Database) -> PipeWriter | N
     return PipeWriter({"database_url": settings.database_url, "db_timeout": settings.db_timeout_seconds,
                        "flush_rows": settings.log_flush_rows, "flush_seconds": settings.log_flush_seconds,
                        "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level,
-                       "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids,
-                       "epoch_seconds": settings.log_epoch_seconds},
+                       "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids},
                       settings.log_ring_bytes, flush_timeout=2 * settings.db_timeout_seconds + 30)
 
 
@@ -89,8 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    settings.log_buffer_bytes, settings.observation_retention_days,
                                    settings.prediction_log_retention_days, settings.retention_interval_seconds,
                                    log_writer_process(settings, database),
-                                   EpochWriter(settings.log_epoch_ids, settings.log_epoch_seconds),
-                                   EpochFilters(settings.log_epoch_filter_bytes))
+                                   EpochWriter(settings.log_epoch_ids), EpochFilters(settings.log_epoch_filter_bytes),
+                                   settings.log_epoch_idle_seconds)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

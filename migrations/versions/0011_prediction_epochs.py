@@ -4,12 +4,13 @@ Client ids are often random (UUIDs). Keyed ``(calibrator_id, prediction_id)``, e
 random leaf page of the whole index, and once the index outgrew a flush every id dirtied a 16 KiB
 page of its own: on SQLite, at 1.3 M ids, ~43 us an id and rising (benchmarks/id_index_keys.py).
 With the epoch in the key, a writer fills one epoch's pages at a time (3.3 us an id at any size).
-An epoch is closed after ``CALIBRATION_LOG_EPOCH_IDS`` ids (or an hour) with a Bloom filter of its
-ids (``prediction_epochs.bloom``), through which a label is looked up in the epochs that may hold it.
+An epoch is closed after ``CALIBRATION_LOG_EPOCH_IDS`` index rows with a Bloom filter of its ids
+(``prediction_epochs.bloom``), through which a label is looked up in the epochs that may hold it.
 
-The upgrade puts each calibrator's existing ids in one open epoch of its own (retention closes it,
-``app.prediction_epochs.close_stale``). The downgrade keeps, of an id logged in several epochs,
-its row in the first: the row a label joins (the release before wrote no other).
+The upgrade puts each calibrator's existing ids in open epochs of 65536 (in chunk order), which
+retention closes one by one (``app.prediction_log.PredictionLog.apply_retention``). The downgrade
+keeps, of an id logged in several epochs, its row of the first chunk: the row a label joins (the
+release before wrote no other).
 
 Revision ID: 0011
 Revises: 0010
@@ -30,6 +31,12 @@ depends_on: str | Sequence[str] | None = None
 lossless_downgrade = ("logged_predictions", "prediction_epochs")
 
 COLUMNS = "calibrator_id, prediction_id, chunk_id, row, labelled, n_rows, kept"
+EPOCH_IDS = 65536  # ids of the existing index put in one epoch (app.settings' log_epoch_ids)
+
+
+def _columns(prefix: str) -> str:
+    """The index's columns after ``calibrator_id``, each with ``prefix``."""
+    return ", ".join(prefix + name for name in COLUMNS.split(", ")[1:])
 
 
 def _index_table(name: str, with_epoch: bool) -> None:
@@ -79,35 +86,53 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["calibrator_id"], ["calibrators.id"], ondelete="CASCADE",
                                 name="fk_prediction_epochs_calibrator_id_calibrators"),
         sa.PrimaryKeyConstraint("id", name="pk_prediction_epochs"),
+        sqlite_autoincrement=True,
     )
     op.create_index("ix_prediction_epochs_calibrator_id", "prediction_epochs", ["calibrator_id"])
-    # one open epoch per calibrator with logged ids, for the ids logged until now
-    op.execute("INSERT INTO prediction_epochs (calibrator_id, n_ids, created_at, written_at) "
-               "SELECT l.calibrator_id, count(*), min(c.created_at), max(c.created_at) FROM logged_predictions l "
-               "JOIN prediction_chunks c ON c.id = l.chunk_id GROUP BY l.calibrator_id")
-    epoch_of = "(SELECT min(e.id) FROM prediction_epochs e WHERE e.calibrator_id = logged_predictions.calibrator_id)"
-    if op.get_bind().dialect.name == "sqlite":
-        _swap_sqlite(True, f"SELECT calibrator_id, {epoch_of}, {COLUMNS.split(', ', 1)[1]} FROM logged_predictions")
+    # the ids logged until now, in open epochs of EPOCH_IDS each per calibrator (in chunk order):
+    # retention closes them one by one (each close reads its ids and builds its filter)
+    connection = op.get_bind()
+    op.create_table("epoch_map_0011", sa.Column("calibrator_id", sa.Integer(), primary_key=True),
+                    sa.Column("k", sa.Integer(), primary_key=True), sa.Column("epoch_id", sa.Integer()))
+    numbered = ("SELECT l.*, (row_number() OVER (PARTITION BY l.calibrator_id ORDER BY l.chunk_id, l.prediction_id) "
+                f"- 1) / {EPOCH_IDS} AS k FROM logged_predictions l")
+    groups = connection.execute(sa.text(
+        f"SELECT t.calibrator_id, t.k, min(c.created_at), max(c.created_at) FROM ({numbered}) t "
+        "JOIN prediction_chunks c ON c.id = t.chunk_id GROUP BY t.calibrator_id, t.k ORDER BY t.calibrator_id, t.k"
+    )).all()
+    for calibrator_id, k, first, last in groups:
+        epoch_id = connection.execute(sa.text(
+            "INSERT INTO prediction_epochs (calibrator_id, n_ids, created_at, written_at) "
+            "VALUES (:c, 0, :first, :last) RETURNING id"),
+            {"c": calibrator_id, "first": first, "last": last}).scalar_one()
+        connection.execute(sa.text("INSERT INTO epoch_map_0011 (calibrator_id, k, epoch_id) VALUES (:c, :k, :e)"),
+                           {"c": calibrator_id, "k": k, "e": epoch_id})
+    joined = f"({numbered}) t JOIN epoch_map_0011 m ON m.calibrator_id = t.calibrator_id AND m.k = t.k"
+    if connection.dialect.name == "sqlite":
+        _swap_sqlite(True, f"SELECT t.calibrator_id, m.epoch_id, {_columns('t.')} FROM {joined}")
     else:
         op.add_column("logged_predictions", sa.Column("epoch_id", sa.Integer(), nullable=True))
-        op.execute(f"UPDATE logged_predictions SET epoch_id = {epoch_of}")
+        op.execute(f"UPDATE logged_predictions SET epoch_id = m.epoch_id FROM {joined} "
+                   "WHERE logged_predictions.calibrator_id = t.calibrator_id "
+                   "AND logged_predictions.prediction_id = t.prediction_id")
         op.alter_column("logged_predictions", "epoch_id", nullable=False)
         op.drop_constraint("pk_logged_predictions", "logged_predictions", type_="primary")
         op.create_primary_key("pk_logged_predictions", "logged_predictions",
                               ["calibrator_id", "epoch_id", "prediction_id"])
+    op.drop_table("epoch_map_0011")
 
 
 def downgrade() -> None:
-    # of an id in several epochs, the row in its first epoch (the one a label joins)
+    # of an id in several epochs, the row of its first chunk (the one a label joins)
     if op.get_bind().dialect.name == "sqlite":
         # SQLite takes a bare column's value from the row whose min() the group reports
-        rest = COLUMNS.split(", ", 2)[2]
-        _swap_sqlite(False, f"SELECT calibrator_id, prediction_id, {rest} FROM (SELECT min(epoch_id), calibrator_id, "
-                            f"prediction_id, {rest} FROM logged_predictions GROUP BY calibrator_id, prediction_id)")
+        _swap_sqlite(False, f"SELECT calibrator_id, {_columns('')} FROM (SELECT min(chunk_id) AS first, "
+                            "* FROM logged_predictions GROUP BY calibrator_id, prediction_id)")
     else:
-        op.execute("DELETE FROM logged_predictions l USING (SELECT calibrator_id, prediction_id, min(epoch_id) AS e "
+        # an id is in a chunk once (a chunk is one flush, in one epoch, its ids made distinct)
+        op.execute("DELETE FROM logged_predictions l USING (SELECT calibrator_id, prediction_id, min(chunk_id) AS c "
                    "FROM logged_predictions GROUP BY calibrator_id, prediction_id HAVING count(*) > 1) d "
-                   "WHERE l.calibrator_id = d.calibrator_id AND l.prediction_id = d.prediction_id AND l.epoch_id > d.e")
+                   "WHERE l.calibrator_id = d.calibrator_id AND l.prediction_id = d.prediction_id AND l.chunk_id > d.c")
         op.drop_constraint("pk_logged_predictions", "logged_predictions", type_="primary")
         op.create_primary_key("pk_logged_predictions", "logged_predictions", ["calibrator_id", "prediction_id"])
         op.drop_column("logged_predictions", "epoch_id")

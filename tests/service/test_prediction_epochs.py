@@ -57,6 +57,41 @@ def test_bad_filter_parameters_are_value_errors():
         EpochWriter(0)
 
 
+def test_an_id_served_again_through_another_writer_joins_its_first_serving(db):
+    """Writer A opened its epoch before writer B; ``x`` is served by B first, then by A: the label
+    joins B's row (the chunk written first), and a second label finds it labelled."""
+    first, second = PredictionLog(db), PredictionLog(db)
+    _serve(first, [["a"]])
+    assert _serve(second, [["x"]]) == {"x": 0.0}
+    with db.write() as session:
+        assert claim_labels(session, 1, find_logged(session, 1, ["x"])) == {"x"}
+    _serve(first, [["b"], ["x"]])  # "x" again, with value 1, in A's (older) epoch
+    assert _joined(db, ["a", "b", "x"]) == {"a": 0.0, "b": 0.0, "x": 0.0}
+    with db.write() as session:
+        found = find_logged(session, 1, ["x"])
+        assert found["x"].labelled and claim_labels(session, 1, found) == set()
+
+
+def test_an_epoch_opened_by_a_transaction_that_rolled_back_is_forgotten(db):
+    """On SQLite a rolled-back epoch's id is handed out again (here to calibrator 2's writer): the
+    writer must not take it for its own."""
+    writer, other = EpochWriter(), EpochWriter()
+    with pytest.raises(RuntimeError), db.write() as session:
+        writer.epoch_for(session, 1)
+        raise RuntimeError("the flush failed")
+    writer.rolled_back(1)
+    with db.write() as session:
+        theirs = other.epoch_for(session, 2)
+    other.committed(2, 1)
+    with db.write() as session:
+        mine = writer.epoch_for(session, 1)
+    writer.committed(1, 1)
+    assert mine != theirs
+    with db.read() as session:
+        assert dict(session.execute(select(PredictionEpochRow.id, PredictionEpochRow.calibrator_id)).all()) == {
+            theirs: 2, mine: 1}
+
+
 @pytest.fixture
 def db(database_url):
     db = Database(database_url)
@@ -124,8 +159,8 @@ def test_a_writer_closes_full_epochs_with_filters_and_labels_join_across_them(db
     log = PredictionLog(db, epochs=EpochWriter(max_ids=5))
     batches = [[f"u{i}-{j}" for j in range(3)] for i in range(6)] + [["u0-0", "u5-2", "fresh"]]
     first = _serve(log, batches)
-    # 3 ids a flush, closed once 5 are in: epochs of 6, 6, 6 and an open one of 3 (two repeats)
-    assert _epochs(db) == [(1, 6, 7), (1, 6, 7), (1, 6, 7), (1, 3, None)]
+    # 3 ids a flush, closed once 5 are in: epochs of 6, 6, 6 and an open one (3: counted when closed)
+    assert _epochs(db) == [(1, 6, 7), (1, 6, 7), (1, 6, 7), (1, 0, None)]
     assert _joined(db, [*first, "nope"]) == first
     with db.write() as session:
         found = find_logged(session, 1, ["u0-0", "u5-2", "fresh"])
@@ -148,9 +183,10 @@ def test_an_epoch_closed_under_its_writer_is_not_written_again(db):
     log = PredictionLog(db, epochs=writer)
     _serve(log, [["a", "b"]])
     with db.write() as session:
-        assert prediction_epoch_store.close_stale(session, utcnow() + timedelta(seconds=1)) == 1
+        (stale,) = prediction_epoch_store.stale(session, utcnow() + timedelta(seconds=1))
+        assert prediction_epoch_store.close(session, stale)
     _serve(log, [["c"]])
-    assert _epochs(db) == [(1, 2, 7), (1, 1, None)]
+    assert _epochs(db) == [(1, 2, 7), (1, 0, None)]
     assert set(_joined(db, ["a", "b", "c"])) == {"a", "b", "c"}
 
 
@@ -201,7 +237,7 @@ def test_a_close_waits_for_the_write_in_progress_and_holds_its_ids(postgres_url)
         with db.write() as session:
             (data, hashes), = prediction_epoch_store.filters(session, [epoch_id]).values()
             assert bloom.maybe_held(data, hashes, *bloom.digests(["late"])).all()
-            assert not prediction_epoch_store.mark_written(session, epoch_id)
+            assert not prediction_epoch_store.mark_written(session, epoch_id, 1)
     finally:
         db.dispose()
 
@@ -211,36 +247,44 @@ def empty_url(request) -> str:
     return request.getfixturevalue(f"{request.param}_url")
 
 
-def test_the_migration_puts_old_ids_in_an_epoch_and_the_downgrade_keeps_each_ids_first_row(empty_url):
+def test_the_migration_puts_old_ids_in_epochs_and_the_downgrade_keeps_each_ids_first_row(empty_url):
+    """Two ids, then 65536 more in a later chunk: epochs of 65536 in chunk order, left open for
+    retention to close one by one; "x" served again after the upgrade still joins its first row."""
     upgrade(empty_url, "0010")
     engine = make_engine(empty_url)
+    many = [f"old-{i:05d}" for i in range(65536)]
     with engine.begin() as connection:
         connection.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
                                 "VALUES (1, 'old', 1, '2026-11-01 00:00:00', 1.0)"))
-        chunk = connection.execute(text(
+        chunk, bulk = (connection.execute(text(
             "INSERT INTO prediction_chunks (calibrator_id, version, input_kind, n_rows, n_classes, dtype, "
-            "inputs, created_at) VALUES (1, 1, 'logits', 2, 2, '<f8', :data, '2026-11-01 00:00:00') RETURNING id"),
-            {"data": np.arange(4, dtype="<f8").tobytes()}).scalar_one()
+            "inputs, created_at) VALUES (1, 1, 'logits', :n, 2, '<f8', :data, '2026-11-01 00:00:00') RETURNING id"),
+            {"n": n, "data": np.arange(2 * n, dtype="<f8").tobytes()}).scalar_one() for n in (2, len(many)))
         connection.execute(text("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, "
                                 "labelled, n_rows) VALUES (1, 'x', :c, 0, false, 1), (1, 'y', :c, 1, true, 1)"),
                            {"c": chunk})
+        connection.execute(text("INSERT INTO logged_predictions (calibrator_id, prediction_id, chunk_id, row, "
+                                "labelled, n_rows) VALUES (1, :p, :c, :r, false, 1)"),
+                           [{"p": pid, "c": bulk, "r": i} for i, pid in enumerate(many)])
     engine.dispose()
     upgrade(empty_url)
     db = Database(empty_url)
     try:
-        assert _epochs(db) == [(1, 2, None)]
-        assert _joined(db, ["x", "y"]) == {"x": 0.0, "y": 2.0}
+        assert _epochs(db) == [(1, 0, None), (1, 0, None)]
+        assert _joined(db, ["x", "y", many[-3], many[-1]]) == {"x": 0.0, "y": 2.0, many[-3]: 2 * 65533.0,
+                                                                many[-1]: 2 * 65535.0}
         log = PredictionLog(db, epochs=EpochWriter(max_ids=1))
         _serve(log, [["x", "new"]])  # "x" again: a second row, in a new epoch
-        log.apply_retention()  # closes the migrated epoch: it was last written on 2026-11-01
-        assert [hashes for _, _, hashes in _epochs(db)] == [7, 7]
-        assert _joined(db, ["x", "y", "new"]) == {"x": 0.0, "y": 2.0, "new": 0.0}
+        log.apply_retention()  # closes the migrated epochs: last written on 2026-11-01
+        assert _epochs(db) == [(1, 65536, 7), (1, 2, 7), (1, 2, 7)]
+        assert _joined(db, ["x", "y", "new", many[-1]]) == {"x": 0.0, "y": 2.0, "new": 0.0, many[-1]: 2 * 65535.0}
     finally:
         db.dispose()
     downgrade(empty_url, "0010")
     engine = make_engine(empty_url)
     with engine.connect() as connection:
         rows = connection.execute(text("SELECT prediction_id, chunk_id, row FROM logged_predictions "
-                                       "ORDER BY prediction_id")).all()
+                                       "WHERE prediction_id NOT LIKE 'old-%' ORDER BY prediction_id")).all()
+        assert connection.execute(text("SELECT count(*) FROM logged_predictions")).scalar_one() == 3 + len(many)
     engine.dispose()
-    assert [tuple(r) for r in rows] == [("new", chunk + 1, 1), ("x", chunk, 0), ("y", chunk, 1)]
+    assert [tuple(r) for r in rows] == [("new", bulk + 1, 1), ("x", chunk, 0), ("y", chunk, 1)]
