@@ -135,9 +135,9 @@ class Settings(BaseSettings):
     log_epoch_idle_seconds: float = Field(3600.0, gt=0, description="Retention closes an open epoch not "
                                           "written for this long (its writer stopped, or has been idle), each in "
                                           "a transaction of its own.")
-    log_epoch_filter_bytes: int = Field(256 << 20, ge=0, description="Closed epochs' Bloom filters (about "
-                                        "1.25 bytes a logged id) each API process keeps in memory; beyond it "
-                                        "they are read from the database at each label request.")
+    log_epoch_filter_bytes: int = Field(256 << 20, ge=0, description="Closed epochs' Bloom filters (about 2 "
+                                        "bytes a logged id at the default epoch size) each API process keeps in "
+                                        "memory; beyond it they are read from the database at each label request.")
     observation_retention_days: float = Field(0.0, ge=0, description="Observations older than this are deleted "
                                               "(0: kept until deleted).")
     prediction_log_retention_days: float = Field(30.0, ge=0, description="Logged predictions older than this "

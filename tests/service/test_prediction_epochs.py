@@ -32,19 +32,22 @@ KEYS = st.lists(st.text(min_size=1, max_size=40).filter(lambda s: "," not in s),
 @settings(max_examples=60, deadline=None)
 def test_a_bloom_filter_never_misses_a_key_it_holds(keys, bits_per_key, hashes):
     data = bloom.build(keys, bits_per_key, hashes)
-    assert len(data) == max(8, -(-len(keys) * bits_per_key // 8))
+    bits = len(data) * 8
+    assert bits == bloom.size_bits(len(keys), bits_per_key) and bits & (bits - 1) == 0
+    assert max(64, len(keys) * bits_per_key) <= bits < max(128, 2 * len(keys) * bits_per_key)
     if keys:
-        assert bloom.maybe_held(data, hashes, *bloom.digests(keys)).all()
+        assert bloom.Probe(keys).maybe_held(data, hashes).all()
 
 
 def test_a_bloom_filters_false_positives_are_near_the_theory():
-    """65536 keys at 10 bits and 7 hashes: (1 - e^(-7/10))^7 = 0.82% of other keys pass. Over
-    200000 others the count is binomial (sd ~ 40 of ~1640): within 6 sd of the theory."""
-    keys = [f"member-{i}" for i in range(65536)]
+    """50000 keys at 10 bits (2^19 bits: 10.5 a key) and 7 hashes: (1 - e^(-7 n / m))^7 = 0.70% of
+    other keys pass. Over 200000 others the count is binomial (sd ~ 37 of ~1400): within 6 sd."""
+    keys = [f"member-{i}" for i in range(50_000)]
     data = bloom.build(keys)
     others = [f"other-{i}" for i in range(200_000)]
-    rate = (1 - np.exp(-bloom.HASHES / bloom.BITS_PER_KEY)) ** bloom.HASHES
-    passed = int(bloom.maybe_held(data, bloom.HASHES, *bloom.digests(others)).sum())
+    rate = (1 - np.exp(-bloom.HASHES * len(keys) / (len(data) * 8))) ** bloom.HASHES
+    assert 0.006 < rate < 0.0082
+    passed = int(bloom.Probe(others).maybe_held(data, bloom.HASHES).sum())
     assert abs(passed - rate * len(others)) <= 6 * (len(others) * rate * (1 - rate)) ** 0.5
 
 
@@ -52,7 +55,7 @@ def test_bad_filter_parameters_are_value_errors():
     with pytest.raises(ValueError, match="bits_per_key"):
         bloom.build(["a"], 0)
     with pytest.raises(ValueError, match="not a Bloom filter"):
-        bloom.maybe_held(b"", 7, *bloom.digests(["a"]))
+        bloom.Probe(["a"]).maybe_held(b"", 7)
     with pytest.raises(ValueError, match="max_ids"):
         EpochWriter(0)
 
@@ -236,7 +239,7 @@ def test_a_close_waits_for_the_write_in_progress_and_holds_its_ids(postgres_url)
         assert closed.is_set()
         with db.write() as session:
             (data, hashes), = prediction_epoch_store.filters(session, [epoch_id]).values()
-            assert bloom.maybe_held(data, hashes, *bloom.digests(["late"])).all()
+            assert bloom.Probe(["late"]).maybe_held(data, hashes).all()
             assert not prediction_epoch_store.mark_written(session, epoch_id, 1)
     finally:
         db.dispose()
