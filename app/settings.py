@@ -126,7 +126,7 @@ class Settings(BaseSettings):
         "default, 2 MiB). A writer behind on random client ids writes all it holds in one commit, which touches "
         "many pages of the id index: in a cache too small for them SQLite writes them out mid-commit, some several "
         "times. Not used on Postgres or by the thread writer.")
-    log_epoch_ids: int = Field(65536, ge=1, le=1 << 24, description="Index rows (a client id, or a batch of "
+    log_epoch_ids: int = Field(65536, ge=1, le=1 << 22, description="Index rows (a client id, or a batch of "
                                "generated ids) a writer puts in one epoch of the prediction log's id index "
                                "before it closes it with a Bloom filter of their ids "
                                "(app/prediction_epochs.py): random client ids then fill one epoch's pages, not "
