@@ -257,4 +257,4 @@ class PredictionLog:
             self.pipe.close()
         elif self.db is not None:
             self.buffer.flush()
-            self.buffer.epochs.close_all(self.db)
+            self.buffer.close_epochs()

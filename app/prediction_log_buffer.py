@@ -143,6 +143,11 @@ class LogBuffer:
             self.epochs.close_full(self.db)
             return written
 
+    def close_epochs(self) -> None:
+        """Close every epoch this writer holds open (it stops), after the write in progress."""
+        with self._write_lock:
+            self.epochs.close_all(self.db)
+
     @staticmethod
     def _drop_repeated_ids(pending: list[Pending]) -> None:
         """A client id served twice before a flush keeps its first serving, as across flushes

@@ -2,14 +2,15 @@
 (``find_logged``) and marking them labelled once (``claim_labels``).
 
 The index is split in epochs (``app.prediction_epochs``): an id is looked for in the open epochs
-and in the closed ones whose Bloom filter may hold it, and an id logged in several epochs joins
-the row of its first chunk (a client id served again keeps its first serving, whichever writer
-and epoch served it). A generated id has no row of
+and in the closed ones whose Bloom filter may hold it. A client id served again has a row in each
+epoch that logged it: it joins the row of its first chunk (the flush written first; on Postgres,
+the chunk id taken first), and a label marks all its rows. A generated id has no row of
 its own until it is labelled: it is found through its batch's row (``<prefix>,``, migration 0009).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
@@ -31,14 +32,17 @@ PAIRS_PER_STATEMENT = 20_000  # (epoch, id) pairs one lookup statement unpacks
 
 
 class Logged(NamedTuple):
-    """Where a logged id's inputs are (chunk and row), whether it is labelled, its epoch, and
-    whether it has a row of its own (else it is a generated id found through its batch's row)."""
+    """Where a logged id's inputs are (chunk and row: its first serving's), whether it is labelled,
+    that row's epoch, whether it has a row of its own (else it is a generated id found through its
+    batch's row), and the epochs of all its own rows (an id served again has one in each epoch
+    that logged it)."""
 
     chunk_id: int
     row: int
     labelled: bool
     epoch_id: int
     own: bool = True
+    epochs: tuple[int, ...] = ()
 
 
 def _rows(session: Session, calibrator_id: int, keys: list[str], filters: EpochFilters, columns: str):
@@ -92,39 +96,45 @@ def _generated(session: Session, calibrator_id: int, ids, filters: EpochFilters)
 
 def find_logged(session: Session, calibrator_id: int, ids: list[str],
                 filters: EpochFilters | None = None) -> dict[str, Logged]:
-    """Where each of the ``ids`` that were logged is: its own row in its first epoch, else (a
-    generated id not labelled yet) its batch's. ``filters`` keeps the closed epochs' filters
-    between calls (``None``: read for this call only)."""
+    """Where each of the ``ids`` that were logged is: its own row of its first chunk (labelled
+    when any of its rows is), else (a generated id not labelled yet) its batch's. ``filters``
+    keeps the closed epochs' filters between calls (``None``: read for this call only)."""
     filters = filters if filters is not None else EpochFilters(0)
-    found: dict[str, Logged] = {}
+    rows_of: dict[str, list[tuple[int, int, bool, int]]] = {}
     own = [pid for pid in ids if BATCH_MARK not in pid]
     for epoch_id, pid, chunk, row, labelled in _rows(session, calibrator_id, own, filters, "chunk_id, row, labelled"):
-        # an id in several epochs (served again, perhaps through another writer, whose epoch may
-        # be older): its first serving is the chunk written first
-        if pid not in found or chunk < found[pid].chunk_id:
-            found[pid] = Logged(chunk, row, bool(labelled), epoch_id)
+        rows_of.setdefault(pid, []).append((chunk, row, bool(labelled), epoch_id))
+    found: dict[str, Logged] = {}
+    for pid, rows in rows_of.items():
+        # served again (perhaps through another writer, whose epoch may be older): the chunk
+        # written first is the first serving
+        chunk, row, _, epoch_id = min(rows)
+        found[pid] = Logged(chunk, row, any(r[2] for r in rows), epoch_id, True, tuple(sorted({r[3] for r in rows})))
     found.update(_generated(session, calibrator_id, [pid for pid in own if pid not in found], filters))
     return found
 
 
 def claim_labels(session: Session, calibrator_id: int, found: dict[str, Logged]) -> set[str]:
     """Mark the ids of ``found`` (``find_logged``'s) labelled where they were not yet; returns those
-    this call marked (a concurrent call for the same id marks it once: the update takes the row's
-    lock, and a generated id's labelled row, ``n_rows`` 0, is inserted once under the primary key,
-    in its batch's epoch)."""
-    claimed: set[str] = set()
+    this call marked. An id with rows in several epochs is marked in all of them and claimed only
+    where none was labelled: a concurrent call, or one that saw a row another writer had not yet
+    committed (on Postgres a chunk's id is taken at insert, not at commit), updates a row already
+    labelled and claims nothing (the update takes each row's lock, in epoch order). A generated
+    id's labelled row, ``n_rows`` 0, is inserted once under the primary key, in its batch's epoch."""
     by_epoch: dict[int, list[str]] = {}
     for pid, logged in found.items():
-        if logged.own:
-            by_epoch.setdefault(logged.epoch_id, []).append(pid)
-    for epoch_id, pids in by_epoch.items():
+        for epoch_id in logged.epochs if logged.own else ():
+            by_epoch.setdefault(epoch_id, []).append(pid)
+    marked: Counter[str] = Counter()
+    for epoch_id, pids in sorted(by_epoch.items()):
         for start in range(0, len(pids), IN_LIST):
             rows = session.execute(
                 update(INDEX)
                 .where(INDEX.calibrator_id == calibrator_id, INDEX.epoch_id == epoch_id,
                        INDEX.prediction_id.in_(pids[start:start + IN_LIST]), INDEX.labelled.is_(False))
                 .values(labelled=True).returning(INDEX.prediction_id))
-            claimed.update(pid for (pid,) in rows)
+            marked.update(pid for (pid,) in rows)
+    claimed = {pid for pid, n in marked.items() if n == len(found[pid].epochs)}
     batched = [(pid, logged) for pid, logged in found.items() if not logged.own]
     for start in range(0, len(batched), IN_LIST):
         values = [{"calibrator_id": calibrator_id, "epoch_id": logged.epoch_id, "prediction_id": pid,

@@ -127,5 +127,5 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
         buffer.ask_flush(lambda: None)
         writer.join(timeout=2 * config["db_timeout"] + 10)
         buffer.flush()
-        buffer.epochs.close_all(db)
+        buffer.close_epochs()
         db.dispose()

@@ -61,12 +61,17 @@ def _index_table(name: str, with_epoch: bool) -> None:
     )
 
 
-def _swap_sqlite(with_epoch: bool, select: str) -> None:
-    """SQLite cannot change a primary key in place: the index is copied into a new table."""
+def _swap(with_epoch: bool, select: str) -> None:
+    """The index copied into a new table keyed with or without the epoch, which replaces it: SQLite
+    cannot change a primary key in place, and on Postgres an update of every row and a new key
+    took 21 s for 1 M ids and left the table twice its size (dead rows until a VACUUM FULL)."""
+    op.drop_index("ix_logged_predictions_chunk_id", table_name="logged_predictions")
+    if op.get_bind().dialect.name != "sqlite":  # the key's index is a relation of its own name there
+        op.execute("ALTER TABLE logged_predictions RENAME CONSTRAINT pk_logged_predictions "
+                   "TO pk_logged_predictions_old")
     _index_table("logged_predictions_new", with_epoch)
     columns = ("calibrator_id, epoch_id, " if with_epoch else "calibrator_id, ") + COLUMNS.split(", ", 1)[1]
     op.execute(f"INSERT INTO logged_predictions_new ({columns}) {select}")
-    op.drop_index("ix_logged_predictions_chunk_id", table_name="logged_predictions")
     op.drop_table("logged_predictions")
     op.rename_table("logged_predictions_new", "logged_predictions")
     op.create_index("ix_logged_predictions_chunk_id", "logged_predictions", ["chunk_id"])
@@ -108,33 +113,22 @@ def upgrade() -> None:
         connection.execute(sa.text("INSERT INTO epoch_map_0011 (calibrator_id, k, epoch_id) VALUES (:c, :k, :e)"),
                            {"c": calibrator_id, "k": k, "e": epoch_id})
     joined = f"({numbered}) t JOIN epoch_map_0011 m ON m.calibrator_id = t.calibrator_id AND m.k = t.k"
-    if connection.dialect.name == "sqlite":
-        _swap_sqlite(True, f"SELECT t.calibrator_id, m.epoch_id, {_columns('t.')} FROM {joined}")
-    else:
-        op.add_column("logged_predictions", sa.Column("epoch_id", sa.Integer(), nullable=True))
-        op.execute(f"UPDATE logged_predictions SET epoch_id = m.epoch_id FROM {joined} "
-                   "WHERE logged_predictions.calibrator_id = t.calibrator_id "
-                   "AND logged_predictions.prediction_id = t.prediction_id")
-        op.alter_column("logged_predictions", "epoch_id", nullable=False)
-        op.drop_constraint("pk_logged_predictions", "logged_predictions", type_="primary")
-        op.create_primary_key("pk_logged_predictions", "logged_predictions",
-                              ["calibrator_id", "epoch_id", "prediction_id"])
+    _swap(True, f"SELECT t.calibrator_id, m.epoch_id, {_columns('t.')} FROM {joined}")
     op.drop_table("epoch_map_0011")
 
 
 def downgrade() -> None:
-    # of an id in several epochs, the row of its first chunk (the one a label joins)
-    if op.get_bind().dialect.name == "sqlite":
-        # SQLite takes a bare column's value from the row whose min() the group reports
-        _swap_sqlite(False, f"SELECT calibrator_id, {_columns('')} FROM (SELECT min(chunk_id) AS first, "
-                            "* FROM logged_predictions GROUP BY calibrator_id, prediction_id)")
-    else:
-        # an id is in a chunk once (a chunk is one flush, in one epoch, its ids made distinct)
-        op.execute("DELETE FROM logged_predictions l USING (SELECT calibrator_id, prediction_id, min(chunk_id) AS c "
-                   "FROM logged_predictions GROUP BY calibrator_id, prediction_id HAVING count(*) > 1) d "
-                   "WHERE l.calibrator_id = d.calibrator_id AND l.prediction_id = d.prediction_id AND l.chunk_id > d.c")
-        op.drop_constraint("pk_logged_predictions", "logged_predictions", type_="primary")
-        op.create_primary_key("pk_logged_predictions", "logged_predictions", ["calibrator_id", "prediction_id"])
-        op.drop_column("logged_predictions", "epoch_id")
+    # of an id in several epochs, the row of its first chunk (the one a label joins), labelled
+    # where any of its rows is
+    same = ("FROM logged_predictions o WHERE o.calibrator_id = l.calibrator_id "
+            "AND o.prediction_id = l.prediction_id")
+    labelled = f"EXISTS (SELECT 1 {same} AND o.labelled)"
+    # each id's rows found by (calibrator, id), which the key (the epoch second) cannot: without
+    # this index (covering both subqueries) the downgrade took 200 s for 65536 ids on SQLite, a
+    # scan of the calibrator's rows for each (dropped with the table)
+    op.create_index("ix_logged_predictions_0011_first", "logged_predictions",
+                    ["calibrator_id", "prediction_id", "chunk_id", "labelled"])
+    _swap(False, f"SELECT l.calibrator_id, {_columns('l.').replace('l.labelled', labelled)} FROM logged_predictions l "
+                 f"WHERE NOT EXISTS (SELECT 1 {same} AND o.chunk_id < l.chunk_id)")
     op.drop_index("ix_prediction_epochs_calibrator_id", table_name="prediction_epochs")
     op.drop_table("prediction_epochs")

@@ -172,7 +172,8 @@ def test_a_writer_closes_full_epochs_with_filters_and_labels_join_across_them(db
         found = find_logged(session, 1, ["u0-0", "u5-2", "fresh"])
         assert [found[p].labelled for p in ("u0-0", "u5-2", "fresh")] == [True, True, True]
         assert claim_labels(session, 1, found) == set()
-        assert logged_counts(session, 1) == (21, 3)  # the two repeats' second rows are counted
+        # rows, not ids: the two repeats are served twice each, and a label marks both servings
+        assert logged_counts(session, 1) == (21, 5)
     # a filter that holds nothing hides its epoch's ids: the lookups do read the filters
     with db.write() as session:
         session.execute(update(PredictionEpochRow).where(PredictionEpochRow.id == 1).values(bloom=b"\0" * 8))
@@ -243,6 +244,46 @@ def test_a_close_waits_for_the_write_in_progress_and_holds_its_ids(postgres_url)
             assert not prediction_epoch_store.mark_written(session, epoch_id, 1)
     finally:
         db.dispose()
+
+
+@pytest.mark.postgres
+def test_an_id_whose_first_chunk_commits_after_its_label_is_not_labelled_again(postgres_url):
+    """On Postgres a chunk's id is taken at insert: writer A takes the lower one for ``x`` but
+    commits after writer B. A label between the two commits claims B's row; once A's row is
+    visible, ``x`` joins it (the first chunk) and reads labelled: a second label claims nothing."""
+    upgrade(postgres_url)
+    db = Database(postgres_url)
+    try:
+        with db.write() as session:
+            session.execute(insert(CalibratorRow), [{"name": "race"}])
+        with db.write() as late:
+            log_predictions(late, 1, 1, "logits", 2, np.full((1, 2), 1.0), ["x"])
+            with db.write() as early:
+                log_predictions(early, 1, 1, "logits", 2, np.full((1, 2), 2.0), ["x"])
+            assert _joined(db, ["x"]) == {"x": 2.0}
+            with db.write() as session:
+                assert claim_labels(session, 1, find_logged(session, 1, ["x"])) == {"x"}
+        assert _joined(db, ["x"]) == {"x": 1.0}
+        with db.write() as session:
+            found = find_logged(session, 1, ["x"])
+            assert found["x"].labelled and len(found["x"].epochs) == 2
+            assert claim_labels(session, 1, found) == set()
+    finally:
+        db.dispose()
+
+
+def test_a_label_marks_every_row_of_an_id_so_retention_of_the_first_leaves_it_labelled(db):
+    log = PredictionLog(db, epochs=EpochWriter(max_ids=1), log_retention_days=1.0)
+    _serve(log, [["x"], ["x"]])  # two epochs, one row of "x" in each
+    with db.write() as session:
+        assert claim_labels(session, 1, find_logged(session, 1, ["x"])) == {"x"}
+        session.execute(text("UPDATE prediction_chunks SET created_at = :t WHERE id = 1"),
+                        {"t": utcnow() - timedelta(days=2)})
+    log.apply_retention()
+    assert _joined(db, ["x"]) == {"x": 1.0}
+    with db.write() as session:
+        found = find_logged(session, 1, ["x"])
+        assert found["x"].labelled and claim_labels(session, 1, found) == set()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
