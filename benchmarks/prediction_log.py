@@ -24,7 +24,8 @@ divided by the rows served: below 1 where the writer fell behind and the ring dr
 A second server, whose log a thread writes (the baseline, what the log was before its writer
 process), runs off and 100% in the same rounds, and a third, whose writer process keeps SQLite's
 own 2 MiB page cache (``CALIBRATION_LOG_WRITER_CACHE_BYTES=0``, the baseline of that setting),
-off and 100% with random client ids. The append figure is rows per second of ``POST
+and a fourth, whose writer closes its id index's epochs after 16384 ids instead of 65536
+(``CALIBRATION_LOG_EPOCH_IDS``), off and 100% with random client ids. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
 Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
@@ -65,13 +66,19 @@ SETTINGS = (("0%", 0.0, None, "process", "0%"), ("10%", 0.1, None, "process", "0
              "0%, random client ids, 2 MiB cache"),
             ("100%, random client ids, 2 MiB cache", 1.0, "64 random", "default cache",
              "0%, random client ids, 2 MiB cache"),
+            ("0%, random client ids, epochs of 16384", 0.0, "64 random", "small epochs",
+             "0%, random client ids, epochs of 16384"),
+            ("100%, random client ids, epochs of 16384", 1.0, "64 random", "small epochs",
+             "0%, random client ids, epochs of 16384"),
             ("0%, thread writer", 0.0, None, "thread", "0%, thread writer"),
             ("100%, thread writer", 1.0, None, "thread", "0%, thread writer"))
-# the servers: the writer a process (with CALIBRATION_LOG_WRITER_CACHE_BYTES's default), a thread
-# (the baseline of the writer process), or a process with SQLite's own 2 MiB page cache (the
-# baseline of that setting)
+# the servers: the writer a process (with CALIBRATION_LOG_WRITER_CACHE_BYTES's and _EPOCH_IDS's
+# defaults), a thread (the baseline of the writer process), a process with SQLite's own 2 MiB page
+# cache (the baseline of that setting), or with epochs of 16384 ids instead of 65536 (a random id
+# dirties a page of the open epoch: fewer pages a commit, 4 times as many epochs for a label to probe)
 SERVERS = {"process": {"CALIBRATION_LOG_WRITER": "process"}, "thread": {"CALIBRATION_LOG_WRITER": "thread"},
-           "default cache": {"CALIBRATION_LOG_WRITER": "process", "CALIBRATION_LOG_WRITER_CACHE_BYTES": "0"}}
+           "default cache": {"CALIBRATION_LOG_WRITER": "process", "CALIBRATION_LOG_WRITER_CACHE_BYTES": "0"},
+           "small epochs": {"CALIBRATION_LOG_WRITER": "process", "CALIBRATION_LOG_EPOCH_IDS": "16384"}}
 SETTLE_SECONDS = 60.0  # the most a run waits for its log's writer to catch up
 
 
