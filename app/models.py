@@ -231,7 +231,7 @@ class PredictionEpochRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), index=True)
-    n_ids: Mapped[int] = mapped_column(Integer, default=0)
+    n_ids: Mapped[int] = mapped_column(Integer, default=0)  # index rows it holds: counted when closed, 0 while open
     bloom: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
     bloom_hashes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
