@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from . import bloom
 from .models import LoggedPredictionRow, PredictionEpochRow, utcnow
+from .observation_store import IN_LIST
 
 EPOCHS = PredictionEpochRow.__table__
 
@@ -76,8 +77,8 @@ def listed(session: Session, calibrator_id: int) -> list[tuple[int, int | None]]
 def filters(session: Session, epoch_ids: list[int]) -> dict[int, tuple[bytes, int]]:
     """``{epoch id: (bloom filter, hash functions)}`` of closed epochs."""
     found = {}
-    for start in range(0, len(epoch_ids), 500):
+    for start in range(0, len(epoch_ids), IN_LIST):
         found.update({epoch_id: (data, hashes) for epoch_id, data, hashes in session.execute(
             select(EPOCHS.c.id, EPOCHS.c.bloom, EPOCHS.c.bloom_hashes)
-            .where(EPOCHS.c.id.in_(epoch_ids[start:start + 500]), EPOCHS.c.bloom_hashes.is_not(None)))})
+            .where(EPOCHS.c.id.in_(epoch_ids[start:start + IN_LIST]), EPOCHS.c.bloom_hashes.is_not(None)))})
     return found

@@ -29,9 +29,9 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
                     batches: list[tuple[str, int, int]] = (), epoch_id: int | None = None) -> int:
     """Store one chunk of logged inputs with their ids, in the index's epoch ``epoch_id`` (an open
     one, ``app.prediction_epochs``; ``None``: a new epoch of its own): ``ids``, the client ids of
-    rows 0, 1, ..., one index row each (an id already in the epoch keeps its row there, and an id
-    in an earlier epoch is joined there: a lookup takes the first; a row whose id is ``None`` gets
-    none), and ``batches`` of generated ids as ``(prefix, first row, n)``, one index row per batch
+    rows 0, 1, ..., one index row each (an id already in the epoch keeps its row there; an id in
+    an earlier epoch gets a row here too, and a lookup joins its first chunk; a row whose id is
+    ``None`` gets none), and ``batches`` of generated ids as ``(prefix, first row, n)``, one index row per batch
     (migration 0009): ids ``prefix0`` to ``prefix{n-1}`` at rows ``first`` to ``first + n - 1``.
     At 64 rows a request that is 64 times fewer B-tree inserts. Returns the index rows written."""
     if epoch_id is None:
