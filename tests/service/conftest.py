@@ -61,6 +61,12 @@ def postgres_url():
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request) -> str:
+    """An empty database of each kind, not migrated (for tests of the migrations)."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request) -> str:
     """An empty database of each kind, migrated to head."""
     url = request.getfixturevalue(f"{request.param}_url")

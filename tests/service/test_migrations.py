@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
@@ -19,11 +18,6 @@ TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs", "api_keys", "
           "calibrator_settings", "alias_gates", "alias_moves", "evaluations", "refit_policies", "prediction_epochs"}
 PROCRASTINATE_TABLES = {"procrastinate_jobs", "procrastinate_events", "procrastinate_periodic_defers",
                         "procrastinate_workers"}  # the job engine's, on Postgres only
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request) -> str:
-    return request.getfixturevalue(f"{request.param}_url")
 
 
 def _tables(url: str) -> set[str]:

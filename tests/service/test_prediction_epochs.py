@@ -286,11 +286,6 @@ def test_a_label_marks_every_row_of_an_id_so_retention_of_the_first_leaves_it_la
         assert found["x"].labelled and claim_labels(session, 1, found) == set()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request) -> str:
-    return request.getfixturevalue(f"{request.param}_url")
-
-
 def test_the_migration_puts_old_ids_in_epochs_and_the_downgrade_keeps_each_ids_first_row(empty_url):
     """Two ids, then 65536 more in a later chunk: epochs of 65536 in chunk order, left open for
     retention to close one by one; "x" served again after the upgrade still joins its first row."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import numpy as np
-import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
@@ -112,11 +111,6 @@ def test_generated_ids_are_one_index_row_per_batch_and_labels_answer_per_id(data
         positions = sorted(r[1] for r in labelled if r[2])
         assert positions == sorted([3 + 1, 8 + 1, 11 + 3, 1, 3 + 0, 0])
         assert sum(r[3] for r in labelled) == 15
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request) -> str:
-    return request.getfixturevalue(f"{request.param}_url")
 
 
 def test_rows_logged_before_0009_read_the_same_after_it_and_a_downgrade_expands_batches(empty_url):
