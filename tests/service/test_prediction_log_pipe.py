@@ -158,6 +158,8 @@ def test_a_database_that_holds_the_writer_back_fills_the_ring_and_every_batch_sa
         with locker.write() as session:  # SQLite: the database's write lock; Postgres: the table's
             if locker.dialect != "sqlite":
                 session.execute(text("LOCK TABLE prediction_chunks IN ACCESS EXCLUSIVE MODE"))
+            else:  # a session begins on its first statement: take the connection, BEGIN IMMEDIATE
+                session.connection()
             served = []
             for _ in range(150):
                 served.append(log.record(resolved, "logits", 100, np.ones((64, 100), dtype=np.float32), None))
