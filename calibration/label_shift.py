@@ -59,14 +59,20 @@ class PriorEstimate:
 
 
 def em_priors(probs, source_priors=None, tol: float = 1e-8, max_iter: int = 10_000) -> PriorEstimate:
-    """Saerens et al. (2002) EM estimate of the target priors from calibrated posteriors ``probs``
-    (``source_priors``: the priors they are calibrated for; default their mean, which equals the
-    source priors for calibrated probabilities on source data). Stops when no prior moves by more
-    than ``tol``."""
+    """Saerens et al. (2002) EM estimate of the target priors from calibrated posteriors ``probs``;
+    ``source_priors`` (required) are the priors they are calibrated for: the class frequencies of
+    the rows a calibrator was fitted on, or the mean of its calibrated probabilities there (equal
+    for bias-corrected temperature scaling, ``calibration.prior_shift.bcts_fit``). They cannot be
+    derived from ``probs``: their mean is a fixed point of the update, so EM started there returns
+    it after one iteration whatever the shift (a ``ValueError`` without them). Stops when no prior
+    moves by more than ``tol``."""
+    if source_priors is None:
+        raise ValueError("em_priors needs source_priors: the priors the probabilities are calibrated for "
+                         "(the mean of probs is a fixed point of EM, so it cannot stand in for them)")
     p, _ = probabilities_and_labels(probs, None)
     p = p / p.sum(axis=1, keepdims=True)
     k = p.shape[1]
-    pi = p.mean(axis=0) if source_priors is None else _priors(source_priors, k, "source_priors")
+    pi = _priors(source_priors, k, "source_priors")
     safe_pi = np.where(pi > 0, pi, 1.0)
     q = pi.copy()
     for iteration in range(1, max_iter + 1):
