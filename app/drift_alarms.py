@@ -2,7 +2,10 @@
 predictions has a drift monitor, the e-process of ``calibration.monitoring.DriftTest`` on the
 residuals of those rows (its calibrated probabilities, in the order the labels came); each version
 whose predictions were logged has a label-free one, on its logged predictions against a reference
-(the labelled observations through it, fixed when the monitor starts).
+(the labelled observations through it, fixed when the monitor starts). The label-free monitor is
+``calibration.label_free``'s: the reference spends half of ``alpha`` on confidence bounds of its
+means and the e-process runs at the other half with its tolerances widened by those bounds, so
+``alpha`` holds whatever the reference's size.
 ``evaluate`` feeds it the rows that arrived since its last evaluation and records the alarm when
 the e-value first reaches ``1/alpha`` (Ville: under the null the probability that this ever
 happens is at most ``alpha``, however often it is evaluated). It is a plain function of the
@@ -20,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy.exc import IntegrityError
 
 import calibration as cal
-from calibration import monitoring
+from calibration import label_free, monitoring
 
 from . import alarm_store, observation_store, store
 from .alarm_models import DriftMonitorRow
@@ -36,21 +39,44 @@ ECE_ROWS = 10_000  # the gauge's ECE: of the newest rows a version served
 REFERENCE_ROWS = 50_000  # labelled rows the label-free monitor compares the logged predictions with
 
 
-def monitor_view(row: DriftMonitorRow) -> dict:
+def reference_view(row: DriftMonitorRow, drift: float | None) -> dict | None:
+    """What a label-free monitor's reference can see: its rows, the false-alarm probability its
+    bounds spend, the confidence radius, the smallest drift of the expected confidence (and of a
+    class's mean probability) that can alarm, and with ``drift`` the reference rows needed for it."""
+    reference = (row.state or {}).get("reference")
+    if row.signal != "label_free" or not reference or "confidence_radius" not in reference:
+        return None
+    view = {key: reference[key] for key in ("rows", "alpha", "confidence", "confidence_radius", "confidence_sd")}
+    view["max_class_radius"] = max(reference["class_radius"])
+    view["detectable_confidence_drift"] = row.tolerance + reference["confidence_radius"]
+    view["detectable_class_drift"] = row.state["requested"]["class_tolerance"] + view["max_class_radius"]
+    if drift is not None:
+        view["drift"] = drift
+        view["rows_needed"] = label_free.rows_needed(drift, row.tolerance, row.alpha,
+                                                     sd=min(max(reference["confidence_sd"], 1e-3), 0.5))
+    return view
+
+
+def monitor_view(row: DriftMonitorRow, drift: float | None = None) -> dict:
+    level = float((row.state or {}).get("alpha", row.alpha))  # the e-process's (label-free: less the reference's)
     return {"version": row.version, "signal": row.signal, "alpha": row.alpha, "tolerance": row.tolerance,
             "n_rows": row.n_rows,
             "e_value": math.exp(min(row.log_e_value, 700.0)), "log_e_value": row.log_e_value,
-            "max_log_e_value": row.max_log_e_value, "threshold_log_e_value": math.log(1 / row.alpha),
+            "max_log_e_value": row.max_log_e_value, "threshold_log_e_value": math.log(1 / level),
             "alarm": row.alarm_rows is not None, "alarm_rows": row.alarm_rows, "alarmed_at": row.alarmed_at,
-            "ece": row.ece, "ece_rows": row.ece_rows, "evaluated_at": row.evaluated_at}
+            "ece": row.ece, "ece_rows": row.ece_rows, "evaluated_at": row.evaluated_at,
+            "reference": reference_view(row, drift)}
 
 
-def alarms(db: Database, name: str) -> dict:
-    """The alarms raised for ``name`` and the state of every version's monitor."""
+def alarms(db: Database, name: str, drift: float | None = None) -> dict:
+    """The alarms raised for ``name`` and the state of every version's monitor (with ``drift``, each
+    label-free monitor says how many reference rows a drift of the expected confidence that large needs)."""
     check_name(name)
+    if drift is not None and not 0 < drift < 1:
+        raise InvalidInput(f"drift must lie in (0, 1), got {drift!r}")
     with db.read() as session:
         calibrator = store.calibrator_row(session, name)
-        views = [monitor_view(row) for row in alarm_store.monitors(session, calibrator.id)]
+        views = [monitor_view(row, drift) for row in alarm_store.monitors(session, calibrator.id)]
     return {"name": name, "alarms": [v for v in views if v["alarm"]], "monitors": views}
 
 
@@ -111,7 +137,8 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
     for signal, versions in (("labelled", labelled), ("label_free", logged)):
         for version in versions:
             state, after = known.get((version, signal), (None, 0))
-            same = state is not None and all(state.get(k) == v for k, v in options.items())
+            recorded = state if signal == "labelled" or state is None else state.get("requested") or {}
+            same = state is not None and all(recorded.get(k) == v for k, v in options.items())
             step = _labelled if signal == "labelled" else _label_free
             try:
                 outcome = step(service, name, calibrator.id, version, options, state if same else None,
@@ -141,9 +168,9 @@ def _labelled(service, name: str, calibrator_id: int, version: int, options: dic
     return test, chunks[-1].id if chunks else after, ece, ece_rows, {}
 
 
-def _reference(service, name: str, calibrator_id: int, version: int) -> dict | None:
-    """The label-free monitor's reference: mean top-label confidence and mean class probabilities
-    of the newest labelled observations (uploads if there are any) through ``version``."""
+def _reference(service, name: str, calibrator_id: int, version: int) -> np.ndarray | None:
+    """The label-free monitor's reference: the calibrated probabilities of the newest labelled
+    observations (uploads if there are any) through ``version``."""
     with service.db.read() as session:
         index = observation_store.chunk_index(session, calibrator_id, Selection(last=REFERENCE_ROWS,
                                                                                 source="upload")) or \
@@ -151,21 +178,24 @@ def _reference(service, name: str, calibrator_id: int, version: int) -> dict | N
         if not index:
             return None
         probs, _ = _residuals(service, name, version, session, index)
-    return {"confidence": float(probs.max(axis=1).mean()), "mean": probs.mean(axis=0).tolist(),
-            "rows": len(probs)} if len(probs) else None
+    return probs if len(probs) else None
 
 
 def _label_free(service, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
-    reference = state["reference"] if state is not None else _reference(service, name, calibrator_id, version)
-    if reference is None:  # nothing labelled to compare with
-        return None
+    if state is None:
+        probs = _reference(service, name, calibrator_id, version)
+        if probs is None:  # nothing labelled to compare with
+            return None
     with service.db.read() as session:
         facts = alarm_store.logged_chunk_facts(session, calibrator_id, version, after)
     if state is None and not facts:
         return None
     loaded = service.serving(Reference.pinned(name, version))
-    test = monitoring.DriftTest.from_dict(state) if state is not None else monitoring.DriftTest(
-        **options, n_classes=len(reference["mean"]))
+    if state is not None:
+        test = monitoring.DriftTest.from_dict(state)
+        reference = label_free.LabelFreeReference.from_dict(state["reference"])
+    else:
+        test, reference = label_free.label_free_test(probs, **options)
     batch, entries = [], 0
     for position, (chunk_id, size) in enumerate(facts):
         batch.append(chunk_id)
@@ -175,9 +205,9 @@ def _label_free(service, name: str, calibrator_id: int, version: int, options: d
                 kind, inputs = alarm_store.logged_arrays(session, batch)
             if len(inputs):
                 probs = cal.to_host(service.predict(loaded, cal.validate_inputs(inputs, kind)))
-                test.update(*monitoring.label_free_residuals(probs, reference["confidence"], reference["mean"]))
+                test.update(*label_free.residuals(probs, reference))
             batch, entries = [], 0
-    return test, facts[-1][0] if facts else after, None, 0, {"reference": reference}
+    return test, facts[-1][0] if facts else after, None, 0, {"reference": reference.to_dict(), "requested": options}
 
 
 def _save(db: Database, calibrator_id: int, version: int, signal: str, test, last: int, expected_last: int | None,
@@ -186,7 +216,8 @@ def _save(db: Database, calibrator_id: int, version: int, signal: str, test, las
     last chunk then, or ``None`` for a monitor that had no row): then theirs stands, and a new alarm
     is raised (and posted) once, not once per concurrent evaluation."""
     state = {**test.to_dict(), **extra}
-    values = {"alpha": test.alpha, "tolerance": test.tolerance, "n_rows": state["n"], "last_chunk_id": last,
+    asked = extra.get("requested", state)  # the label-free e-process runs at a split alpha, widened tolerances
+    values = {"alpha": asked["alpha"], "tolerance": asked["tolerance"], "n_rows": state["n"], "last_chunk_id": last,
               "log_e_value": state["log_wealth"], "max_log_e_value": state["max_log_wealth"], "state": state,
               "ece": ece, "ece_rows": ece_rows, "evaluated_at": utcnow()}
     try:

@@ -38,6 +38,10 @@ class Monitor(_Open):
     alarm: bool
     alarm_rows: int | None = None
     alarmed_at: datetime | None = None
+    reference: dict[str, Any] | None = Field(
+        None, description="Label-free monitors: the reference's rows, the alpha its confidence bounds spend, "
+                          "its confidence radius, the smallest detectable drift and (with `drift`) the reference "
+                          "rows that drift needs")
 
 
 class AlarmsOut(_Open):

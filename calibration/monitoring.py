@@ -119,7 +119,9 @@ class DriftTest:
     ``alpha``: the false-alarm probability over the whole (unbounded) stream; ``tolerance``:
     ``eps``, the drift of ``mean_confidence - accuracy`` that is not an alarm; ``half_life``: rows
     after which an old residual weighs half in the bet; ``max_bet``: ``c``; ``n_classes`` and
-    ``class_tolerance`` (``eps_c``): the class-frequency game, off without ``n_classes``.
+    ``class_tolerance`` (``eps_c``, one number or one per class ``eps_cj``, the pay-off then
+    ``sum_j lambda_tj r_tj - sum_j |lambda_tj| eps_cj``): the class-frequency game, off without
+    ``n_classes``.
     """
 
     alpha: float = 0.01
@@ -133,12 +135,17 @@ class DriftTest:
     def __post_init__(self):
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must lie in (0, 1), got {self.alpha!r}")
+        if np.ndim(self.class_tolerance):  # one tolerance per class
+            self.class_tolerance = np.asarray(self.class_tolerance, dtype=np.float64)
+            if self.n_classes is None or self.class_tolerance.shape != (int(self.n_classes),):
+                raise ValueError("class_tolerance must be a number or one number per class (n_classes)")
         for name in ("tolerance", "class_tolerance"):
-            if not 0 <= getattr(self, name) < 1:
+            value = np.asarray(getattr(self, name))
+            if not np.all((value >= 0) & (value < 1)):
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
         if not self.half_life > 0:
             raise ValueError(f"half_life must be positive, got {self.half_life!r}")
-        if not 0 < self.max_bet < 1 / (1 + max(self.tolerance, self.class_tolerance)):
+        if not 0 < self.max_bet < 1 / (1 + max(self.tolerance, float(np.max(self.class_tolerance)))):
             raise ValueError(f"max_bet must lie in (0, 1/(1 + tolerance)), got {self.max_bet!r}")
         if self.n_classes is not None and (isinstance(self.n_classes, bool) or int(self.n_classes) < 2):
             raise ValueError(f"n_classes must be at least 2, got {self.n_classes!r}")
@@ -200,7 +207,7 @@ class DriftTest:
             raw = _plug_in(class_mean, class_second, self.class_tolerance)
             total = np.abs(raw).sum(axis=-1, keepdims=True)
             stakes = raw * np.minimum(1.0, self.max_bet / np.maximum(total, 1e-300))
-            gain = (stakes * c).sum(axis=-1) - np.abs(stakes).sum(axis=-1) * self.class_tolerance
+            gain = (stakes * c).sum(axis=-1) - (np.abs(stakes) * self.class_tolerance).sum(axis=-1)
             class_path = self.class_log_wealth[..., None] + np.cumsum(np.log1p(gain), axis=-1)
             self.class_log_wealth = class_path[..., -1].copy()
             path = np.logaddexp(path, class_path) - math.log(2)
@@ -217,7 +224,7 @@ class DriftTest:
         """The options and the state of a single stream, as plain numbers and lists (JSON-safe)."""
         if self.shape:
             raise ValueError("to_dict serialises a single stream (shape ())")
-        return {**{name: getattr(self, name) for name in OPTIONS},
+        return {**{name: np.asarray(getattr(self, name)).tolist() for name in OPTIONS},
                 **{name: getattr(self, name).tolist() for name in STATE_FIELDS}}
 
     @classmethod

@@ -55,11 +55,17 @@ async def get_quality(request: Request, name: str = NAME, window: str = WINDOW, 
 @router.get("/calibrators/{name}/alarms", summary="Drift alarms and monitors",
             response_model=AlarmsOut, responses=problems(404, 422),
             dependencies=[READ])
-async def get_alarms(request: Request, name: str = NAME):
-    """Each served version's anytime-valid drift monitor (its e-value on the labelled predictions
-    it served) and the alarms raised: a monitor alarms once its e-value reaches 1/alpha, which
-    under a calibrated stream happens with probability at most alpha over its whole life."""
-    return _json(await run_in_threadpool(drift_alarms.alarms, _service(request).db, name))
+async def get_alarms(request: Request, name: str = NAME,
+                     drift: float | None = Query(None, gt=0, lt=1, description="A drift of the expected "
+                                                 "confidence: label-free monitors say how many reference rows "
+                                                 "they need to see it")):
+    """Each served version's anytime-valid drift monitors (the e-value on the labelled predictions
+    it served, and without labels on its logged predictions against a labelled reference) and the
+    alarms raised: a monitor alarms once its e-value reaches its threshold, which under no drift
+    happens with probability at most alpha over its whole life, whatever the reference's size (the
+    label-free monitor spends half of alpha on the reference's confidence bounds and widens its
+    tolerances by them; `reference` says what it can see)."""
+    return _json(await run_in_threadpool(drift_alarms.alarms, _service(request).db, name, drift))
 
 
 @router.post("/calibrators/{name}/alarms/evaluate", summary="Evaluate the drift monitors",

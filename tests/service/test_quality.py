@@ -13,6 +13,7 @@ import calibration as cal
 from app import keys
 from app.main import create_app
 from app.settings import Settings
+from calibration.label_free import rows_needed
 from calibration.label_shift import em_priors
 from tests.helpers import load_split
 
@@ -283,3 +284,28 @@ def test_live_stream_with_late_labels_and_a_shift(kind, request, tmp_path, data)
         windows = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"window": "3000", "bootstrap": 0}))
         before, after = (w["calibrated"]["ece"]["estimate"] for w in windows["windows"])
         assert after > before + 0.02
+
+
+def test_the_label_free_monitor_keeps_alpha_with_a_small_reference(client, data):
+    """A reference of 100 labelled rows and 4000 logged predictions of the same distribution: no
+    alarm (against the reference's plain means, its sampling error alone raised one), and the
+    monitor says what its reference can see and how many reference rows a drift of 0.05 needs."""
+    val, val_labels, test, test_labels = data
+    _fit(client, val, val_labels)
+    _ok(client.post(f"/v1/calibrators/{NAME}/observations",
+                    json={"logits": val[:100].tolist(), "labels": val_labels[:100].tolist()}), 201)
+    _ok(client.put(f"/v1/calibrators/{NAME}/logging", json={"sample_rate": 1.0}))
+    rows = np.random.default_rng(4).choice(len(test_labels), 4000)
+    for at in range(0, len(rows), 1000):
+        _ok(client.post(f"/v1/calibrators/{NAME}/calibrate", json={"logits": test[rows[at:at + 1000]].tolist()}))
+    evaluated = _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate", params={"half_life": 200}))
+    (monitor,) = evaluated["monitors"]
+    assert monitor["signal"] == "label_free" and monitor["n_rows"] == 4000
+    assert evaluated["new_alarms"] == [] and not monitor["alarm"]
+    reference = monitor["reference"]
+    assert reference["rows"] == 100 and reference["alpha"] == pytest.approx(0.005)
+    assert monitor["alpha"] == pytest.approx(0.01) and monitor["threshold_log_e_value"] == pytest.approx(np.log(200))
+    assert reference["detectable_confidence_drift"] == pytest.approx(0.02 + reference["confidence_radius"])
+    again = _ok(client.get(f"/v1/calibrators/{NAME}/alarms", params={"drift": 0.05}))
+    needed = again["monitors"][0]["reference"]["rows_needed"]
+    assert needed == rows_needed(0.05, 0.02, 0.01, sd=reference["confidence_sd"]) and needed > 100
