@@ -55,6 +55,10 @@ class LabelShiftOut(_Open):
     name: str
     em: dict[str, Any] | None = Field(None, description="EM's priors (Saerens et al. 2002), iterations, convergence")
     bbse: dict[str, Any] | None = Field(None, description="BBSE's priors (Lipton et al. 2018)")
+    suggestion: dict[str, Any] | None = Field(
+        None, description="The adjustment to serve: EM on bias-corrected temperature scaling, the likelihood-ratio "
+                          "test of no shift (statistic, degrees_of_freedom, p_value, alpha), the shrinkage toward "
+                          "the source priors and suggested_priors (adjust false: serve unadjusted)")
 
 
 class AliasMove(_Open):

@@ -17,7 +17,7 @@ import numpy as np
 
 import calibration as cal
 from calibration import label_shift as shift
-from calibration import quality_plot
+from calibration import prior_shift, quality_plot
 
 from . import alarm_store, observation_store, store
 from .db import Database
@@ -180,15 +180,20 @@ def _window_order(key: str):
     return (0, int(key.split()[1].split("-")[0]), key) if key.startswith("rows ") else (1, 0, key)
 
 
-def label_shift(service, name: str, version: int | None = None, last: int = 50_000) -> dict:
+def label_shift(service, name: str, version: int | None = None, last: int = 50_000, alpha: float = 0.05) -> dict:
     """Class priors of production estimated from the newest ``last`` logged predictions (no labels):
     EM (Saerens et al. 2002) on their calibrated probabilities, each through the version that
     served it (or through ``version``), and BBSE (Lipton et al. 2018) against the labelled
     observations (uploads if there are any, else all) through the same version; the source priors
-    are those observations' class frequencies."""
+    are those observations' class frequencies. ``suggestion``: the adjustment to serve, from
+    ``calibration.prior_shift`` — EM on a bias-corrected temperature scaling of the raw inputs
+    fitted on those observations (whatever the stored method: it is only for the estimate), the
+    likelihood-ratio test of no shift at ``alpha`` and the shrinkage toward the source priors."""
     check_name(name)
     if last < 1:
         raise InvalidInput("last must be >= 1")
+    if not 0 < alpha < 1:
+        raise InvalidInput(f"alpha must lie in (0, 1), got {alpha!r}")
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:
@@ -205,9 +210,9 @@ def label_shift(service, name: str, version: int | None = None, last: int = 50_0
     kind = logged[0][1]
     inputs = np.concatenate([chunk[3] for chunk in logged])
     versions = np.concatenate([np.full(len(chunk[3]), version or chunk[0], dtype=np.int64) for chunk in logged])
-    _, target, _ = calibrated_groups(service, name, kind, inputs, versions)
-    _, source, usable = calibrated_groups(service, name, index[0][3], source_inputs,
-                                          np.full(len(source_labels), reference, dtype=np.int64))
+    raw_target, target, _ = calibrated_groups(service, name, kind, inputs, versions)
+    raw_source, source, usable = calibrated_groups(service, name, index[0][3], source_inputs,
+                                                   np.full(len(source_labels), reference, dtype=np.int64))
     source_labels = source_labels[usable]
     if not len(target) or not len(source_labels):
         raise NotFound(f"the versions that served {name!r}'s rows were deleted")
@@ -217,8 +222,20 @@ def label_shift(service, name: str, version: int | None = None, last: int = 50_0
     bbse = shift.bbse_priors(source, source_labels, target, pi)
     return {"name": name, "version": version, "reference_version": reference, "n_predictions": len(target),
             "n_source_rows": len(source_labels), "source_priors": pi.tolist(), "em": em.to_dict(),
-            "bbse": bbse.to_dict(), "label_free": label_free(target),
+            "bbse": bbse.to_dict(), "suggestion": suggestion(raw_source, source_labels, raw_target, pi, alpha),
+            "label_free": label_free(target),
             "source_label_free": {**label_free(source), "accuracy": cal.accuracy(source, source_labels)}}
+
+
+def suggestion(raw_source: np.ndarray, source_labels: np.ndarray, raw_target: np.ndarray, pi: np.ndarray,
+               alpha: float) -> dict:
+    """``calibration.prior_shift``'s decision on the raw probabilities' logs (BCTS fitted on the
+    labelled source rows), with the BCTS it used."""
+    bcts = prior_shift.bcts_fit(np.log(np.clip(raw_source, 1e-300, 1.0)), source_labels)
+    decision = prior_shift.prior_shift(bcts.predict_proba(np.log(np.clip(raw_target, 1e-300, 1.0))), pi, alpha)
+    return {**decision.to_dict(), "calibration": {"method": "bias_corrected_temperature",
+                                                  "temperature": bcts.temperature, "biases": bcts.biases.tolist(),
+                                                  "converged": bcts.converged, "rows": len(source_labels)}}
 
 
 def quality_figure(service, name: str, query: QualityQuery, fmt: str) -> bytes:

@@ -90,8 +90,15 @@ async def evaluate_alarms(request: Request, name: str = NAME,
             response_model=LabelShiftOut,
             responses=problems(404, 422), dependencies=[READ])
 async def get_label_shift(request: Request, name: str = NAME, version: int | None = VERSION,
-                          last: int = Query(50_000, ge=1, le=5_000_000, description="Newest logged rows used")):
+                          last: int = Query(50_000, ge=1, le=5_000_000, description="Newest logged rows used"),
+                          alpha: float = Query(0.05, gt=0, lt=1, description="Level of the test of no prior "
+                                               "shift that decides whether to suggest an adjustment")):
     """Production class priors estimated without labels from the logged predictions: EM (Saerens
     et al. 2002) on the calibrated probabilities and BBSE (Lipton et al. 2018), with the priors of
-    the labelled observations they shift from, and the label-free signals of the logged rows."""
-    return _json(await admission.run(request, quality.label_shift, _service(request), name, version, last))
+    the labelled observations they shift from, and the label-free signals of the logged rows.
+    `suggestion` is what to serve (calibrate with `"priors": suggested_priors`): EM on a
+    bias-corrected temperature scaling fitted on the labelled observations (Alexandari et al.
+    2020), the likelihood-ratio test of no shift (statistic, degrees of freedom, p-value) and the
+    shrinkage `s` toward the source priors, `max(0, 1 - (k-1)/G)` when the test rejects at `alpha`,
+    else 0 (`adjust` false: keep serving unadjusted)."""
+    return _json(await admission.run(request, quality.label_shift, _service(request), name, version, last, alpha))

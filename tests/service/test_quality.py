@@ -309,3 +309,38 @@ def test_the_label_free_monitor_keeps_alpha_with_a_small_reference(client, data)
     again = _ok(client.get(f"/v1/calibrators/{NAME}/alarms", params={"drift": 0.05}))
     needed = again["monitors"][0]["reference"]["rows_needed"]
     assert needed == rows_needed(0.05, 0.02, 0.01, sd=reference["confidence_sd"]) and needed > 100
+
+
+def test_the_label_shift_suggestion_carries_its_evidence_and_shrinkage(client, data):
+    """The suggestion of GET .../label-shift: EM on a BCTS fitted to the labelled observations, the
+    likelihood-ratio test and the shrinkage, equal to the core's on the same rows; a strong shift is
+    adjusted, to priors near the truth."""
+    from calibration.prior_shift import bcts_fit, prior_shift
+
+    val, val_labels, test, test_labels = data
+    _fit(client, val, val_labels)
+    _ok(client.post(f"/v1/calibrators/{NAME}/observations",
+                    json={"logits": val.tolist(), "labels": val_labels.tolist()}), 201)
+    _ok(client.put(f"/v1/calibrators/{NAME}/logging", json={"sample_rate": 1.0}))
+    rng = np.random.default_rng(0)
+    priors = np.full(10, 0.04)
+    priors[3] = 0.64
+    rows = np.concatenate([rng.choice(np.flatnonzero(test_labels == c), size=int(2000 * p)) for c, p in
+                           enumerate(priors)])
+    _ok(client.post(f"/v1/calibrators/{NAME}/calibrate", json={"logits": test[rows].tolist()}))
+    body = _ok(client.get(f"/v1/calibrators/{NAME}/label-shift"))
+    suggestion = body["suggestion"]
+    source_priors = np.bincount(val_labels, minlength=10) / len(val_labels)
+    bcts = bcts_fit(np.log(np.clip(cal.softmax(val), 1e-300, 1)), val_labels)
+    expected = prior_shift(bcts.predict_proba(np.log(np.clip(cal.softmax(test[rows]), 1e-300, 1))), source_priors)
+    assert suggestion["calibration"]["method"] == "bias_corrected_temperature"
+    assert suggestion["calibration"]["temperature"] == pytest.approx(bcts.temperature, rel=1e-4)
+    assert suggestion["test"]["statistic"] == pytest.approx(expected.statistic, rel=1e-3)
+    assert suggestion["test"]["p_value"] < 1e-10 and suggestion["test"]["degrees_of_freedom"] == 9
+    assert suggestion["adjust"] and suggestion["shrinkage"] == pytest.approx(expected.shrinkage, rel=1e-3)
+    np.testing.assert_allclose(suggestion["suggested_priors"], expected.suggested, atol=1e-4)
+    error = np.abs(np.asarray(suggestion["suggested_priors"]) - priors).sum()
+    assert error < 0.25 * np.abs(source_priors - priors).sum()
+    plain = _ok(client.get(f"/v1/calibrators/{NAME}/label-shift", params={"alpha": 1e-6, "last": 300}))
+    assert plain["suggestion"]["test"]["alpha"] == 1e-6
+    assert client.get(f"/v1/calibrators/{NAME}/label-shift", params={"alpha": 0}).status_code == 422
