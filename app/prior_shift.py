@@ -6,7 +6,9 @@ on to the class priors the caller says production has (Saerens, Latinne & Decaes
 
 where ``π`` is the fit's class frequencies (stored with each version's report as ``class_counts``;
 a version fitted before they were stored needs ``source_priors`` in the request) and ``π'`` the
-request's ``priors`` (for instance the EM estimate of ``GET /v1/calibrators/{name}/label-shift``).
+request's ``priors`` (for instance the ``suggestion`` of ``GET /v1/calibrators/{name}/label-shift``:
+EM on bias-corrected temperature scaling, tested for a shift and shrunk toward the source priors,
+``calibration.prior_shift``; its raw EM estimate can be worse than no adjustment on small sets).
 The calibration must hold for the re-weighting to be right: that is why it is applied after it."""
 
 from __future__ import annotations

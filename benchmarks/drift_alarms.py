@@ -22,9 +22,10 @@ split; a stream draws test rows with replacement (its labels are the rows' label
   rows from the shift to the alarm, its median over the streams that alarmed. The label-free
   e-process (``calibration.monitoring.label_free_residuals``, the service's ``label_free``
   monitor) watches the same rows without their labels, against the unshifted test split's mean
-  confidence and mean class probabilities (in the service the reference is estimated from the
-  labelled observations, whose sampling error the 0.02 tolerances cover); it cannot see a class
-  swap, which only the labels show.
+  confidence and mean class probabilities (the population's own: in the service the reference is
+  estimated from the labelled observations, and ``benchmarks/label_free_reference.py`` measures
+  that monitor, which accounts for the reference's sampling error); it cannot see a class swap,
+  which only the labels show.
 
 Run: ``python benchmarks/drift_alarms.py [streams] [horizon] [shift_streams] [exact_horizon]``
 (default 1000, 100000, 300, 20000; about 7 minutes on one idle core); results in

@@ -44,7 +44,9 @@ an average of e-processes is an e-process, so ``alpha`` holds for the two nulls 
 ``p_tj - m_j``, where ``c0`` and ``m`` are the mean top-label confidence and the mean probabilities
 of a fixed reference set: the null is then "the stream's expected accuracy and mean class
 probabilities stay within the tolerances of the reference's" (covariate or label shift moves
-them). The tolerance must cover the reference's own sampling error (about ``1/sqrt(n_ref)``).
+them). With a reference *estimated* from ``n_ref`` rows the tolerances must also cover its own
+sampling error: ``calibration.label_free`` widens them by the reference's confidence bounds at a
+split alpha, so that alpha holds for any ``n_ref``.
 """
 
 from __future__ import annotations
