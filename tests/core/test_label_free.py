@@ -90,3 +90,18 @@ def test_rows_needed_inverts_the_radius():
     x = np.where(np.arange(n) % 2 == 0, 1.0, 0.5)  # confidences of spread 0.25: the radius at n rows is 0.08
     rows = np.column_stack([x, 1 - x])
     assert reference_of(rows, 0.005).confidence_radius == pytest.approx(0.08, abs=0.005)
+
+
+def test_per_class_tolerances_by_hand():
+    """Two steps of the class game with eps_c = (0.1, 0.3): the second step's stakes are the plug-in
+    bets of the first residual's exponential means, and it pays sum_j l_j r_j - sum_j |l_j| eps_cj."""
+    test = DriftTest(alpha=0.1, tolerance=0.0, half_life=1.0, n_classes=2, class_tolerance=[0.1, 0.3])
+    first, second = np.array([[0.6, -0.6]]), np.array([[0.5, -0.5]])
+    test.update([0.0, 0.0], np.concatenate([first, second]))
+    mean, square = 0.5 * first[0], 0.5 * 0.25 + 0.5 * first[0] ** 2  # keep = 2^-1: m_1 = x_1 / 2
+    raw = np.sign(mean) * np.maximum(np.abs(mean) - [0.1, 0.3], 0) / square
+    stakes = raw * min(1.0, 0.5 / np.abs(raw).sum())
+    gain = (stakes * second[0]).sum() - (np.abs(stakes) * [0.1, 0.3]).sum()
+    assert test.class_log_wealth == pytest.approx(np.log1p(gain))
+    with pytest.raises(ValueError, match="class_tolerance"):
+        DriftTest(n_classes=3, class_tolerance=[0.1, 0.2])
