@@ -129,7 +129,6 @@ def prior_shift(probs, source_priors, alpha: float = 0.05, tol: float = 1e-8, ma
     em = em_priors(p, source_priors, tol=tol, max_iter=max_iter)
     pi = np.asarray(source_priors, dtype=np.float64)
     pi = pi / pi.sum()
-    k = p.shape[1]
     degrees = int((pi > 0).sum()) - 1
     statistic = max(0.0, 2.0 * (log_likelihood(p, pi, em.priors) - log_likelihood(p, pi, pi)))
     if not np.isfinite(statistic):
@@ -138,4 +137,4 @@ def prior_shift(probs, source_priors, alpha: float = 0.05, tol: float = 1e-8, ma
     shrinkage = max(0.0, 1.0 - degrees / statistic) if p_value < alpha and statistic > 0 else 0.0
     suggested = pi + shrinkage * (em.priors - pi)
     return PriorShift(pi, em.priors, statistic, max(degrees, 0), p_value, alpha, shrinkage,
-                      suggested / suggested.sum(), em.iterations, em.converged if k else True)
+                      suggested / suggested.sum(), em.iterations, em.converged)

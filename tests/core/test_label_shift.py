@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.special import softmax
 
 from calibration.label_shift import adjust_priors, em_priors
@@ -85,6 +87,19 @@ def test_no_evidence_keeps_the_source_priors():
             assert decision.shrinkage == 0 and not decision.adjust
             np.testing.assert_array_equal(decision.suggested, np.full(5, 0.2))
     assert kept >= 40
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 6), st.integers(5, 200))
+def test_the_suggestion_lies_between_the_source_priors_and_the_estimate(seed, k, n):
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(k, 0.5), size=n)
+    pi = rng.dirichlet(np.ones(k))
+    decision = prior_shift(p, pi)
+    assert 0 <= decision.shrinkage <= 1 and decision.statistic >= 0 and 0 <= decision.p_value <= 1
+    np.testing.assert_allclose(decision.suggested.sum(), 1.0)
+    np.testing.assert_allclose(decision.suggested, pi + decision.shrinkage * (decision.estimate - pi), atol=1e-12)
+    assert decision.adjust == (decision.p_value < decision.alpha and decision.statistic > k - 1)
 
 
 # -- on the real outputs of ../shared/data --------------------------------------------------------
