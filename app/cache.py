@@ -31,17 +31,17 @@ from .errors import IntegrityFailure
 from .store import ResolvedVersion
 
 
-def load_calibrator(resolved: ResolvedVersion, params_json: str, class_names: list | None,
-                    tensor_names: dict | None, key: bytes | None) -> Calibrator:
+def load_calibrator(resolved: ResolvedVersion, record: integrity.VersionRecord, key: bytes | None) -> Calibrator:
     """Parse stored parameters after checking the version's digest (``app.integrity``)."""
     where = f"calibrator {resolved.name!r} version {resolved.version}"
-    refused = integrity.verify(resolved.checksum, params_json, class_names, tensor_names, key)
+    names = {"calibrator": resolved.name, "version": resolved.version}
+    refused = integrity.verify(resolved.checksum, record, key)
     if refused is not None:
-        raise IntegrityFailure(f"{where} failed its integrity check: {refused}; refusing to serve")
+        raise IntegrityFailure(f"{where} failed its integrity check: {refused}; refusing to serve", **names)
     try:
-        calibrator = from_dict(orjson.loads(params_json))
+        calibrator = from_dict(orjson.loads(record.params_json))
     except (ValueError, orjson.JSONDecodeError) as exc:
-        raise IntegrityFailure(f"the stored parameters of {where} cannot be loaded: {exc}") from exc
+        raise IntegrityFailure(f"the stored parameters of {where} cannot be loaded: {exc}", **names) from exc
     return calibrator
 
 

@@ -98,7 +98,7 @@ def keys_list(args: argparse.Namespace) -> int:
 
 
 def sign_versions(args: argparse.Namespace) -> int:
-    from .store import sign_versions as sign
+    from .version_records import sign_versions as sign
 
     settings = get_settings()
     if settings.integrity_key is None:
@@ -132,8 +132,9 @@ def parser() -> argparse.ArgumentParser:
                      help="do not run `alembic upgrade head` first (also CALIBRATION_MIGRATE_ON_START=false)")
     run.set_defaults(handler=serve)
     commands.add_parser("sign-versions", help="sign stored versions with CALIBRATION_INTEGRITY_KEY",
-                        description="Re-sign every version whose plain SHA-256 digest is intact with the "
-                                    "HMAC key in CALIBRATION_INTEGRITY_KEY (after setting the key).") \
+                        description="Re-sign every version whose digest is intact (plain SHA-256, or an "
+                                    "HMAC of the older form) over its whole record with the HMAC key in "
+                                    "CALIBRATION_INTEGRITY_KEY (after setting the key).") \
         .set_defaults(handler=sign_versions)
     work = commands.add_parser("worker", help="take jobs (fits, comparisons) from the Postgres queue",
                                description="Start job worker processes (Procrastinate, on DATABASE_URL's "

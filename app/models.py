@@ -2,8 +2,8 @@
 
 A calibrator has a unique name and a counter of the versions it has handed out; each fit is an
 immutable version (numbers are never reused, also after a delete); aliases point at versions.
-Parameters are stored as canonical JSON text with a digest over everything served from the
-version (``app.integrity``), verified on load.
+Parameters are stored as canonical JSON text; each version has a digest over every stored
+column (``app.integrity``), verified before it is shown or loaded (``app.version_records``).
 """
 
 from __future__ import annotations

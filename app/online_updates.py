@@ -68,7 +68,7 @@ class OnlineUpdates:
             return None
         values, labels = observation_store.load(session, usable)
         calibrator = load_calibrator(store.ResolvedVersion(name, parent.version, parent.checksum, parent.id),
-                                     parent.params_json, parent.class_names, parent.tensor_names, self.integrity_key)
+                                     integrity.record_of(name, parent), self.integrity_key)
         try:
             probs = calibrator.update_batch(cal.validate_inputs(values, parent.input_kind), labels)
         except ValueError as exc:  # stored rows are validated on the way in: not expected
@@ -81,11 +81,11 @@ class OnlineUpdates:
         row = store.create_version(session, name, {
             "method": parent.method, "input_kind": parent.input_kind, "n_classes": parent.n_classes,
             "n_samples": calibrator.n_samples_, "class_names": parent.class_names, "params_json": params_json,
-            "checksum": integrity.digest(params_json, parent.class_names, parent.tensor_names, self.integrity_key),
             "summary": cal.json_safe(calibrator.summary()), "diagnostics": params["diagnostics"],
             "report": cal.json_safe({"online_update": {
                 "parent_version": parent.version, "rows": n, "chunks": len(usable), "through_chunk": pending[-1][0],
                 "prequential": {"nll": cal.nll(probs, labels), "brier": cal.brier(probs, labels),
                                 "accuracy": cal.accuracy(probs, labels)}}}),
-            "description": parent.description, "tags": parent.tags, "tensor_names": parent.tensor_names})
+            "description": parent.description, "tags": parent.tags, "tensor_names": parent.tensor_names},
+            self.integrity_key)
         return row.version

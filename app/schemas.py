@@ -146,12 +146,6 @@ class VersionOut(BaseModel):
     created_at: datetime
 
 
-class VersionList(BaseModel):
-    name: str
-    versions: list[VersionOut]
-    next_page_token: str | None = None
-
-
 class CalibratorOut(BaseModel):
     name: str
     created_at: datetime

@@ -15,7 +15,7 @@ import numpy as np
 
 import calibration as cal
 
-from . import integrity, prior_shift, promotion, reports, store
+from . import prior_shift, promotion, reports, store, version_records
 from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .comparisons import Comparisons
@@ -146,7 +146,6 @@ class CalibrationService:
             "n_samples": inputs.n,
             "class_names": fields.class_names,
             "params_json": params_json,
-            "checksum": integrity.digest(params_json, fields.class_names, tensor_names, self.integrity_key),
             "summary": summary,
             "diagnostics": params["diagnostics"],
             "report": cal.json_safe(report),
@@ -157,10 +156,11 @@ class CalibrationService:
         if job is not None:
             job.step("storing the version", 95.0)
         with self.db.write() as session:
-            row = store.create_version(session, name, row_fields)
+            row = store.create_version(session, name, row_fields, self.integrity_key)
             if getattr(calibrator, "updates_online", False):  # labels stored after this update it
                 row.report = {**row.report, "online_update": self.observations.online.watermark(session,
                                                                                                  row.calibrator_id)}
+                store.seal(row, name, self.integrity_key)
             view = version_view(name, row, [])
             if job is not None:
                 job.finish_with(session, view)
@@ -172,21 +172,17 @@ class CalibrationService:
     # -- reading ----------------------------------------------------------------------------
 
     def get_version(self, name: str, version: int) -> dict:
+        """The version as the API shows it; ``IntegrityFailure`` naming it when it is damaged."""
         with self.db.read() as session:
-            row = store.get_version(session, name, version)
-            aliases = [a for a, v in store.aliases_of(session, row.calibrator_id).items() if v == version]
-            return version_view(name, row, aliases)
+            raw = version_records.get(session, name, version)
+            aliases = [a for a, v in store.aliases_of(session, raw.calibrator_id).items() if v == version]
+        return version_records.view(name, raw, aliases, self.integrity_key)
 
     def list_versions(self, name: str, page_size: int, page_token: str | None) -> dict:
+        """A page of versions, newest first; damaged ones (``app.version_records``) are left out of
+        ``versions`` and named in ``damaged`` with why."""
         with self.db.read() as session:
-            calibrator, rows, token = store.list_versions(session, name, page_size, page_token)
-            aliases = store.aliases_of(session, calibrator.id)
-            by_version: dict[int, list[str]] = {}
-            for alias, version in aliases.items():
-                by_version.setdefault(version, []).append(alias)
-            return {"name": name,
-                    "versions": [version_view(name, r, by_version.get(r.version, [])) for r in rows],
-                    "next_page_token": token}
+            return version_records.listing(session, name, page_size, page_token, self.integrity_key)
 
     def list_calibrators(self, page_size: int, page_token: str | None) -> dict:
         with self.db.read() as session:
@@ -218,9 +214,10 @@ class CalibrationService:
 
         def load() -> LoadedVersion:
             with self.db.read() as session:
-                params_json, class_names, tensor_names = store.load_for_serving(session, resolved)
-            calibrator = load_calibrator(resolved, params_json, class_names, tensor_names, self.integrity_key)
-            return LoadedVersion(resolved, calibrator, class_names, tensor_names, len(params_json))
+                record = version_records.for_serving(session, resolved)
+            calibrator = load_calibrator(resolved, record, self.integrity_key)
+            return LoadedVersion(resolved, calibrator, record.class_names, record.tensor_names,
+                                 len(record.params_json))
 
         loaded = self.cache.get(resolved, load)
         return loaded if loaded.resolved == resolved else replace(loaded, resolved=resolved)

@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(True, description="`serve` runs `alembic upgrade head` before starting.")
     log_level: str = Field("info", description="Log level of the service's JSON logs.")
     api_keys_enabled: bool = Field(False, description="Require API keys with scopes (see `keys create`).")
+    ui_form_max_bytes: int = Field(4096, ge=256, le=1 << 20, description="Largest body of a dashboard form "
+                                   "post (/ui/login, /ui/logout); 413 above it.")
     api_key_cache_seconds: float = Field(5.0, ge=0, description="How long a process trusts a looked-up key "
                                                                 "(a revocation takes effect within this).")
     device: str = Field("cpu", pattern=DEVICE_PATTERN.pattern,

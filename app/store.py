@@ -66,10 +66,11 @@ def ensure_calibrator(session: Session, name: str) -> int:
     return session.scalar(select(CalibratorRow.id).where(CalibratorRow.name == name))
 
 
-def create_version(session: Session, name: str, fields: dict) -> VersionRow:
-    """Store a new version of ``name`` (creating the name), numbered atomically: one upsert
-    takes the next number (``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``), so a fit racing a
-    delete of its calibrator creates it again instead of finding it gone."""
+def create_version(session: Session, name: str, fields: dict, key: bytes | None) -> VersionRow:
+    """Store a new version of ``name`` (creating the name) with its digest (``seal``), numbered
+    atomically: one upsert takes the next number (``INSERT ... ON CONFLICT DO UPDATE ...
+    RETURNING``), so a fit racing a delete of its calibrator creates it again instead of finding it
+    gone."""
     insert = dialect_insert(session)(CalibratorRow).values(name=name, last_version=1, created_at=utcnow())
     calibrator_id, number = session.execute(
         insert.on_conflict_do_update(index_elements=["name"],
@@ -77,9 +78,15 @@ def create_version(session: Session, name: str, fields: dict) -> VersionRow:
         .returning(CalibratorRow.id, CalibratorRow.last_version)
     ).one()
     row = VersionRow(calibrator_id=calibrator_id, version=number, created_at=utcnow(), **fields)
+    seal(row, name, key)
     session.add(row)
     session.flush()
     return row
+
+
+def seal(row: VersionRow, name: str, key: bytes | None) -> None:
+    """Set the digest of every stored column of ``row`` (``app.integrity``); again after a change."""
+    row.checksum = integrity.digest(integrity.record_of(name, row), key)
 
 
 def encode_token(value: str) -> str:
@@ -132,23 +139,6 @@ def aliases_of(session: Session, calibrator_id: int) -> dict[str, int]:
         .order_by(AliasRow.alias)
     )
     return {alias: version for alias, version in rows}
-
-
-def list_versions(session: Session, name: str, page_size: int, page_token: str | None):
-    calibrator = calibrator_row(session, name)
-    query = (select(VersionRow).where(VersionRow.calibrator_id == calibrator.id)
-             .order_by(VersionRow.version.desc()).limit(page_size + 1))
-    if page_token:
-        try:
-            before = int(decode_token(page_token))
-        except ValueError as exc:
-            raise InvalidInput("invalid page_token") from exc
-        query = query.where(VersionRow.version < before)
-    rows = list(session.scalars(query))
-    more = len(rows) > page_size
-    rows = rows[:page_size]
-    token = encode_token(str(rows[-1].version)) if more and rows else None
-    return calibrator, rows, token
 
 
 def get_version(session: Session, name: str, version: int) -> VersionRow:
@@ -212,27 +202,16 @@ def resolve(database: Database, reference: Reference) -> ResolvedVersion:
     return ResolvedVersion(*row)
 
 
-def _same_version(resolved: ResolvedVersion) -> tuple:
+def same_version(resolved: ResolvedVersion) -> tuple:
     """The row of ``resolved`` only if it is still that version: SQLite reuses the largest row id,
     so a version deleted and refitted after it was resolved may hold the same id."""
     return (VersionRow.id == resolved.version_id, VersionRow.version == resolved.version,
             VersionRow.checksum == resolved.checksum)
 
 
-def load_for_serving(session: Session, resolved: ResolvedVersion):
-    """What serving a version needs: its parameters and its class and tensor names."""
-    row = session.execute(
-        select(VersionRow.params_json, VersionRow.class_names, VersionRow.tensor_names)
-        .where(*_same_version(resolved))
-    ).first()
-    if row is None:
-        raise NotFound(f"calibrator {resolved.name!r} has no version {resolved.version}")
-    return row
-
-
 def version_by_id(session: Session, resolved: ResolvedVersion) -> VersionRow:
     """The row of a resolved version (a 404 if it was deleted since it was resolved)."""
-    row = session.scalar(select(VersionRow).where(*_same_version(resolved)))
+    row = session.scalar(select(VersionRow).where(*same_version(resolved)))
     if row is None:
         raise NotFound(f"calibrator {resolved.name!r} has no version {resolved.version}")
     return row
@@ -244,22 +223,6 @@ def version_numbers(session: Session, name: str) -> list[int]:
     newest = session.scalars(select(VersionRow.version).where(VersionRow.calibrator_id == calibrator.id)
                              .order_by(VersionRow.version.desc()).limit(MAX_PAGE_SIZE))
     return sorted(newest)
-
-
-def sign_versions(session: Session, key: bytes) -> tuple[int, list[str]]:
-    """Sign with ``key`` every version whose unkeyed digest is intact; returns how many were signed
-    and the versions refused (a digest that does not match: never signed over)."""
-    signed, refused = 0, []
-    rows = session.execute(select(VersionRow, CalibratorRow.name).join(CalibratorRow))
-    for row, name in rows:
-        if integrity.verify(row.checksum, row.params_json, row.class_names, row.tensor_names, key) is None:
-            continue
-        if integrity.verify(row.checksum, row.params_json, row.class_names, row.tensor_names, None) is None:
-            row.checksum = integrity.digest(row.params_json, row.class_names, row.tensor_names, key)
-            signed += 1
-        else:
-            refused.append(f"{name} v{row.version}")
-    return signed, refused
 
 
 def delete_calibrator(session: Session, name: str) -> None:

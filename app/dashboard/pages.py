@@ -49,6 +49,10 @@ def versions_page(calibrator: dict, listing: dict, signed_in: bool = False) -> s
             f'<td>{text(v["method"])}</td>{num_cell(v["n_samples"])}{num_cell(v["n_classes"])}'
             f"{num_cell(before)}{num_cell(after)}<td>{aliases(v['aliases'])}</td>"
             f'<td>{text(v["description"])}</td><td>{when(v["created_at"])}</td></tr>')
+    for d in listing.get("damaged", []):
+        rows.append(f'<tr data-damaged="{d["version"]}"><th scope="row" class="num">{d["version"]}</th>'
+                    f'<td colspan="8" class="status-failed">damaged: {text(d["detail"])}</td></tr>')
+    rows.sort(key=lambda row: -int(row.split('"', 2)[1]))  # newest first, the damaged among them
     summary = (f'<p>{calibrator["n_versions"]} version(s); latest {text(calibrator["latest_version"])}. '
                f'Serve <code>{text(name)}</code> (latest), <code>{text(name)}@alias</code> or a pinned version. '
                f'{link(url("jobs", calibrator=name), "Jobs of this calibrator")}; '

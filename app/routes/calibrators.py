@@ -25,10 +25,10 @@ from ..schemas import (
     JobOut,
     ReportOut,
     ReportRequest,
-    VersionList,
     VersionOut,
 )
 from ..service import CalibrationService
+from ..version_schemas import VersionList
 from . import admission, hot_path
 from .auth import ADMIN, READ, WRITE, presented_key
 from .idempotent import idempotent

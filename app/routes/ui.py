@@ -8,13 +8,15 @@ a request may present its key as the API does (``X-API-Key`` or ``Authorization:
 which a browser cannot send on a link, so ``/ui/login`` takes a key in a form, checks its read
 scope and keeps it in an ``HttpOnly; SameSite=Strict`` cookie whose path is ``/ui`` (``Secure``
 over https): the cookie is read by these routes only, never by the API, so it cannot be used to
-write through a forged cross-site request. The key never goes in a URL (nor in the access log).
+write through a forged cross-site request. The forms post only from this service's own pages:
+cross-site posts are refused (``app.routes.forms``), so no other site can sign a browser in with a
+key of its choosing (login CSRF) or out. The key never goes in a URL (nor in the access log).
 Responses carry a Content-Security-Policy that allows no script and no other host.
 """
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs
+from http import HTTPStatus
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -27,6 +29,7 @@ from ..dashboard.online import online_page
 from ..errors import ServiceError
 from ..schemas import JOB_STATES
 from .auth import presented_key
+from .forms import FormRefused, read_form
 from .problems import Problem
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -146,13 +149,17 @@ async def login_form(request: Request):
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request):
-    """A form post (``application/x-www-form-urlencoded``) with ``api_key``: a key with the read
-    scope is kept in the cookie and the browser sent on to ``/ui``."""
+    """A same-origin form post (``app.routes.forms``: cross-site posts get 403, malformed forms a
+    4xx) with ``api_key``: a key with the read scope is kept in the cookie and the browser sent on
+    to ``/ui``."""
+    try:
+        form = await read_form(request, ("api_key",), request.app.state.settings.ui_form_max_bytes)
+    except FormRefused as refused:
+        return html(pages.login_page(refused.detail), refused.status)
     verifier = request.app.state.keys
     if verifier is None:
         return RedirectResponse("/ui", status_code=303)
-    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
-    key = (form.get("api_key") or [""])[0].strip()
+    key = form.get("api_key", "").strip()
     if not key:
         return html(pages.login_page("enter an API key"), 401)
     try:
@@ -169,6 +176,12 @@ async def login(request: Request):
 
 @router.post("/logout")
 async def logout(request: Request):
+    """A same-origin form post with no fields (``app.routes.forms``) that drops the cookie."""
+    try:
+        await read_form(request, (), request.app.state.settings.ui_form_max_bytes)
+    except FormRefused as refused:
+        title = HTTPStatus(refused.status).phrase
+        return html(pages.error_page(refused.status, title, refused.detail, signed_in(request)), refused.status)
     answer = RedirectResponse("/ui/login" if request.app.state.keys is not None else "/ui", status_code=303)
     answer.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
     return answer

@@ -344,6 +344,22 @@ def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, tmp_
             assert isolated.elsewhere == []
         finally:
             isolated.context.close()
+        _a_form_elsewhere_cannot_sign_a_browser_in(browser, base, read_key)
+
+
+def _a_form_elsewhere_cannot_sign_a_browser_in(browser, base: str, key: str) -> None:
+    """Login CSRF: a page of another origin that posts the sign-in form with its own key."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_content(f'<form method="post" action="{base}/ui/login"><input name="api_key" value="{key}">'
+                         '<button type="submit">go</button></form>')
+        with page.expect_navigation() as navigation:
+            page.get_by_role("button", name="go").click()
+        assert navigation.value.status == 403 and "cross-site form posts are refused" in page.content()
+        assert context.cookies() == []
+    finally:
+        context.close()
 
 
 def test_the_online_page_shows_observations_quality_alarms_and_alias_history(page, server, shots):

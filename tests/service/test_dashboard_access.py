@@ -143,3 +143,59 @@ def test_the_jobs_page_reloads_itself_only_while_a_job_is_under_way():
     done = jobs_page([{**job, "status": "failed", "percent": 80.0, "error": {"title": "Invalid input",
                                                                              "detail": "no <optimum>"}}], None, None)
     assert "http-equiv" not in done and "no &lt;optimum&gt;" in done and 'class="status-failed"' in done
+
+
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+
+
+@pytest.mark.parametrize(("body", "headers", "status"), [
+    ("api_key=a&b=1&c=2&d=3&e=4", FORM, 400),                        # more fields than the form has
+    ("api_key=a&api_key=b", FORM, 400),                              # a repeated field
+    ("api_key=a&remember=1", FORM, 400),                             # a field the form does not have
+    ("api_key=%ff%fe", FORM, 400),                                   # not UTF-8 once decoded
+    ("api_key", FORM, 400),                                          # not name=value
+    ("api_key=" + "k" * 5000, FORM, 413),                            # larger than any key
+    ('{"api_key": "a"}', {"content-type": "application/json"}, 415),
+    ("api_key=a", {"content-type": "multipart/form-data; boundary=x"}, 415),
+    ("api_key=a", {}, 415),
+])
+def test_a_malformed_sign_in_form_is_a_4xx_page(secured, body, headers, status):
+    client, _ = secured
+    answer = client.post("/ui/login", content=body, headers=headers, follow_redirects=False)
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"].startswith("text/html") and 'action="/ui/login"' in answer.text
+
+
+CROSS_SITE = [{"Origin": "https://elsewhere.example"}, {"Origin": "null"},
+              {"Origin": "http://testserver.elsewhere.example"}, {"Origin": "http://testserver:8443"},
+              {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+              {"Sec-Fetch-Site": "cross-site", "Origin": "http://testserver"}]
+SAME_ORIGIN = [{"Origin": "http://testserver"}, {"Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"},
+               {"Sec-Fetch-Site": "same-origin", "Origin": "http://testserver"}, {}]
+
+
+def test_the_sign_in_form_refuses_cross_site_posts_and_takes_same_origin_ones(secured):
+    """Login CSRF: a page elsewhere must not sign a browser in with the attacker's key."""
+    client, issued = secured
+    form = f"api_key={issued['read']}"
+    for headers in CROSS_SITE:
+        client.cookies.clear()
+        answer = client.post("/ui/login", content=form, headers={**FORM, **headers}, follow_redirects=False)
+        assert answer.status_code == 403 and "set-cookie" not in answer.headers, headers
+        assert "cross-site" in answer.text, headers
+    for headers in SAME_ORIGIN:
+        client.cookies.clear()
+        answer = client.post("/ui/login", content=form, headers={**FORM, **headers}, follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["set-cookie"].startswith(f"{COOKIE}="), headers
+
+
+def test_sign_out_refuses_cross_site_posts_and_malformed_forms(secured):
+    client, _ = secured
+    for headers in CROSS_SITE:
+        answer = client.post("/ui/logout", headers=headers, follow_redirects=False)
+        assert answer.status_code == 403 and "set-cookie" not in answer.headers, headers
+    for body, headers, status in [("x=1", FORM, 400), ("x=1", {"content-type": "text/plain"}, 415)]:
+        assert client.post("/ui/logout", content=body, headers=headers).status_code == status
+    for headers in SAME_ORIGIN:
+        answer = client.post("/ui/logout", headers={**FORM, **headers}, follow_redirects=False)
+        assert answer.status_code == 303 and f'{COOKIE}=""' in answer.headers["set-cookie"], headers

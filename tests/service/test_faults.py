@@ -287,8 +287,8 @@ def test_a_tampered_row_is_refused_not_served(database_url, tamper):
             refused = client.post(path, json=body)
             said = refused.json()["error" if path.startswith("/v2") else "detail"]
             assert refused.status_code == 500, refused.text
-            assert said == "calibrator 'demo' version 1 failed its integrity check: its parameters or names do " \
-                           "not match their digest; refusing to serve"
+            assert said == "calibrator 'demo' version 1 failed its integrity check: its stored columns (parameters, " \
+                           "names, report, ...) do not match their digest; refusing to serve"
         assert client.post("/v1/calibrators/demo/calibrate", json=BATCH).json()["version"] == 2
 
 

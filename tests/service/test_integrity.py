@@ -1,6 +1,6 @@
-"""Version digests (#17): they cover everything served (parameters, class and tensor names), can be
-keyed (HMAC with CALIBRATION_INTEGRITY_KEY) so that a database writer without the key cannot
-forge a calibrator, and the migration that introduced them never launders a tampered row."""
+"""Version digests (#17): they cover every stored column of a version, can be keyed (HMAC with
+CALIBRATION_INTEGRITY_KEY) so that a database writer without the key cannot forge a calibrator,
+and the migrations that changed them (0005, 0014) never launder a tampered row."""
 
 from __future__ import annotations
 
@@ -35,14 +35,25 @@ def _row(client: TestClient) -> dict:
     return row._asdict()
 
 
-def test_a_keyed_digest_is_the_hmac_of_everything_served(database_url):
+def _whole_record(client: TestClient) -> bytes:
+    """Version 1's record as the digest covers it, from the API's view and the stored parameters:
+    canonical JSON (keys sorted), the creation time in UTC to the microsecond."""
+    view = client.get("/v1/calibrators/demo/versions/1").json()
+    record = {"name": "demo", "version": 1, "method": view["method"], "input_kind": view["input"],
+              "n_classes": view["n_classes"], "n_samples": view["n_samples"], "class_names": view["class_names"],
+              "params_json": _row(client)["params_json"], "summary": view["parameters"],
+              "diagnostics": view["diagnostics"], "report": view["report"], "description": view["description"],
+              "tags": view["tags"], "tensor_names": view["tensor_names"], "created_at": view["created_at"]}
+    assert view["created_at"].endswith("+00:00") and len(view["created_at"]) == len("2026-01-01T00:00:00.000000+00:00")
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+
+def test_a_keyed_digest_is_the_hmac_of_every_stored_column(database_url):
     with _client(database_url, KEY) as client:
-        assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
-        row = _row(client)
-        names = orjson.loads(row["class_names"]) if isinstance(row["class_names"], str) else row["class_names"]
-        message = orjson.dumps([row["params_json"], names, None], option=orjson.OPT_SORT_KEYS)
-        signature = hmac.new(KEY.encode(), message, hashlib.sha256).digest()
-        assert row["checksum"] == "hmac-sha256:" + base64.urlsafe_b64encode(signature).decode().rstrip("=")
+        fitted = client.post("/v1/calibrators/demo/versions", json={**FIT, "tags": {"b": "1", "a": "2"}})
+        assert fitted.status_code == 201
+        signature = hmac.new(KEY.encode(), _whole_record(client), hashlib.sha256).digest()
+        assert _row(client)["checksum"] == "hmac-sha256-v2:" + base64.urlsafe_b64encode(signature).decode().rstrip("=")
         assert client.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 200
     with _client(database_url) as unkeyed:  # a process without the key cannot vouch for the row
         refused = unkeyed.post("/v1/calibrators/demo/versions/1/calibrate", json=BATCH)
@@ -70,7 +81,7 @@ def test_a_writer_without_the_key_cannot_forge_a_version(database_url):
 def test_versions_stored_before_the_key_are_signed_by_the_cli(database_url, monkeypatch):
     with _client(database_url) as client:
         assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
-        assert _row(client)["checksum"].startswith("sha256:")
+        assert _row(client)["checksum"].startswith("sha256-v2:")
     with _client(database_url, KEY) as keyed:
         assert keyed.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 500
     monkeypatch.setenv("DATABASE_URL", database_url)
@@ -85,7 +96,7 @@ def test_versions_stored_before_the_key_are_signed_by_the_cli(database_url, monk
     with _client(database_url, KEY) as keyed:
         served = keyed.post("/v1/calibrators/demo/calibrate", json=BATCH)
         assert served.status_code == 200 and served.json()["predicted_class_name"][0] == "cat"
-        assert _row(keyed)["checksum"].startswith("hmac-sha256:")
+        assert _row(keyed)["checksum"].startswith("hmac-sha256-v2:")
 
 
 def test_the_migration_moves_intact_rows_to_digests_and_keeps_tampered_ones_refused(database_url):
@@ -104,3 +115,56 @@ def test_the_migration_moves_intact_rows_to_digests_and_keeps_tampered_ones_refu
         assert client.post("/v1/calibrators/demo/versions/1/calibrate", json=BATCH).status_code == 200
         tampered = client.post("/v1/calibrators/demo/versions/2/calibrate", json=BATCH)
         assert tampered.status_code == 500 and "integrity check" in tampered.json()["detail"]
+
+
+def _first_digest(row: dict) -> str:
+    names = orjson.loads(row["class_names"]) if isinstance(row["class_names"], str) else row["class_names"]
+    message = orjson.dumps([row["params_json"], names, None], option=orjson.OPT_SORT_KEYS)
+    return "sha256:" + base64.urlsafe_b64encode(hashlib.sha256(message).digest()).decode().rstrip("=")
+
+
+def test_migration_0014_moves_intact_rows_to_whole_record_digests_and_keeps_tampered_ones_refused(database_url):
+    with _client(database_url) as client:
+        for _ in range(2):
+            assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
+        whole = hashlib.sha256(_whole_record(client)).digest()
+        assert _row(client)["checksum"] == "sha256-v2:" + base64.urlsafe_b64encode(whole).decode().rstrip("=")
+    downgrade(database_url, "0011")
+    with _client(database_url) as client:
+        assert _row(client)["checksum"] == _first_digest(_row(client))  # the release before's digest
+        with client.app.state.db.write() as session:  # tamper with version 2 under the first digest
+            session.execute(text("UPDATE calibrator_versions SET params_json = replace(params_json, :old, :new) "
+                                 "WHERE version = 2"), {"old": '"temperature":', "new": '"temperature":1'})
+    upgrade(database_url)
+    with _client(database_url) as client:
+        assert _row(client)["checksum"].startswith("sha256-v2:")
+        assert client.post("/v1/calibrators/demo/versions/1/calibrate", json=BATCH).status_code == 200
+        tampered = client.post("/v1/calibrators/demo/versions/2/calibrate", json=BATCH)
+        assert tampered.status_code == 500 and "do not match their digest" in tampered.json()["detail"]
+        listed = client.get("/v1/calibrators/demo/versions").json()
+        assert [v["version"] for v in listed["versions"]] == [1] and listed["damaged"][0]["version"] == 2
+
+
+def test_versions_signed_with_the_first_digest_still_verify_and_are_re_signed_by_the_cli(database_url, monkeypatch):
+    with _client(database_url, KEY) as client:
+        assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
+        row = _row(client)
+        names = orjson.loads(row["class_names"]) if isinstance(row["class_names"], str) else row["class_names"]
+        message = orjson.dumps([row["params_json"], names, None], option=orjson.OPT_SORT_KEYS)
+        first = "hmac-sha256:" + base64.urlsafe_b64encode(hmac.new(KEY.encode(), message, hashlib.sha256)
+                                                          .digest()).decode().rstrip("=")
+        with client.app.state.db.write() as session:  # as the release before signed it
+            session.execute(text("UPDATE calibrator_versions SET checksum = :checksum"), {"checksum": first})
+    with _client(database_url, KEY) as keyed:
+        assert keyed.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 200
+        assert keyed.get("/v1/calibrators/demo/versions").json()["damaged"] == []
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("CALIBRATION_INTEGRITY_KEY", KEY)
+    get_settings.cache_clear()
+    try:
+        assert cli.main(["sign-versions"]) == 0
+    finally:
+        get_settings.cache_clear()
+    with _client(database_url, KEY) as keyed:
+        assert _row(keyed)["checksum"].startswith("hmac-sha256-v2:")
+        assert keyed.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 200

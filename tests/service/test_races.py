@@ -9,7 +9,7 @@ PRIMARY KEY`` without ``AUTOINCREMENT``), and the store finds a resolved version
 alone: a read that resolved version 4 just before it was deleted and refitted loads version 5's
 parameters, fails their checksum and answers 500 (or, for /v2 metadata, shows version 5's row as
 version 4). ``test_a_resolved_version_whose_row_id_was_reused_is_not_found`` pins that down until
-``store.load_for_serving`` and ``store.version_by_id`` also match the version and checksum."""
+``version_records.for_serving`` and ``store.version_by_id`` also match the version and checksum."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from app import store
+from app import store, version_records
 from app.errors import NotFound
 from app.main import create_app
 from app.migrate import upgrade
@@ -126,6 +126,6 @@ def test_a_resolved_version_whose_row_id_was_reused_is_not_found(kind, request):
         assert client.delete("/v1/calibrators/raced/versions/1").status_code == 204
         assert client.post("/v1/calibrators/raced/versions", json=FIT).json()["version"] == 2
         with database.read() as session, pytest.raises(NotFound, match="'raced' has no version 1"):
-            store.load_for_serving(session, resolved)
+            version_records.for_serving(session, resolved)
         with database.read() as session, pytest.raises(NotFound, match="'raced' has no version 1"):
             store.version_by_id(session, resolved)

@@ -95,4 +95,5 @@ def test_stored_parameters_are_the_calibrator_s_canonical_json(service):
     expected = cal.create("temperature", {"input": KIND}).fit(X, Y).to_dict()
     stored = orjson.loads(row.params_json)
     assert stored["params"] == expected["params"]
-    assert row.checksum == integrity.digest(row.params_json, None, None, None)
+    assert row.checksum == integrity.digest(integrity.record_of("demo", row), None)
+    assert row.checksum.startswith("sha256-v2:")
