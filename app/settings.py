@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     worker_shutdown_seconds: float = Field(60.0, ge=0, description="How long a stopping worker waits for its "
                                            "job to finish before leaving it to the heartbeat rule.")
     idempotency_seconds: float = Field(86400.0, ge=1, description="How long an Idempotency-Key is remembered.")
+    idempotency_lease_seconds: float = Field(30.0, ge=1, le=3600, description="A request being answered "
+                                             "under an Idempotency-Key renews its claim every third of this; a "
+                                             "retry that finds the claim not renewed for this long (its process "
+                                             "died) takes it over and runs again.")
     cache_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Largest total size of the fitted calibrators "
                              "kept in memory per process, counted as the length of their stored parameters "
                              "(canonical JSON); the least recently used are evicted beyond it.")

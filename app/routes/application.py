@@ -122,7 +122,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                                              settings.max_fit_entries),
                                            online_update_rows=settings.online_update_rows)
     scheduler = Scheduler(app.state.service, settings.schedule_seconds, WebhookPolicy.of(settings))
-    app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
+    app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds,
+                                            settings.idempotency_lease_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     app.state.registry.register(JobCollector(database))
