@@ -25,24 +25,24 @@ NAME = "drifty"
 class Receiver:
     """A webhook receiver on a free port: ``answers`` says what to answer to the first, second, ...
     POST of each delivery id (a status code, or "trickle": a 200 response sent one byte every
-    ``TRICKLE_SECONDS``; the last one repeats). Each POST is recorded as (headers, body, seconds
-    from its body read to the end of the answer or of the connection)."""
+    ``TRICKLE_SECONDS``; the last one repeats). Each POST is recorded as (headers, body, when its
+    body was read, when its answer or its connection ended: ``None`` until then)."""
 
     TRICKLE_SECONDS = 0.5
 
     def __init__(self, answers: list):
         self.answers = answers
-        self.posts: list[tuple[dict, dict, float]] = []
+        self.posts: list[tuple[dict, dict, float, float | None]] = []
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 started = time.monotonic()
-                earlier = sum(1 for _, seen, _ in receiver.posts if seen.get("id") == body.get("id"))
+                earlier = sum(1 for _, seen, *_ in receiver.posts if seen.get("id") == body.get("id"))
                 answer = receiver.answers[min(earlier, len(receiver.answers) - 1)]
                 index = len(receiver.posts)
-                receiver.posts.append((dict(self.headers), body, float("nan")))
+                receiver.posts.append((dict(self.headers), body, started, None))
                 if answer == "trickle":
                     response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
                     try:
@@ -57,7 +57,7 @@ class Receiver:
                     self.send_response(answer)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                receiver.posts[index] = (*receiver.posts[index][:2], time.monotonic() - started)
+                receiver.posts[index] = (*receiver.posts[index][:3], time.monotonic())
 
             def log_message(self, *args):
                 pass
@@ -66,6 +66,10 @@ class Receiver:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}/alarms"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def held(self) -> list[float]:
+        """Seconds each POST held its sender, until now for those not ended."""
+        return [(ended or time.monotonic()) - started for *_, started, ended in self.posts]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -142,19 +146,20 @@ def test_an_alarm_raised_by_evaluate_reaches_the_webhook_once(database_url, monk
         scheduler.tick()  # data arrived: another alarms job
         jobs = _wait_for_alarms_jobs(client)
         scheduler.tick()
-        deliveries = _deliveries(client)
+        listed = client.get(f"/v1/calibrators/{NAME}/alarms/deliveries")
         page = client.get(f"/ui/calibrators/{NAME}/online")
     assert len(hook.posts) == len(raised), "each alarm raised by evaluate reaches the receiver exactly once"
+    deliveries = _ok(listed)["deliveries"]
     assert all(j["status"] == "succeeded" for j in jobs), [j.get("error") for j in jobs]  # results are JSON
     assert page.status_code == 200 and all(f'data-delivery="{d["id"]}" data-state="delivered"' in page.text
                                            for d in deliveries)
-    ids = {headers["Webhook-Id"] for headers, _, _ in hook.posts}
-    assert ids == {body["id"] for _, body, _ in hook.posts} == {d["id"] for d in deliveries}
-    assert sorted((b["alarm"]["version"], b["alarm"]["signal"]) for _, b, _ in hook.posts) == sorted(
+    ids = {headers["Webhook-Id"] for headers, *_ in hook.posts}
+    assert ids == {body["id"] for _, body, *_ in hook.posts} == {d["id"] for d in deliveries}
+    assert sorted((b["alarm"]["version"], b["alarm"]["signal"]) for _, b, *_ in hook.posts) == sorted(
         (a["version"], a["signal"]) for a in raised)
     assert all(d["state"] == "delivered" and d["attempts"] == 1 and d["last_error"] is None for d in deliveries)
     assert all(b["calibrator"] == NAME and f"drift alarm on {NAME}" in b["text"]
-               and b["alarm"]["e_value"] >= 1 / b["alarm"]["alpha"] for _, b, _ in hook.posts)
+               and b["alarm"]["e_value"] >= 1 / b["alarm"]["alpha"] for _, b, *_ in hook.posts)
 
 
 def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_retried_until_failed(sqlite_url, monkeypatch,
@@ -171,7 +176,7 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_retried_until_faile
         scheduler = Scheduler(client.app.state.service, 0)
         scheduler.tick()  # data arrived: an alarms job, which raises the alarms
         _wait_for_alarms_jobs(client)
-        held = [seconds for _, _, seconds in hook.posts]  # any POST the job itself made
+        held = hook.held()  # of any POST the job itself made
         assert all(seconds <= deadline + slack for seconds in held), f"a POST held the job for {max(held):.1f} s"
         ticks = []
         limit = time.monotonic() + 120
@@ -182,16 +187,16 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_retried_until_faile
             assert time.monotonic() < limit, (hook.posts, ticks)
             time.sleep(0.1)
         deliveries = _deliveries(client)
-        while any(seconds != seconds for _, _, seconds in hook.posts):  # nan: a handler not done yet
+        while any(ended is None for *_, ended in hook.posts):  # a handler still writing
             time.sleep(0.1)
-    durations = [seconds for _, _, seconds in hook.posts]
+    durations = hook.held()
     assert deliveries and all(d["state"] == "failed" and d["attempts"] == attempts for d in deliveries), deliveries
     assert all("deadline" in d["last_error"] for d in deliveries), deliveries
     assert len(hook.posts) == attempts * len(deliveries)
     assert max(durations) <= deadline + slack, f"a delivery held for {max(durations):.1f} s (deadline {deadline} s)"
     assert max(ticks) <= len(deliveries) * (deadline + 1.0) + 5.0, ticks  # each attempt ended at its deadline
     for delivery in deliveries:
-        posts = [(h, b) for h, b, _ in hook.posts if b["id"] == delivery["id"]]
+        posts = [(h, b) for h, b, *_ in hook.posts if b["id"] == delivery["id"]]
         assert len(posts) == attempts and {h["Webhook-Id"] for h, _ in posts} == {delivery["id"]}
 
 
@@ -204,7 +209,7 @@ def test_a_receiver_that_fails_twice_gets_the_alarm_on_the_third_attempt(databas
         limit = time.monotonic() + 60
         while len(hook.posts) < 3 or any(d["state"] == "pending" for d in _deliveries(client)):
             scheduler.tick()
-            assert time.monotonic() < limit, (hook.posts, _deliveries(client))
+            assert time.monotonic() < limit, f"{len(hook.posts)} POSTs reached the receiver in 60 s"
             time.sleep(0.1)
         for _ in range(3):
             scheduler.tick()
@@ -212,5 +217,5 @@ def test_a_receiver_that_fails_twice_gets_the_alarm_on_the_third_attempt(databas
     assert raised and len(deliveries) == len(raised)
     assert all(d["attempts"] == 3 and d["state"] == "delivered" for d in deliveries)
     for delivery in deliveries:  # 500, 503, then 204: three POSTs of the same id, none after
-        assert [h["Webhook-Id"] for h, b, _ in hook.posts if b["id"] == delivery["id"]] == [delivery["id"]] * 3
+        assert [h["Webhook-Id"] for h, b, *_ in hook.posts if b["id"] == delivery["id"]] == [delivery["id"]] * 3
     assert len(hook.posts) == 3 * len(deliveries)
