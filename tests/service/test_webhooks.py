@@ -196,8 +196,10 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_retried_until_faile
     assert max(durations) <= deadline + slack, f"a delivery held for {max(durations):.1f} s (deadline {deadline} s)"
     assert max(ticks) <= len(deliveries) * (deadline + 1.0) + 5.0, ticks  # each attempt ended at its deadline
     for delivery in deliveries:
-        posts = [(h, b) for h, b, *_ in hook.posts if b["id"] == delivery["id"]]
-        assert len(posts) == attempts and {h["Webhook-Id"] for h, _ in posts} == {delivery["id"]}
+        posts = [(h, b, started) for h, b, started, _ in hook.posts if b["id"] == delivery["id"]]
+        assert len(posts) == attempts and {h["Webhook-Id"] for h, _, _ in posts} == {delivery["id"]}
+        # the retry began after the first attempt's deadline and the backoff (less a POST's own ms)
+        assert posts[1][2] - posts[0][2] >= deadline + 0.2 - 0.05, posts
 
 
 def test_a_receiver_that_fails_twice_gets_the_alarm_on_the_third_attempt(database_url, monkeypatch, receiver):
@@ -218,4 +220,7 @@ def test_a_receiver_that_fails_twice_gets_the_alarm_on_the_third_attempt(databas
     assert all(d["attempts"] == 3 and d["state"] == "delivered" for d in deliveries)
     for delivery in deliveries:  # 500, 503, then 204: three POSTs of the same id, none after
         assert [h["Webhook-Id"] for h, b, *_ in hook.posts if b["id"] == delivery["id"]] == [delivery["id"]] * 3
+        began = [started for _, b, started, _ in hook.posts if b["id"] == delivery["id"]]
+        gaps = np.diff(began)  # at least the backoff, doubled: 0.1 s, then 0.2 s (less a POST's own ms)
+        assert gaps[0] >= 0.1 - 0.05 and gaps[1] >= 0.2 - 0.05, gaps
     assert len(hook.posts) == 3 * len(deliveries)
