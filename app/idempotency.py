@@ -84,6 +84,8 @@ class IdempotencyKeys:
             if claimed is not None:
                 return None
             row = session.get(IdempotencyRow, (scope, key))
+            if row is None:  # let go (its request failed) since the insert met it
+                raise Conflict("a request with this Idempotency-Key just failed; retry")
             same = row.request_sha256 == digest
             taken = same and row.status_code is None and session.execute(
                 update(IdempotencyRow).where(
