@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 import calibration as cal
 from calibration import label_free, monitoring
 
-from . import alarm_store, observation_store, store
+from . import alarm_store, observation_store, store, webhooks
 from .alarm_models import DriftMonitorRow
 from .db import Database
 from .errors import InvalidInput, NotFound
@@ -113,11 +113,12 @@ def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[f
 
 
 def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
-             class_tolerance: float = 0.02) -> dict:
+             class_tolerance: float = 0.02, webhook_url: str | None = None) -> dict:
     """Bring every version's monitors up to date: on the labelled rows it served and, without
     labels, on its logged predictions against the labelled observations (uploads if any) as the
     reference, fixed when the monitor starts. A monitor whose options differ from these starts
-    again from the first row. Returns what ``alarms`` returns, with ``new_alarms``."""
+    again from the first row. Each new alarm is queued for ``webhook_url`` (``app.webhooks``) in
+    the transaction that records it. Returns what ``alarms`` returns, with ``new_alarms``."""
     check_name(name)
     options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
                "class_tolerance": class_tolerance}
@@ -150,7 +151,8 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
             test, last, ece, ece_rows, extra = outcome
             before = int(state["alarm_at"]) if same else -1
             seen = known[(version, signal)][1] if (version, signal) in known else None  # the row as read
-            if _save(service.db, calibrator.id, version, signal, test, last, seen, ece, ece_rows, extra) \
+            if _save(service.db, (name, calibrator.id), version, signal, test, last, seen, ece, ece_rows, extra,
+                     [webhook_url] if webhook_url else []) \
                     and before < 0 <= int(test.alarm_at):
                 new_alarms.append({"version": version, "signal": signal})
     return {**alarms(service.db, name), "new_alarms": new_alarms}
@@ -210,11 +212,12 @@ def _label_free(service, name: str, calibrator_id: int, version: int, options: d
     return test, facts[-1][0] if facts else after, None, 0, {"reference": reference.to_dict(), "requested": options}
 
 
-def _save(db: Database, calibrator_id: int, version: int, signal: str, test, last: int, expected_last: int | None,
-          ece: float | None, ece_rows: int, extra: dict) -> bool:
+def _save(db: Database, calibrator: tuple[str, int], version: int, signal: str, test, last: int,
+          expected_last: int | None, ece: float | None, ece_rows: int, extra: dict, webhook_urls: list[str]) -> bool:
     """Store the monitor unless another evaluation moved it since it was read (``expected_last``, its
     last chunk then, or ``None`` for a monitor that had no row): then theirs stands, and a new alarm
-    is raised (and posted) once, not once per concurrent evaluation."""
+    is raised (and queued for ``webhook_urls``) once, not once per concurrent evaluation."""
+    name, calibrator_id = calibrator
     state = {**test.to_dict(), **extra}
     asked = extra.get("requested", state)  # the label-free e-process runs at a split alpha, widened tolerances
     values = {"alpha": asked["alpha"], "tolerance": asked["tolerance"], "n_rows": state["n"], "last_chunk_id": last,
@@ -233,6 +236,7 @@ def _save(db: Database, calibrator_id: int, version: int, signal: str, test, las
                     setattr(row, key, value)
             if state["alarm_at"] >= 0 and row.alarm_rows is None:
                 row.alarm_rows, row.alarmed_at = state["alarm_at"], utcnow()
+                webhooks.queue_alarm(session, name, row, webhook_urls)
             elif state["alarm_at"] < 0:
                 row.alarm_rows, row.alarmed_at = None, None
     except IntegrityError:  # a concurrent first evaluation created it

@@ -60,6 +60,7 @@ LOSS_NAMES = {
     "prediction_epochs": ("epoch of the prediction log", "epochs of the prediction log"),
     "evaluations": ("evaluation", "evaluations"),
     "drift_monitors": ("drift monitor", "drift monitors"),
+    "webhook_deliveries": ("webhook delivery", "webhook deliveries"),
 }
 
 

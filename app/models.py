@@ -148,7 +148,9 @@ class JobRow(Base):
 
 class IdempotencyRow(Base):
     """A request sent with an ``Idempotency-Key``: the key (per operation), the sha256 of the
-    request, and once it is answered the response to replay to a retry."""
+    request, and once it is answered the response to replay to a retry. While it is being answered,
+    ``owner`` (the claiming process and request) holds it until ``lease_expires_at``, which that
+    request renews as it runs; a lapsed lease means its process died."""
 
     __tablename__ = "idempotency_keys"
 
@@ -159,6 +161,8 @@ class IdempotencyRow(Base):
     response: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     headers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class ApiKeyRow(Base):

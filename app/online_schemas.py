@@ -51,6 +51,25 @@ class AlarmsOut(_Open):
     new_alarms: list[dict[str, Any]] | None = Field(None, description="Raised by this evaluation (POST only)")
 
 
+class WebhookDelivery(_Open):
+    id: str = Field(description="The delivery id: the `Webhook-Id` header and the body's `id`, the same on "
+                                "every attempt")
+    version: int
+    signal: str
+    state: str = Field(description="`pending`, `delivered` or `failed` (after the last allowed attempt)")
+    attempts: int = Field(description="Attempts begun")
+    url: str = Field(description="The receiver's scheme and host (its path is not shown: it may hold a secret)")
+    next_attempt_at: datetime | None = Field(None, description="When the next attempt may begin (pending only)")
+    last_error: str | None = Field(None, description="What the latest failed attempt met")
+    created_at: datetime
+    delivered_at: datetime | None = None
+
+
+class DeliveriesOut(_Open):
+    name: str
+    deliveries: list[WebhookDelivery] = Field(description="The newest 100, newest first")
+
+
 class LabelShiftOut(_Open):
     name: str
     em: dict[str, Any] | None = Field(None, description="EM's priors (Saerens et al. 2002), iterations, convergence")

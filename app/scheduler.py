@@ -3,12 +3,15 @@ thread of each API process
 - submits an ``alarms`` job (``app.drift_alarms.evaluate``: the drift monitors brought up to date)
   for each calibrator whose observations or prediction log grew since the thread last looked, and
 - checks every calibrator's refit policy (``app.policies.run``), which submits a refit job when its
-  trigger fired (N new labels, a drift alarm, a schedule).
+  trigger fired (N new labels, a drift alarm, a schedule), and
+- makes the due attempts of the webhook deliveries of new alarms (``app.webhooks.deliver_due``),
+  each bounded by its deadline, after the checks so that a slow receiver delays no policy.
 
 Several API processes (or replicas) may check at once: ``policies.run`` takes the calibrator's row
 lock and records the run in the same transaction, so a trigger submits one job, not one per
 process; two ``alarms`` jobs for the same rows are harmless (a monitor is saved only if no other
-evaluation moved it meanwhile), merely redundant. A failing check is logged and tried again at the
+evaluation moved it meanwhile), merely redundant; a webhook attempt is claimed in the database
+before it is made, so one process makes it. A failing check is logged and tried again at the
 next tick; it never stops the thread.
 """
 
@@ -19,11 +22,12 @@ import threading
 
 from sqlalchemy import func, select
 
-from . import policies
+from . import policies, webhooks
 from .errors import ServiceError
 from .logs import first_line
 from .models import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 from .promotion_models import RefitPolicyRow
+from .settings import get_settings
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +52,17 @@ def data_marks(db) -> dict[str, tuple[int, int]]:
 
 
 class Scheduler:
-    def __init__(self, service, seconds: float):
+    def __init__(self, service, seconds: float, webhook_policy: webhooks.WebhookPolicy | None = None):
         self.service = service
         self.seconds = seconds
+        self.webhook_policy = webhook_policy or webhooks.WebhookPolicy.of(get_settings())
         self.seen: dict[str, tuple[int, int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def tick(self) -> list[dict]:
-        """Look once: alarm evaluations where data arrived, then every policy; returns the jobs submitted."""
+        """Look once: alarm evaluations where data arrived, then every policy, then the webhook
+        deliveries due; returns the jobs submitted."""
         submitted = []
         if self.service.prediction_log is not None:  # this process's served rows, not only the flushed ones
             self.service.prediction_log.flush()
@@ -77,6 +83,7 @@ class Scheduler:
             if fired:
                 logger.info("refit policy of %s submitted job %s", name, answer["id"])
                 submitted.append(answer)
+        webhooks.deliver_due(self.service.db, self.webhook_policy)
         return submitted
 
     def _run(self) -> None:

@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     worker_shutdown_seconds: float = Field(60.0, ge=0, description="How long a stopping worker waits for its "
                                            "job to finish before leaving it to the heartbeat rule.")
     idempotency_seconds: float = Field(86400.0, ge=1, description="How long an Idempotency-Key is remembered.")
+    idempotency_lease_seconds: float = Field(30.0, ge=1, le=3600, description="A request being answered "
+                                             "under an Idempotency-Key renews its claim every third of this; a "
+                                             "retry that finds the claim not renewed for this long (its process "
+                                             "died) takes it over and runs again.")
     cache_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Largest total size of the fitted calibrators "
                              "kept in memory per process, counted as the length of their stored parameters "
                              "(canonical JSON); the least recently used are evicted beyond it.")
@@ -148,10 +152,18 @@ class Settings(BaseSettings):
                                     "online_temperature) stores its next version once this many labelled rows "
                                     "arrived since its latest (app/online_updates.py).")
     schedule_seconds: float = Field(60.0, ge=0, description="How often each API process submits drift-monitor "
-                                    "jobs where observations or logged predictions arrived, and checks the refit "
-                                    "policies (a fired one submits a refit job); 0 turns both off.")
+                                    "jobs where observations or logged predictions arrived, checks the refit "
+                                    "policies (a fired one submits a refit job), then sends the due webhook "
+                                    "deliveries; 0 turns all three off.")
     alarm_webhook_url: str | None = Field(None, pattern=r"^https?://", description="New drift alarms are POSTed "
-                                          "here as JSON (Slack-compatible `text` plus the alarms); unset: none.")
+                                          "here as JSON (Slack-compatible `text` plus the alarm), one delivery "
+                                          "per alarm with a `Webhook-Id`; unset: none.")
+    webhook_deadline_seconds: float = Field(10.0, gt=0, le=300, description="Total time one webhook attempt "
+                                            "may take (connect, send, the whole answer); cut off after it.")
+    webhook_attempts: int = Field(5, ge=1, le=100, description="Attempts per webhook delivery; after the last "
+                                  "failed one it is `failed`.")
+    webhook_backoff_seconds: float = Field(30.0, ge=0, le=86400, description="Wait before a webhook's second "
+                                           "attempt, doubled before each next one.")
     retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the retention settings "
                                               "are applied.")
 

@@ -5,6 +5,7 @@ another process, cancelled) is left alone, so offering it twice runs it once."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -12,7 +13,7 @@ import threading
 
 from calibration import json_safe
 
-from . import drift_alarms, fan_out, job_store, policies, webhooks
+from . import drift_alarms, fan_out, job_store, policies
 from .batches import validated
 from .db import Database
 from .errors import ServiceError
@@ -80,7 +81,7 @@ def _run_claimed(db: Database, job_id: str) -> None:
             result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
             _finish(db, job_id, "succeeded", result=result)
         elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.scheduler)
-            _finish(db, job_id, "succeeded", result=json_safe(_evaluate_alarms(service, calibrator)))
+            _finish(db, job_id, "succeeded", result=_evaluate_alarms(service, calibrator))
         elif kind == fan_out.PART:
             _run_part(db, service, job_id, request, progress)
         elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
@@ -97,13 +98,10 @@ def _run_claimed(db: Database, job_id: str) -> None:
 
 
 def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
-    """The drift monitors brought up to date; new alarms told to CALIBRATION_ALARM_WEBHOOK_URL."""
-    result = drift_alarms.evaluate(service, name)
-    url = get_settings().alarm_webhook_url
-    if url and result["new_alarms"]:
-        result["webhook"] = webhooks.post_alarms(url, webhooks.alarm_message(name, result["new_alarms"],
-                                                                              result["monitors"]))
-    return result
+    """The drift monitors brought up to date, new alarms queued for CALIBRATION_ALARM_WEBHOOK_URL
+    (``app.webhooks``; the scheduler delivers them); as a job's result (times as ISO 8601 text)."""
+    result = drift_alarms.evaluate(service, name, webhook_url=get_settings().alarm_webhook_url)
+    return json.loads(json.dumps(json_safe(result), default=lambda value: value.isoformat()))
 
 
 def _fit_batch(service: CalibrationService, request: dict, payload: bytes | None, shared: bool = False):

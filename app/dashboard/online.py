@@ -1,6 +1,7 @@
 """The dashboard's page of a calibrator's online loop: its observations, calibration quality per
-window (ECE calibrated and not, with intervals), drift monitors and alarms, challenger
-evaluations, and the history of every alias, from the dicts the service returns (the API's JSON, before encoding)."""
+window (ECE calibrated and not, with intervals), drift monitors and alarms with their webhook
+deliveries, challenger evaluations, and the history of every alias, from the dicts the service
+returns (the API's JSON, before encoding)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ def _monitors(alarms: dict) -> str:
                  "monitors")
 
 
+def _deliveries(listing: dict) -> str:
+    rows = [f'<tr data-delivery="{text(d["id"])}" data-state="{text(d["state"])}"><td>{when(d["created_at"])}</td>'
+            f'{num_cell(d["version"], 0)}<td>{text(d["signal"])}</td><td>{text(d["state"])}</td>'
+            f'{num_cell(d["attempts"], 0)}<td>{text(d["last_error"] or "")}</td><td><code>{text(d["id"])}</code></td>'
+            '</tr>' for d in listing["deliveries"]]
+    return table("Webhook deliveries of the alarms, newest first", ["Raised", "Version", "Signal", "State",
+                 "Attempts", "Last error", "Webhook-Id"], rows, {1, 4}, "deliveries")
+
+
 def _evaluations(listing: dict) -> str:
     rows = [f'<tr data-evaluation="{text(e["id"])}"><td>{when(e["created_at"])}</td>{num_cell(e["challenger"], 0)}'
             f'{num_cell(e["champion"], 0)}{num_cell(e["n_rows"], 0)}{num_cell(e["alpha"], 2)}'
@@ -69,13 +79,14 @@ def _history(history: dict) -> str:
 
 
 def online_page(name: str, summary: dict, quality: dict, alarms: dict, histories: list[dict], evaluations: dict,
-                signed_in: bool = False) -> str:
+                signed_in: bool = False, deliveries: dict | None = None) -> str:
     body = (crumbs(("/ui", "Calibrators"), (url("calibrators", name), name), (None, "Online"))
             + "<h2>Observations</h2>" + _observations(summary)
             + "<h2>Calibration over time</h2>" + (_quality(quality) if quality["windows"] else
                                                   "<p>No labelled observations yet.</p>")
             + "<h2>Drift alarms</h2>" + (_monitors(alarms) if alarms["monitors"] else
                                          "<p>No monitor has been evaluated yet.</p>")
+            + (_deliveries(deliveries) if deliveries and deliveries["deliveries"] else "")
             + "<h2>Evaluations</h2>" + (_evaluations(evaluations) if evaluations["evaluations"] else
                                         "<p>No evaluation yet.</p>")
             + "<h2>Alias history</h2>" + ("".join(_history(h) for h in histories) or "<p>No aliases.</p>")

@@ -25,6 +25,7 @@ from ..scheduler import Scheduler
 from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
+from ..webhooks import WebhookPolicy
 from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, shortcut, ui, v2
 from . import promotion as promotion_routes
 from . import quality as quality_routes
@@ -120,8 +121,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                                              settings.max_observation_bytes,
                                                              settings.max_fit_entries),
                                            online_update_rows=settings.online_update_rows)
-    scheduler = Scheduler(app.state.service, settings.schedule_seconds)
-    app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds)
+    scheduler = Scheduler(app.state.service, settings.schedule_seconds, WebhookPolicy.of(settings))
+    app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds,
+                                            settings.idempotency_lease_seconds)
     app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
     app.state.registry = CollectorRegistry()
     app.state.registry.register(JobCollector(database))

@@ -1,8 +1,11 @@
 """``Idempotency-Key`` on the POSTs that create something (``app.idempotency``): a retried
-request gets the first one's answer, marked ``Idempotent-Replayed: true``."""
+request gets the first one's answer, marked ``Idempotent-Replayed: true``. While a request is
+answered, a task renews its claim's lease."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
@@ -12,7 +15,9 @@ from starlette.responses import Response
 
 from ..decoding import RequestBody
 from ..idempotency import IdempotencyKeys, StoredAnswer, request_digest
+from ..logs import first_line
 
+logger = logging.getLogger(__name__)
 REPLAYED_HEADERS = ("content-type", "location", "etag", "preference-applied")
 
 
@@ -24,18 +29,37 @@ async def idempotent(request: Request, body: RequestBody, answer: Callable[[], A
     keys: IdempotencyKeys = request.app.state.idempotency
     scope = f"{request.method} {request.url.path}"
     digest = request_digest(body.content_type or "", urlencode(sorted(body.query.items())), body.content)
-    stored = await run_in_threadpool(keys.claim, scope, key, digest)
+    owner = keys.new_owner()
+    stored = await run_in_threadpool(keys.claim, scope, key, digest, owner)
     if stored is not None:
         return Response(stored.content, status_code=stored.status_code,
                         headers={**stored.headers, "Idempotent-Replayed": "true"})
+    renewing = asyncio.create_task(_renew(keys, scope, key, owner))
     try:
-        response = await answer()
+        try:
+            response = await answer()
+        finally:
+            renewing.cancel()
     except BaseException:
-        await run_in_threadpool(keys.release, scope, key)
+        await run_in_threadpool(keys.release, scope, key, owner)
         raise
     if response.status_code >= 400:
-        await run_in_threadpool(keys.release, scope, key)
+        await run_in_threadpool(keys.release, scope, key, owner)
         return response
     headers = {name: value for name, value in response.headers.items() if name in REPLAYED_HEADERS}
-    await run_in_threadpool(keys.store, scope, key, StoredAnswer(response.status_code, response.body, headers))
+    if not await run_in_threadpool(keys.store, scope, key, StoredAnswer(response.status_code, response.body, headers),
+                                   owner):
+        logger.warning("the claim of Idempotency-Key %r on %s was taken over while it was answered", key, scope)
     return response
+
+
+async def _renew(keys: IdempotencyKeys, scope: str, key: str, owner: str) -> None:
+    """Renew the claim's lease every third of it until cancelled (the request has its answer)."""
+    while True:
+        await asyncio.sleep(keys.lease_seconds / 3)
+        try:
+            if not await run_in_threadpool(keys.renew, scope, key, owner):
+                logger.warning("the claim of Idempotency-Key %r on %s was taken over", key, scope)
+                return
+        except Exception as exc:  # the database is away: try again at the next beat
+            logger.warning("renewing the claim of Idempotency-Key %r failed: %s", key, first_line(exc))

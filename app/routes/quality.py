@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import drift_alarms, quality
+from .. import drift_alarms, quality, webhooks
 from ..encoding import image_format
-from ..online_schemas import AlarmsOut, LabelShiftOut, QualityOut
+from ..online_schemas import AlarmsOut, DeliveriesOut, LabelShiftOut, QualityOut
 from ..service import CalibrationService
 from . import admission
 from .auth import READ, WRITE
@@ -83,7 +83,16 @@ async def evaluate_alarms(request: Request, name: str = NAME,
     things: that mean confidence minus accuracy stays within `tolerance`, and that each class's mean
     probability minus its frequency stays within `class_tolerance` (a label shift breaks this)."""
     return _json(await admission.run(request, drift_alarms.evaluate, _service(request), name, alpha, tolerance,
-                                     half_life, class_tolerance))
+                                     half_life, class_tolerance, request.app.state.settings.alarm_webhook_url))
+
+
+@router.get("/calibrators/{name}/alarms/deliveries", summary="Webhook deliveries of the drift alarms",
+            response_model=DeliveriesOut, responses=problems(404, 422), dependencies=[READ])
+async def get_alarm_deliveries(request: Request, name: str = NAME):
+    """Each new alarm is POSTed once to `CALIBRATION_ALARM_WEBHOOK_URL`, whichever evaluation raised
+    it: a delivery per alarm, retried with backoff until it is answered 2xx (`delivered`) or its
+    attempts run out (`failed`, with the last error)."""
+    return _json(await run_in_threadpool(webhooks.deliveries, _service(request).db, name))
 
 
 @router.get("/calibrators/{name}/label-shift", summary="Label-shift estimate from the prediction log",

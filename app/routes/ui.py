@@ -22,7 +22,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import drift_alarms, evaluations, promotion, quality
+from .. import drift_alarms, evaluations, promotion, quality, webhooks
 from ..dashboard import pages
 from ..dashboard.html import CONTENT_SECURITY_POLICY
 from ..dashboard.online import online_page
@@ -118,7 +118,8 @@ async def online(request: Request, name: str, window: str = Query("day", max_len
         histories = [promotion.history(service.db, name, alias) for alias in calibrator["aliases"]]
         return online_page(name, service.observations.summary(name), quality.quality(service, name, query),
                            drift_alarms.alarms(service.db, name), histories,
-                           evaluations.list_evaluations(service.db, name), signed_in(request))
+                           evaluations.list_evaluations(service.db, name), signed_in(request),
+                           webhooks.deliveries(service.db, name))
 
     return await render(request, build)
 

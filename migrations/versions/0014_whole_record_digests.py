@@ -11,7 +11,7 @@ downgrade moves intact ``sha256-v2:`` rows back; rows signed over the whole reco
 vouched for by the old digest without the key, and stay refused by the release before.
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0013
 Create Date: 2026-11-27
 """
 
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0014"
-down_revision: str | None = "0011"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -129,7 +129,7 @@ def test_migration_0014_moves_intact_rows_to_whole_record_digests_and_keeps_tamp
             assert client.post("/v1/calibrators/demo/versions", json=FIT).status_code == 201
         whole = hashlib.sha256(_whole_record(client)).digest()
         assert _row(client)["checksum"] == "sha256-v2:" + base64.urlsafe_b64encode(whole).decode().rstrip("=")
-    downgrade(database_url, "0011")
+    downgrade(database_url, "0013")
     with _client(database_url) as client:
         assert _row(client)["checksum"] == _first_digest(_row(client))  # the release before's digest
         with client.app.state.db.write() as session:  # tamper with version 2 under the first digest
