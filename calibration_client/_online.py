@@ -1,13 +1,15 @@
 """The client's operations of the online loop (written once for both clients, as in
 ``_protocol``): append observations, turn the prediction log on, post labels of logged
-predictions, summarise the observations, and fit on them."""
+predictions, summarise the observations, fit on them; quality, drift alarms, the label-shift
+estimate, evaluations, alias moves and refit policies."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._protocol import NPZ, Call, Operation, _labelled, _query, _segment, version_or_job
+from ._protocol import NPZ, Call, Operation, _labelled, _query, _segment, version_or_job, wait_for_job
 from .codec import encode_npz
+from .models import Job
 
 
 def _base(name: str) -> str:
@@ -75,3 +77,32 @@ def evaluate(name: str, challenger, champion, alpha: float, observations: dict |
 def move_alias(name: str, alias: str, version: int, evaluation: str | None) -> Operation:
     body = {"version": int(version)} | ({"evaluation": evaluation} if evaluation else {})
     return (yield from put(f"{_base(name)}/aliases/{_segment(alias)}", body))
+
+
+# -- the online steps' knobs: alarms, label shift, refit policies ---------------------------------
+
+def alarms(name: str, drift: float | None) -> Operation:
+    return (yield from get(f"{_base(name)}/alarms", _query(drift=drift)))
+
+
+def evaluate_alarms(name: str, alpha: float | None, tolerance: float | None, half_life: float | None,
+                    class_tolerance: float | None) -> Operation:
+    """Feed the drift monitors; options left ``None`` take the service's defaults."""
+    query = _query(alpha=alpha, tolerance=tolerance, half_life=half_life, class_tolerance=class_tolerance)
+    return (yield Call("POST", f"{_base(name)}/alarms/evaluate", params=query)).json()
+
+
+def label_shift(name: str, version: int | None, last: int | None, alpha: float | None) -> Operation:
+    return (yield from get(f"{_base(name)}/label-shift", _query(version=version, last=last, alpha=alpha)))
+
+
+def run_policy(name: str, force: bool, wait: bool, progress, poll: float) -> Operation:
+    """Check the refit policy: its answer when no trigger fired (``triggered`` false), else the
+    refit job, followed to its result when ``wait``."""
+    response = yield Call("POST", f"{_base(name)}/policy/run", params=_query(force=force or None), ok=(200, 202))
+    if response.status_code == 200:
+        return response.json()
+    job = Job.from_dict(response.json())
+    if not wait:
+        return job
+    return (yield from wait_for_job(job.id, progress, poll, None)).result

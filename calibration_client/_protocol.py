@@ -224,21 +224,52 @@ def version_or_job(response: httpx.Response, wait: bool, progress, poll: float) 
     return Version.from_dict(response.json())
 
 
-def calibrate(ref, values, version, input, with_version, binary) -> Operation:
+# the largest ``Prediction-Ids`` header a binary calibrate sends (half the service's default
+# CALIBRATION_MAX_HEADER_BYTES of 64 KiB for the whole request head); longer ids go as JSON
+MAX_ID_HEADER_BYTES = 32 * 1024
+
+
+def _prediction_ids(ids, n: int) -> list[str] | None:
+    """The caller's prediction ids as strings, one per row; the service refuses ids with commas
+    (they would also split the header a binary call sends them in), so they are refused here."""
+    if ids is None:
+        return None
+    ids = [i.decode() if isinstance(i, bytes) else str(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
+    if len(ids) != n:
+        raise ValueError(f"ids has {len(ids)} entries for {n} rows")
+    if any("," in i for i in ids):
+        raise ValueError("prediction ids cannot contain commas")
+    return ids
+
+
+def calibrate(ref, values, version, input, with_version, binary, ids=None) -> Operation:
+    """One calibrate call. Prediction ids go in the JSON body, or with a binary body in the
+    ``Prediction-Ids`` header (a JSON call when they are longer than ``MAX_ID_HEADER_BYTES``).
+    The ids the service used come back as ``ids`` in JSON, or for a binary answer as the
+    ``Prediction-Logged`` count with, for generated ids, the ``Prediction-Id-Prefix`` (row ``i``'s
+    id is the prefix and ``i``); neither when the calibrator does not log."""
     kind = _kind(input)
     array = as_array(values, kind)
+    sent = _prediction_ids(ids, len(array))
     path = _path(ref, version, "calibrate")
-    if with_version or not binary:
-        body = _json_body({kind: array}, outputs=["probabilities"])
+    header = ",".join(sent) if sent is not None else None
+    if with_version or not binary or (header is not None and len(header.encode()) > MAX_ID_HEADER_BYTES):
+        body = _json_body({kind: array}, outputs=["probabilities"], ids=sent)
         answer = (yield Call("POST", path, json=body)).json()
         return Calibrated(np.asarray(answer["probabilities"], dtype=np.float64).reshape(len(array), -1),
-                          answer.get("name"), answer.get("version"))
-    headers = {"Content-Type": NPY, "Accept": NPY}
+                          answer.get("name"), answer.get("version"), answer.get("ids"), answer.get("logged"))
+    headers = {"Content-Type": NPY, "Accept": NPY} | ({"Prediction-Ids": header} if header is not None else {})
     response = yield Call("POST", path, params={"input": kind}, content=encode_npy(array), headers=headers)
     served = response.headers.get("x-calibrator-version")  # the version that served the binary answer
+    logged = response.headers.get("prediction-logged")  # only when the calibrator logs
+    prefix = response.headers.get("prediction-id-prefix")  # only for generated ids
+    used = None
+    if logged is not None:
+        used = sent if prefix is None else [f"{prefix}{i}" for i in range(len(array))]
     name = ref.partition("@")[0]
     return Calibrated(decode_npy(response.content), name,
-                      int(served) if served else (int(version) if version is not None else None))
+                      int(served) if served else (int(version) if version is not None else None),
+                      used, int(logged) if logged is not None else None)
 
 
 def report(ref, values, labels, version, input, n_bins, bootstrap, confidence, seed, image) -> Operation:

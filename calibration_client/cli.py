@@ -6,6 +6,7 @@ scripts, and the exit status says what went wrong (see ``EXIT_CODES``).
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import numpy as np
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -294,7 +296,82 @@ def _resolve(client: Client, ref: str, version: int | None) -> tuple[str, int]:
     return name, calibrator.latest_version
 
 
-@app.command()
+def _ids_from_file(path: Path, column: str | None) -> list[str]:
+    """Prediction ids from ``--ids FILE``: an ``.npy`` array, an ``.npz`` member (``column``,
+    default ``ids``), a CSV with a header row naming ``column``, or (no ``column``) one id a line."""
+    if path.suffix in (".npy", ".npz"):
+        arrays = _arrays(path)
+        member = "" if "" in arrays else (column or "ids")
+        if member not in arrays:
+            raise typer.BadParameter(f"{path} has no {member!r} array (it has {', '.join(arrays)}); "
+                                     "name it with --id-column")
+        return [str(i) for i in arrays[member].reshape(-1).tolist()]
+    with path.open(newline="") as handle:
+        if column is None:
+            return [line.strip() for line in handle if line.strip()]
+        reader = csv.DictReader(handle)
+        if column not in (reader.fieldnames or []):
+            raise typer.BadParameter(f"{path} has no column {column!r} (its header: "
+                                     f"{', '.join(reader.fieldnames or [])})")
+        return [row[column] for row in reader]
+
+
+def _given_ids(arrays: dict[str, np.ndarray], file: Path, ids_file: Path | None, column: str | None,
+               n: int) -> list[str] | None:
+    """The ids ``calibrate`` sends: from ``--ids FILE``, or the input .npz's ``--id-column`` member."""
+    if ids_file is not None:
+        ids = _ids_from_file(ids_file, column)
+    elif column is not None:
+        if column not in arrays:
+            raise typer.BadParameter(f"{file} has no {column!r} array for --id-column (it has {', '.join(arrays)})")
+        ids = [str(i) for i in arrays[column].reshape(-1).tolist()]
+    else:
+        return None
+    if len(ids) != n:
+        raise typer.BadParameter(f"{len(ids)} ids for {n} rows")
+    return ids
+
+
+def _write_calibrated(path: Path, probabilities: np.ndarray, ids: list[str] | None,
+                      class_names: list[str] | None) -> str:
+    """``--out``: ``.npz`` (probabilities, and ids), ``.csv`` (an id column, then one column a
+    class) or ``.npy`` (the probabilities only). Returns what was written."""
+    if path.suffix == ".npz":
+        arrays = {"probabilities": np.asarray(probabilities)} | ({"ids": np.asarray(ids)} if ids is not None else {})
+        np.savez(path, **arrays)
+        return "probabilities and ids" if ids is not None else "probabilities"
+    if path.suffix == ".csv":
+        names = class_names or [str(k) for k in range(probabilities.shape[1])]
+        with path.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow((["id"] if ids is not None else []) + [f"p_{name}" for name in names])
+            for row, values in enumerate(np.asarray(probabilities).tolist()):
+                writer.writerow(([ids[row]] if ids is not None else []) + [repr(v) for v in values])
+        return "ids and probabilities" if ids is not None else "probabilities"
+    save_npy(path, probabilities)
+    if ids is not None:
+        err.print("[yellow]note[/yellow]: an .npy file holds the probabilities only; --out FILE.npz or FILE.csv "
+                  "also writes the prediction ids", soft_wrap=True)
+    return "probabilities"
+
+
+def examples(*lines: str) -> str:
+    """A command's help epilog: ``Examples``, then each line (``$ command`` lines and notes) on
+    its own (typer's rich help keeps a break only where the epilog has a blank line)."""
+    return "\n\n".join(["[bold]Examples[/bold]", *(escape(line) for line in lines)])
+
+
+CALIBRATE_EXAMPLES = examples(
+    "$ calibration calibrate resnet@production batch.npy --ids ids.txt --out served.csv",
+    "  (ids.txt: one id a line; served.csv: an id column, then one column a class)",
+    "$ calibration calibrate resnet batch.npz --id-column request_id --out served.npz",
+    "  (the ids are the .npz's request_id array; served.npz holds probabilities and ids)",
+    "With the calibrator's logging on (`calibration logging NAME RATE`) and no ids, the ids the service "
+    "generated are written; post labels by id with `calibration label NAME FILE`.",
+)
+
+
+@app.command(epilog=CALIBRATE_EXAMPLES)
 @handled
 def calibrate(
     context: typer.Context,
@@ -302,38 +379,53 @@ def calibrate(
                                                  show_default=False)],
     file: Annotated[Path, ArrayFile],
     version: Annotated[int | None, typer.Option(help="Pin a version.", min=1, show_default=False)] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="Write the probabilities to this .npy file.",
-                                                  dir_okay=False, show_default=False)] = None,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="Write every row: FILE.npy (probabilities), FILE.npz (probabilities and ids) or FILE.csv "
+                      "(id, then one column a class).", dir_okay=False, show_default=False)] = None,
+    ids_file: Annotated[Path | None, typer.Option(
+        "--ids", help="Prediction ids, one a row: a text file (one id a line), a CSV (with --id-column), "
+                      "or an .npy/.npz array.", exists=True, dir_okay=False, readable=True,
+        show_default=False)] = None,
+    id_column: Annotated[str | None, typer.Option(
+        help="The column of the --ids CSV (or member of its .npz), or without --ids the member of FILE.npz "
+             "that holds the ids.", show_default=False)] = None,
     input: InputOption = None,
     rows: Annotated[int, typer.Option(help="Rows to show when not writing --out.", min=0)] = 10,
 ) -> None:
-    """Calibrated probabilities of FILE.npy (one array) or FILE.npz (its logits/probabilities/scores)."""
+    """Calibrated probabilities of FILE.npy (one array) or FILE.npz (its logits/probabilities/scores),
+    with the prediction ids the service used when the calibrator logs (yours with --ids or
+    --id-column, else generated)."""
     arrays = _arrays(file)
     if "" in arrays:
         kind, values = input or "logits", arrays[""]
     else:
         kind = _input_of(arrays, file, input)
         values = arrays[kind]
+    given = _given_ids(arrays, file, ids_file, id_column, len(values))
     with context.obj.client() as client:
         name, number = _resolve(client, ref, version)
-        probabilities = client.calibrate(name, values, version=number, input=kind)
+        probabilities = client.calibrate(name, values, version=number, input=kind, ids=given)
+        ids = probabilities.ids if probabilities.ids is not None else given
         served = f"{name} version {number}"
-        if out_file is not None:
-            save_npy(out_file, probabilities)
-            out.print(f"wrote {probabilities.shape[0]} × {probabilities.shape[1]} probabilities from {served} "
-                      f"to {out_file}")
-            return
-        class_names = client.version(name, number).class_names
+        logged = "" if probabilities.logged is None else f"; {probabilities.logged} rows logged"
+        needs_names = out_file is None or out_file.suffix == ".csv"
+        class_names = client.version(name, number).class_names if needs_names else None
+    if out_file is not None:
+        what = _write_calibrated(out_file, probabilities, ids, class_names)
+        out.print(f"wrote {probabilities.shape[0]} × {probabilities.shape[1]} {what} from {served} "
+                  f"to {out_file}{logged}")
+        return
     table = Table()
-    for column in ("row", "class", "confidence"):
-        table.add_column(column, justify="right" if column != "class" else "left")
+    for column in ("row", *(("id",) if ids is not None else ()), "class", "confidence"):
+        table.add_column(column, justify="left" if column in ("id", "class") else "right")
     predicted = np.asarray(probabilities).argmax(axis=1)
     for row in range(min(rows, len(predicted))):
         label = class_names[predicted[row]] if class_names else str(predicted[row])
-        table.add_row(str(row), label, f"{probabilities[row, predicted[row]]:.4f}")
+        table.add_row(str(row), *((ids[row],) if ids is not None else ()), label,
+                      f"{probabilities[row, predicted[row]]:.4f}")
     _show(f"{served}: {probabilities.shape[0]} rows × {probabilities.shape[1]} classes"
-          f"{' (first ' + str(rows) + ')' if probabilities.shape[0] > rows else ''}", table)
-    out.print("[dim]--out FILE.npy writes every row[/dim]")
+          f"{' (first ' + str(rows) + ')' if probabilities.shape[0] > rows else ''}{logged}", table)
+    out.print("[dim]--out FILE.npz or FILE.csv writes every row[/dim]")
 
 
 @app.command()

@@ -104,20 +104,33 @@ class Calibrated(np.ndarray):
     """Calibrated probabilities, ``(n, k)`` float64, that also say what served them: ``name`` and
     ``version`` (``None`` only from a server too old to name it in a binary answer's
     ``X-Calibrator-Version``). Arrays derived from it (slices, ``argmax``) carry the
-    same attributes; ``np.asarray(calibrated)`` is a plain array."""
+    same name and version; ``np.asarray(calibrated)`` is a plain array.
+
+    With the calibrator's prediction log on, ``ids`` are the prediction ids the service used, one
+    per row (the caller's, or the ones it generated), to post labels with, and ``logged`` how many
+    rows it kept (``n``, or 0 when the request was not sampled); both are ``None`` when the
+    calibrator does not log. They belong to the answer's rows in order, so a derived array (a
+    slice, a reordering) has ``None``."""
 
     name: str | None
     version: int | None
+    ids: list[str] | None
+    logged: int | None
 
-    def __new__(cls, probabilities, name: str | None = None, version: int | None = None):
+    def __new__(cls, probabilities, name: str | None = None, version: int | None = None,
+                ids: list[str] | None = None, logged: int | None = None):
         array = np.asarray(probabilities).view(cls)
         array.name = name
         array.version = version
+        array.ids = None if ids is None else [str(i) for i in ids]
+        array.logged = logged
         return array
 
     def __array_finalize__(self, obj) -> None:
         self.name = getattr(obj, "name", None)
         self.version = getattr(obj, "version", None)
+        self.ids = None
+        self.logged = None
 
     def __reduce__(self):  # pickling keeps the attributes (np.ndarray's own reduce drops them)
-        return Calibrated, (np.asarray(self), self.name, self.version)
+        return Calibrated, (np.asarray(self), self.name, self.version, self.ids, self.logged)

@@ -1,6 +1,6 @@
 """The client's methods of the online loop (observations, logging, labels, fits from the log,
-quality, alarms, evaluations and alias moves), shared by ``Client`` and ``AsyncClient`` as the
-rest: each builds an operation and hands it to ``_run``."""
+quality, alarms, the label-shift estimate, evaluations, alias moves and refit policies),
+shared by ``Client`` and ``AsyncClient`` as the rest: each builds an operation and hands it to ``_run``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from . import _online as online
 from . import _protocol as protocol
-from .models import Version
+from .models import Job, Version
 
 Progress = Callable[[float], Any]
 
@@ -47,17 +47,27 @@ class OnlineLoop:
         """Calibration quality per window (``hour``, ``day`` or a number of rows) of ``name``'s observations."""
         return self._run(online.quality(name, window, version, windows, bootstrap))
 
-    def alarms(self, name: str) -> dict:
-        """The drift monitors of ``name``'s versions and their alarms."""
-        return self._run(online.get(f"{online._base(name)}/alarms"))
+    def alarms(self, name: str, *, drift: float | None = None) -> dict:
+        """The drift monitors of ``name``'s versions and their alarms; with ``drift`` (a shift of
+        the expected confidence, 0-1) the label-free monitors also say how many reference rows
+        they need to see it."""
+        return self._run(online.alarms(name, drift))
 
-    def evaluate_alarms(self, name: str) -> dict:
-        """Feed the observations that arrived since the last evaluation to the drift monitors."""
-        return self._run(online.post(f"{online._base(name)}/alarms/evaluate"))
+    def evaluate_alarms(self, name: str, *, alpha: float | None = None, tolerance: float | None = None,
+                        half_life: float | None = None, class_tolerance: float | None = None) -> dict:
+        """Feed the observations that arrived since the last evaluation to the drift monitors
+        (``alpha``: false-alarm probability, ever; ``tolerance``: drift of mean confidence minus
+        accuracy that is no alarm; ``half_life``: rows of the bet's memory; ``class_tolerance``:
+        the same per class). Options left ``None`` take the service's defaults; changed options
+        restart the monitors from the first row."""
+        return self._run(online.evaluate_alarms(name, alpha, tolerance, half_life, class_tolerance))
 
-    def label_shift(self, name: str) -> dict:
-        """The class priors of the prediction log, estimated without labels (EM and BBSE)."""
-        return self._run(online.get(f"{online._base(name)}/label-shift"))
+    def label_shift(self, name: str, *, version: int | None = None, last: int | None = None,
+                    alpha: float | None = None) -> dict:
+        """The class priors of the prediction log's newest ``last`` rows, estimated without labels
+        (EM and BBSE), and whether to serve adjusted priors: the likelihood-ratio test of no shift
+        at level ``alpha`` (``suggestion``)."""
+        return self._run(online.label_shift(name, version, last, alpha))
 
     def evaluate(self, name: str, challenger, champion=None, *, alpha: float = 0.05,
                  observations: dict | None = None) -> dict:
@@ -68,6 +78,10 @@ class OnlineLoop:
     def evaluations(self, name: str) -> dict:
         """The newest evaluations of ``name`` in brief (versions, rows, level, verdict)."""
         return self._run(online.get(f"{online._base(name)}/evaluations"))
+
+    def evaluation(self, name: str, evaluation_id: str) -> dict:
+        """One evaluation in full (as ``evaluate`` answered it)."""
+        return self._run(online.get(f"{online._base(name)}/evaluations/{protocol._segment(evaluation_id)}"))
 
     def promote(self, name: str, alias: str, version: int, evaluation: str | None = None) -> dict:
         """Move ``alias`` to ``version``; a gated alias needs an ``evaluation`` id whose verdict favours it."""
@@ -84,3 +98,23 @@ class OnlineLoop:
     def rollback(self, name: str, alias: str) -> dict:
         """Point ``alias`` back at the version before its last move."""
         return self._run(online.post(f"{online._base(name)}/aliases/{protocol._segment(alias)}/rollback"))
+
+    # -- refit policies ------------------------------------------------------------------------
+
+    def policy(self, name: str) -> dict:
+        """``name``'s refit policy, with when it last ran and its last job."""
+        return self._run(online.get(f"{online._base(name)}/policy"))
+
+    def set_policy(self, name: str, **policy) -> dict:
+        """Set (replace) ``name``'s refit policy: a trigger (``every_labels``, ``on_alarm``,
+        ``every_seconds``), the data (``last``, ``holdout``), the ``method`` and ``options``, and the
+        ``alias`` the new version must beat (``promote``: move it when the verdict at ``alpha``
+        favours the new version). Fields not given take the service's defaults."""
+        return self._run(online.put(f"{online._base(name)}/policy", policy))
+
+    def run_policy(self, name: str, *, force: bool = False, wait: bool = True, progress: Progress | None = None,
+                   poll: float = 0.5) -> dict | Job:
+        """Check the policy: ``{"triggered": false, ...}`` when no trigger fired (and not
+        ``force``), else the refit job's result (the new version, the evaluation, its verdict,
+        whether the alias moved); ``wait=False`` returns the ``Job`` at once."""
+        return self._run(online.run_policy(name, force, wait, progress, poll))
