@@ -65,8 +65,10 @@ def quality(name: str, window: str, version: int | None, windows: int, bootstrap
                                                               bootstrap=bootstrap)))
 
 
-def evaluate(name: str, challenger, champion, alpha: float, observations: dict | None) -> Operation:
-    body = {"challenger": challenger, "alpha": alpha}
+def evaluate(name: str, challenger, champion, alpha: float, observations: dict | None,
+             options: dict | None = None) -> Operation:
+    """``options``: more fields of the evaluation body (those ``None`` are left to the service)."""
+    body = {"challenger": challenger, "alpha": alpha} | {k: v for k, v in (options or {}).items() if v is not None}
     if champion is not None:
         body["champion"] = champion
     if observations is not None:

@@ -655,7 +655,9 @@ def list_methods(context: typer.Context, as_json: JsonFlag = False) -> None:
     out.print(table)
 
 
-from . import cli_online  # noqa: E402, F401  (registers observe, logging, label, observations, refit)
+# register observe, logging, label, observations, refit, quality (cli_online) and alarms, label-shift,
+# evaluate, evaluations, promote, gate, rollback, history, policy (cli_loop)
+from . import cli_loop, cli_online  # noqa: E402, F401
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from .cli import (
     _print_json,
     _spinner,
     app,
+    examples,
     handled,
     out,
 )
@@ -147,7 +148,11 @@ def refit(context: typer.Context, name: Name,
               f"{version.n_samples} stored rows; parameters: {_parameters(version.parameters)}", soft_wrap=True)
 
 
-@app.command()
+@app.command(epilog=examples(
+    "$ calibration quality resnet",
+    "$ calibration quality resnet --window 1000 --windows 5",
+    "  (windows of 1000 rows instead of days; the newest 5)",
+    "$ calibration quality resnet --window hour --version 2 --bootstrap 0"))
 @handled
 def quality(context: typer.Context, name: Name,
             window: Annotated[str, typer.Option(help="hour, day, or a number of rows per window.")] = "day",

@@ -70,14 +70,18 @@ class OnlineLoop:
         return self._run(online.label_shift(name, version, last, alpha))
 
     def evaluate(self, name: str, challenger, champion=None, *, alpha: float = 0.05,
-                 observations: dict | None = None) -> dict:
+                 observations: dict | None = None, decide_on: str | None = None,
+                 bootstrap: int | None = None) -> dict:
         """Challenger against champion (versions or aliases; no champion: shadow) on held-out
-        observations, with anytime-valid NLL and Brier differences and a verdict."""
-        return self._run(online.evaluate(name, challenger, champion, alpha, observations))
+        observations, with anytime-valid NLL and Brier differences and a verdict (on
+        ``decide_on``: ``nll`` or ``brier``; ``bootstrap`` resamples of the ECE intervals; left
+        ``None``, the service's defaults)."""
+        return self._run(online.evaluate(name, challenger, champion, alpha, observations,
+                                         {"decide_on": decide_on, "bootstrap": bootstrap}))
 
-    def evaluations(self, name: str) -> dict:
-        """The newest evaluations of ``name`` in brief (versions, rows, level, verdict)."""
-        return self._run(online.get(f"{online._base(name)}/evaluations"))
+    def evaluations(self, name: str, limit: int | None = None) -> dict:
+        """The newest ``limit`` evaluations of ``name`` in brief (versions, rows, level, verdict)."""
+        return self._run(online.get(f"{online._base(name)}/evaluations", protocol._query(limit=limit)))
 
     def evaluation(self, name: str, evaluation_id: str) -> dict:
         """One evaluation in full (as ``evaluate`` answered it)."""
