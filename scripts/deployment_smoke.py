@@ -334,9 +334,14 @@ def smoke(base: str, key: str, receiver: Receiver, steps: Steps) -> None:
                            json={"logits": logits.tolist(), "ids": ids})
         served.raise_for_status()
         assert served.json()["version"] == 1 and served.json()["ids"] == ids, served.text[:300]
-        time.sleep(1.5)  # the prediction log's flush (CALIBRATION_LOG_FLUSH_SECONDS, 1 s)
-        answer = client.label(NAME, ids, labels.tolist())
-        assert answer["labelled"] == n, answer
+        # the prediction log is written every CALIBRATION_LOG_FLUSH_SECONDS (1 s) by each API process
+        labelled = [0]
+
+        def label() -> bool:
+            labelled[0] += client.label(NAME, ids, labels.tolist())["labelled"]
+            return labelled[0] == n
+
+        wait_for(f"the labels of {n} logged rows", label, every=0.5)
 
     logits, labels = batch(3000)
     version = client.fit(NAME, logits, labels, method="temperature")
