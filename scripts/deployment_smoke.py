@@ -198,8 +198,8 @@ def compose_services(repo: Path = REPO) -> dict[str, dict]:
 # -- the run ---------------------------------------------------------------------------------------
 
 class Steps:
-    def __init__(self) -> None:
-        self.start = self.last = time.monotonic()
+    def __init__(self, start: float | None = None) -> None:
+        self.start, self.last = start or time.monotonic(), time.monotonic()
 
     def done(self, what: str) -> None:
         now = time.monotonic()
@@ -466,15 +466,16 @@ def main() -> int:
                                                                "postgresql://postgres@127.0.0.1:5432/postgres"))
     arguments.add_argument("--venv", type=Path, help="an installed environment (skips the build stage)")
     arguments.add_argument("--folder", type=Path, help=argparse.SUPPRESS)  # set when re-run in the venv
+    arguments.add_argument("--started", type=float, help=argparse.SUPPRESS)  # its time.monotonic() at the start
     arguments.add_argument("--keep", action="store_true", help="keep the temporary folder")
     options = arguments.parse_args()
-    steps = Steps()
+    steps = Steps(options.started)
     if options.folder is None:  # the build stage, with the interpreter CI has
         folder = Path(tempfile.mkdtemp(prefix="calibration-smoke-"))
         try:
             venv = options.venv or install(folder, steps)
             command = [str(venv / "bin" / "python"), __file__, "--venv", str(venv), "--folder", str(folder),
-                       "--postgres", options.postgres]
+                       "--postgres", options.postgres, "--started", str(steps.start)]
             result = subprocess.run(command, env={**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"})
         finally:
             if not options.keep:
