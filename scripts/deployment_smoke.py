@@ -391,6 +391,7 @@ def smoke(base: str, key: str, receiver: Receiver, steps: Steps) -> None:
 
 def deployed(venv: Path, folder: Path, admin_url: str, steps: Steps) -> None:
     """Postgres, migrate, serve and worker as docker-compose starts them, then the smoke run."""
+    import httpx
     import psycopg
 
     database = f"calibration_smoke_{os.getpid()}"
@@ -438,11 +439,10 @@ def deployed(venv: Path, folder: Path, admin_url: str, steps: Steps) -> None:
                     pass
             except OSError:
                 return False
-            import httpx
             return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
 
         wait_for("the API's /readyz", ready, deadline=60, every=0.2)
-        unauthorised = __import__("httpx").get(f"{base}/v1/calibrators", timeout=5).status_code
+        unauthorised = httpx.get(f"{base}/v1/calibrators", timeout=5).status_code
         assert unauthorised == 401, f"API keys are on in the compose file, yet a call without one got {unauthorised}"
         steps.done("serve (2 uvicorn workers) and worker started, ready; keys required")
         smoke(base, key, receiver, steps)
