@@ -5,6 +5,7 @@ COPY pyproject.toml README.md ./
 COPY scripts ./scripts
 COPY calibration ./calibration
 COPY app ./app
+COPY calibration_client ./calibration_client
 COPY migrations ./migrations
 RUN scripts/install /opt/venv plot,postgres,client
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -15,6 +16,10 @@ from app.cli import parser
 from app.main import create_app
 from app.settings import Settings
 from tests.helpers import REPO
+
+_spec = importlib.util.spec_from_file_location("deployment_smoke", REPO / "scripts" / "deployment_smoke.py")
+smoke = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(smoke)
 
 SETTINGS_VARIABLES = {("DATABASE_URL" if name == "database_url" else f"CALIBRATION_{name.upper()}")
                       for name in Settings.model_fields}
@@ -71,6 +76,52 @@ def test_dockerfile_installs_like_ci():
     image_extras = re.search(r"^RUN scripts/install /opt/venv (\S+)$", dockerfile, re.M).group(1)
     assert "scripts/install $(VENV) $(TEST_EXTRAS) editable" in makefile
     assert f"SERVE_EXTRAS = {image_extras}\n" in makefile  # the image installs what `make serve` does
+
+
+def test_the_build_stage_copies_everything_pip_install_reads():
+    """pip install . in the image's build stage reads pyproject.toml, the readme, every module of the
+    listed packages (through package-dir), the package data, the console scripts' modules, and
+    runs scripts/install: each must be COPYed to the same place under WORKDIR (and not left out by
+    .dockerignore). Main's Dockerfile never copied calibration_client/, so the build failed."""
+    copied = smoke.build_files()
+    needed = smoke.build_needs()
+    assert {"pyproject.toml", "README.md", "scripts/install", "app/cli.py", "calibration_client/cli.py",
+            "migrations/script.py.mako", "calibration/methods/__init__.py"} <= needed
+    missing = sorted(needed - set(copied))
+    assert not missing, f"the Dockerfile's build stage does not copy {missing}"
+    assert all(copied[path] == REPO / path for path in needed)  # each from its own path in the repository
+
+
+def test_the_install_set_check_reads_copy_lines_as_docker_does(tmp_path):
+    """The reader of COPY lines on a Dockerfile of known layout: a folder copied into a folder keeps
+    its contents' paths, several sources land in a folder by their names, --from lines are not the
+    context, and .dockerignore patterns (``**/`` any depth) leave files out."""
+    for name in ("pkg/a.py", "pkg/__pycache__/a.pyc", "pkg/sub/b.py", "top.txt", "other.txt", "x.db"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / ".dockerignore").write_text("**/__pycache__\n*.db*\n")
+    (tmp_path / "Dockerfile").write_text(
+        "FROM base AS build\nWORKDIR /src\nCOPY top.txt other.txt x.db ./\nCOPY pkg ./lib\n"
+        "COPY --from=other /x /y\nRUN true\nFROM base\nCOPY --from=build /src /src\n")
+    assert smoke.build_files(tmp_path) == {"top.txt": tmp_path / "top.txt", "other.txt": tmp_path / "other.txt",
+                                           "lib/a.py": tmp_path / "pkg/a.py", "lib/sub/b.py": tmp_path / "pkg/sub/b.py"}
+
+
+def test_the_smoke_run_reads_the_compose_file_as_yaml_does():
+    """scripts/deployment_smoke.py runs with the standard library only until its venv exists, so it
+    reads docker-compose.yml itself: the same commands and environments as PyYAML's reading."""
+    compose = _compose()
+    read = smoke.compose_services()
+    assert set(read) == set(compose["services"])
+    for name, service in compose["services"].items():
+        assert read[name]["command"] == service.get("command"), name
+        assert read[name]["environment"] == {k: str(v) for k, v in (service.get("environment") or {}).items()}, name
+
+
+def test_ci_runs_the_deployment_smoke_after_the_tests():
+    ci = _read(".ci/run")
+    commands = [line for line in ci.splitlines() if line and not line.startswith(("#", " "))]
+    assert commands[-2:] == ["make test", "python3 scripts/deployment_smoke.py"]
 
 
 def test_docker_compose_config_accepts_the_file():

@@ -1,4 +1,9 @@
-"""A real server: uvicorn in a subprocess, on a free port, against a given database."""
+"""A real server: uvicorn in a subprocess, on a free port, against a given database, run as
+deployed: the scheduler (drift-monitor jobs, refit policies, webhook deliveries) and retention on,
+as by default, at short intervals (``DEPLOYED``) so that they run within a test; with
+``worker=True`` a ``calibration-service worker`` beside it, as docker-compose starts one (jobs on
+Postgres go to the Procrastinate queue). A job that ended ``failed`` fails the test when the server
+stops, unless the test expects it (``expect_failed_jobs``)."""
 
 from __future__ import annotations
 
@@ -11,8 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from sqlalchemy import create_engine, inspect, text
 
 from tests.helpers import REPO
+
+# the defaults have the scheduler and retention on (every 60 s and every hour); here every 1 s and 5 s
+DEPLOYED = {"CALIBRATION_SCHEDULE_SECONDS": "1", "CALIBRATION_RETENTION_INTERVAL_SECONDS": "5"}
 
 
 def free_port() -> int:
@@ -21,18 +30,36 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def failed_jobs(database_url: str) -> list[dict]:
+    """The jobs of the database that ended ``failed`` (none where it has no jobs table)."""
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        if not inspect(engine).has_table("jobs"):
+            return []
+        with engine.connect() as connection:
+            return [dict(row) for row in connection.execute(text(
+                "SELECT id, kind, calibrator, error FROM jobs WHERE status = 'failed'")).mappings()]
+    finally:
+        engine.dispose()
+
+
 class LiveServer:
-    """``calibration-service serve`` (migrations applied) in a subprocess on a free port; its
-    output goes to ``log_file`` when given."""
+    """``calibration-service serve`` (migrations applied) in a subprocess on a free port, with a
+    ``worker`` beside it when asked; their output goes to ``log_file`` when given."""
 
     def __init__(self, database_url: str, workers: int = 1, env: dict | None = None, log_file=None,
-                 command_prefix: list[str] | None = None):
+                 command_prefix: list[str] | None = None, worker: bool = False, expect_failed_jobs: bool = False):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_file = log_file
+        self.database_url = database_url
         self.environment = {**os.environ, "DATABASE_URL": database_url, "CALIBRATION_PORT": str(self.port),
-                            "CALIBRATION_WORKERS": str(workers), "CALIBRATION_LOG_LEVEL": "warning", **(env or {})}
+                            "CALIBRATION_WORKERS": str(workers), "CALIBRATION_LOG_LEVEL": "warning",
+                            **DEPLOYED, **(env or {})}
         self.process: subprocess.Popen | None = None
+        self.worker: subprocess.Popen | None = None
+        self.with_worker = worker
+        self.expect_failed_jobs = expect_failed_jobs
         self.command_prefix = command_prefix or []  # e.g. ["prlimit", "--as=...", "--"]
 
     def start(self) -> str:
@@ -40,6 +67,9 @@ class LiveServer:
         self.process = subprocess.Popen([*self.command_prefix, sys.executable, "-m", "app.cli", "serve"], cwd=REPO,
                                         env=self.environment,
                                         stdout=self.output, stderr=subprocess.STDOUT)
+        if self.with_worker:
+            self.worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], cwd=REPO,
+                                           env=self.environment, stdout=self.output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             if self.process.poll() is not None:
@@ -55,27 +85,35 @@ class LiveServer:
             time.sleep(0.1)
 
     def stop(self, kill: bool = False) -> None:
-        """Terminate (SIGTERM, a graceful shutdown) or kill (SIGKILL, a crash) the server."""
+        """Terminate (SIGTERM, a graceful shutdown) or kill (SIGKILL, a crash) the server and its
+        worker; after a graceful stop, fail on jobs that ended ``failed`` unless they are expected."""
         if self.process is None:
             return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+        for process in (self.process, self.worker):
+            if process is None:
+                continue
+            if kill:
+                process.kill()
+            else:
+                process.terminate()
+            try:
+                process.wait(timeout=60 if process is self.worker else 20)  # a worker finishes its job
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.process = self.worker = None
         if self.log_file:
             self.output.close()
+        if not kill and not self.expect_failed_jobs:
+            failed = failed_jobs(self.database_url)
+            assert not failed, f"jobs failed in a live server's run: {failed}"
 
 
 @contextmanager
-def live_server(database_url: str, workers: int = 1, env: dict | None = None, log_file=None):
+def live_server(database_url: str, workers: int = 1, env: dict | None = None, log_file=None, *,
+                worker: bool = False, expect_failed_jobs: bool = False):
     """A started ``LiveServer``'s base URL, stopped on exit."""
-    server = LiveServer(database_url, workers, env, log_file)
+    server = LiveServer(database_url, workers, env, log_file, worker=worker, expect_failed_jobs=expect_failed_jobs)
     try:
         yield server.start()
     finally:

@@ -191,6 +191,7 @@ def test_cancelling_a_fanned_out_auto_fit_cancels_its_parts_and_stores_nothing(p
 
 @pytest.mark.postgres
 @pytest.mark.slow
+@pytest.mark.failed_jobs
 def test_a_part_whose_worker_is_killed_is_run_by_the_parent_and_the_auto_fit_stores_the_same_version(procrastinate):
     url, http, workers = procrastinate
     kind, x, y = load_split("cifar100_densenet-bc-100", "val")

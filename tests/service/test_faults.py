@@ -93,7 +93,7 @@ def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, requ
 def test_a_job_whose_process_died_is_reported_failed_not_running_for_ever(kind, request, tmp_path):
     url = request.getfixturevalue(f"{kind}_url")
     server = LiveServer(url, env={"CALIBRATION_JOB_STALE_SECONDS": "2", "CALIBRATION_JOB_ENGINE": "embedded"},
-                        log_file=tmp_path / "server.log")
+                        log_file=tmp_path / "server.log", expect_failed_jobs=True)  # the killed one
     base = server.start()
     input_kind, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
     # 20 folds: about 11 s of work on a fast CPU (5 folds took 2.2 s, and the job could end

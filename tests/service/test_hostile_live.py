@@ -1,5 +1,6 @@
 """Every class of hostile request from the budgets issue, against one live server per database
-whose address space is capped (``prlimit --as``): each is refused with a precise 4xx naming the
+whose address space is capped (``prlimit --as``), run as deployed (the scheduler on, a worker on
+Postgres; its scheduled alarms job must succeed): each is refused with a precise 4xx naming the
 limit, ``/readyz`` answers within 1 s throughout, peak memory grows by at most a few body limits,
 resident memory comes back near its baseline, and no refused request changes the database."""
 
@@ -115,7 +116,7 @@ def _cases() -> list[tuple[str, str, str, dict, int, str]]:
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_hostile_requests_against_a_memory_capped_server(kind, request, tmp_path):
     url = request.getfixturevalue(f"{kind}_url")
-    server = LiveServer(url, env=SETTINGS, log_file=tmp_path / "server.log",
+    server = LiveServer(url, env=SETTINGS, log_file=tmp_path / "server.log", worker=kind == "postgres",
                         command_prefix=["prlimit", f"--as={ADDRESS_SPACE}", "--"])
     base = server.start()
     slowest, probing = [0.0], threading.Event()
@@ -138,6 +139,11 @@ def test_hostile_requests_against_a_memory_capped_server(kind, request, tmp_path
             time.sleep(1.5)  # the log's flush
             for _, method, path, keywords, _, _ in _cases():  # once before the measurement: lazy imports and
                 http.request(method, path, **keywords)       # first-use caches are not memory a request keeps
+            deadline = time.monotonic() + 60  # the scheduler's alarms job for the data above, done
+            while not [j for j in http.get("/v1/jobs", params={"calibrator": "m"}).json()["jobs"]
+                       if j["kind"] == "alarms" and j["status"] not in ("queued", "running")]:
+                assert time.monotonic() < deadline, "no scheduled alarms job ran"
+                time.sleep(0.2)
             pid = server.process.pid
             limits = Path(f"/proc/{pid}/limits").read_text()
             assert f"Max address space         {ADDRESS_SPACE}" in limits  # prlimit ran the server itself

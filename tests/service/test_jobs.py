@@ -173,7 +173,9 @@ class Workers:
 
 
 @pytest.fixture
-def procrastinate(postgres_url, tmp_path):
+def procrastinate(postgres_url, tmp_path, request):
+    """The API on Postgres with the Procrastinate engine, and a function that starts workers; a
+    test marked ``failed_jobs`` may leave failed jobs (it kills a worker mid-job)."""
     upgrade(postgres_url)
     env = {"CALIBRATION_JOB_ENGINE": "procrastinate", "CALIBRATION_JOB_STALE_SECONDS": "3"}
     started = []
@@ -182,7 +184,8 @@ def procrastinate(postgres_url, tmp_path):
         started.append(Workers(postgres_url, concurrency, env, open(tmp_path / "workers.log", "ab")))  # noqa: SIM115
         return started[-1]
 
-    with live_server(postgres_url, env=env, log_file=tmp_path / "server.log") as base, \
+    with live_server(postgres_url, env=env, log_file=tmp_path / "server.log",
+                     expect_failed_jobs=request.node.get_closest_marker("failed_jobs") is not None) as base, \
             httpx.Client(base_url=base, timeout=120) as http:
         yield postgres_url, http, workers
     for running in started:
@@ -207,6 +210,7 @@ def test_procrastinate_workers_share_the_queue_and_fit_what_a_synchronous_fit_st
 
 @pytest.mark.postgres
 @pytest.mark.slow
+@pytest.mark.failed_jobs
 def test_a_killed_worker_s_fit_fails_instead_of_hanging_and_stores_no_version(procrastinate):
     url, http, workers = procrastinate
     kind, x, y = load_split("cifar100_densenet-bc-100", "val")

@@ -4,6 +4,7 @@ model outputs, restarts, concurrent fits and two instances sharing one database.
 from __future__ import annotations
 
 import concurrent.futures
+import time
 
 import httpx
 import numpy as np
@@ -114,3 +115,44 @@ def test_two_instances_on_one_database_agree(kind, request):
         assert httpx.delete(f"{a}/v1/calibrators/shared/versions/1").status_code == 204
         gone = httpx.post(f"{b}/v1/calibrators/shared/versions/1/calibrate", json=batch)
         assert gone.status_code == 404
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_scheduled_drift_monitoring_succeeds_as_deployed(kind, request, tmp_path):
+    """The scheduler on (as by default; every second here) and, on Postgres, a worker beside the
+    API as docker-compose runs them: predictions served with logging, labelled later, are picked up
+    by a scheduled ``alarms`` job that succeeds, with the monitors over exactly the labelled rows.
+    Before the fix in app/tasks.py every such job ended failed (its result held datetimes the JSON
+    column refused) while the monitors were saved, so only the job's state shows it; the live
+    server's stop also fails the test on any failed job."""
+    url = request.getfixturevalue(f"{kind}_url")
+    _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
+    with live_server(url, log_file=tmp_path / "server.log", worker=kind == "postgres") as base, \
+            httpx.Client(base_url=base, timeout=120) as client:
+        _post(client, "/v1/calibrators/watched/versions",
+              {"method": "temperature", "logits": val[:2000].tolist(), "labels": labels[:2000].tolist()})
+        assert client.put("/v1/calibrators/watched/logging", json={"sample_rate": 1}).status_code == 200
+        ids = [f"w{i}" for i in range(1000)]
+        _post(client, "/v1/calibrators/watched/calibrate", {"logits": val[2000:3000].tolist(), "ids": ids})
+        deadline, done = time.monotonic() + 60, 0
+        while done < 1000:  # the prediction log is flushed every second: label once the rows are there
+            done += _post(client, "/v1/calibrators/watched/labels",
+                          {"ids": ids, "labels": labels[2000:3000].tolist()})["labelled"]
+            assert time.monotonic() < deadline, done
+            time.sleep(0.2)
+        deadline = time.monotonic() + 90
+        while True:
+            jobs = [j for j in client.get("/v1/jobs", params={"calibrator": "watched"}).json()["jobs"]
+                    if j["kind"] == "alarms" and j["status"] not in ("queued", "running")]
+            labelled = [m for m in client.get("/v1/calibrators/watched/alarms").json()["monitors"]
+                        if m["signal"] == "labelled"]
+            if jobs and labelled and labelled[0]["n_rows"] == 1000:
+                break
+            assert time.monotonic() < deadline, (jobs, labelled)
+            time.sleep(0.2)
+        time.sleep(1.5)  # the jobs of the ticks since then have run too
+        jobs = [j for j in client.get("/v1/jobs", params={"calibrator": "watched"}).json()["jobs"]
+                if j["kind"] == "alarms"]
+    assert jobs and all(j["status"] == "succeeded" for j in jobs if j["status"] not in ("queued", "running")), jobs
+    assert any(monitor["signal"] == "labelled" and monitor["n_rows"] == 1000
+               for job in jobs if job["status"] == "succeeded" for monitor in job["result"]["monitors"]), jobs
