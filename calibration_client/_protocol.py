@@ -244,7 +244,8 @@ def _prediction_ids(ids, n: int) -> list[str] | None:
 
 def calibrate(ref, values, version, input, with_version, binary, ids=None) -> Operation:
     """One calibrate call. Prediction ids go in the JSON body, or with a binary body in the
-    ``Prediction-Ids`` header (a JSON call when they are longer than ``MAX_ID_HEADER_BYTES``).
+    ``Prediction-Ids`` header (a JSON call when they are longer than ``MAX_ID_HEADER_BYTES`` or
+    not what a header can carry as they are).
     The ids the service used come back as ``ids`` in JSON, or for a binary answer as the
     ``Prediction-Logged`` count with, for generated ids, the ``Prediction-Id-Prefix`` (row ``i``'s
     id is the prefix and ``i``); neither when the calibrator does not log."""
@@ -253,7 +254,11 @@ def calibrate(ref, values, version, input, with_version, binary, ids=None) -> Op
     sent = _prediction_ids(ids, len(array))
     path = _path(ref, version, "calibrate")
     header = ",".join(sent) if sent is not None else None
-    if with_version or not binary or (header is not None and len(header.encode()) > MAX_ID_HEADER_BYTES):
+    # a header carries printable ASCII, and its ends lose their spaces: other ids go as JSON, where
+    # the service's check names what is wrong with them
+    as_json = header is not None and (len(header) > MAX_ID_HEADER_BYTES or not header.isascii()
+                                      or not header.isprintable() or header != header.strip())
+    if with_version or not binary or as_json:
         body = _json_body({kind: array}, outputs=["probabilities"], ids=sent)
         answer = (yield Call("POST", path, json=body)).json()
         return Calibrated(np.asarray(answer["probabilities"], dtype=np.float64).reshape(len(array), -1),

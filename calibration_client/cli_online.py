@@ -54,7 +54,9 @@ def _ids_and_labels(path: Path) -> tuple[list[str], list[int]]:
     return ids, labels
 
 
-@app.command()
+@app.command(epilog=examples(
+    "$ calibration observe resnet labelled-week-47.npz",
+    "$ calibration observe resnet old.npz --observed-at 2026-11-01T00:00:00+00:00  (back-fill)"))
 @handled
 def observe(context: typer.Context, name: Name, file: Annotated[Path, LabelledFile], input: InputOption = None,
             observed_at: Annotated[str | None, typer.Option(help="ISO 8601 time with offset, to back-fill.",
@@ -71,7 +73,10 @@ def observe(context: typer.Context, name: Name, file: Annotated[Path, LabelledFi
               + _online_note(answer))
 
 
-@app.command("logging")
+@app.command("logging", epilog=examples(
+    "$ calibration logging resnet 0.1",
+    "  (then `calibration calibrate resnet FILE --out served.csv` writes the ids to label)",
+    "$ calibration logging resnet 0"))
 @handled
 def set_logging(context: typer.Context, name: Name,
                 rate: Annotated[float, typer.Argument(metavar="RATE", help="Share of served rows logged, 0-1.")],
@@ -85,7 +90,9 @@ def set_logging(context: typer.Context, name: Name,
     out.print(f"[bold]{name}[/bold] logs {answer['sample_rate']:.0%} of the rows it serves")
 
 
-@app.command()
+@app.command(epilog=examples(
+    "$ calibration label resnet labels.csv",
+    "  (labels.csv: id,label rows, the ids `calibration calibrate` wrote)"))
 @handled
 def label(context: typer.Context, name: Name, file: Annotated[Path, LabelFile], as_json: JsonFlag = False) -> None:
     """Post the labels of logged predictions (FILE: id,label rows) to NAME."""
@@ -105,7 +112,7 @@ def _online_note(answer: dict) -> str:
     return f"; the online calibrator updated to version {version}" if version is not None else ""
 
 
-@app.command()
+@app.command(epilog=examples("$ calibration observations resnet"))
 @handled
 def observations(context: typer.Context, name: Name, as_json: JsonFlag = False) -> None:
     """Summarise NAME's observations: per source, per serving version, per day."""
@@ -128,7 +135,9 @@ def observations(context: typer.Context, name: Name, as_json: JsonFlag = False) 
             out.print(table)
 
 
-@app.command()
+@app.command(epilog=examples(
+    "$ calibration refit resnet --method auto --last 50000",
+    "$ calibration refit resnet --source feedback"))
 @handled
 def refit(context: typer.Context, name: Name,
           method: Annotated[str, typer.Option(help="A method, or auto.")] = "temperature",

@@ -236,9 +236,9 @@ def test_label_shift_sees_a_shift_to_two_classes(run, client, cifar):
     assert run("label-shift", "nobody").exit_code == 3
 
 
-@pytest.mark.parametrize("command", ["alarms", "label-shift", "evaluate", "evaluations", "promote", "gate",
-                                     "rollback", "history", "quality", "calibrate", "policy show", "policy set",
-                                     "policy run"])
+@pytest.mark.parametrize("command", ["calibrate", "observe", "logging", "label", "observations", "refit", "quality",
+                                     "alarms", "label-shift", "evaluate", "evaluations", "promote", "gate",
+                                     "rollback", "history", "policy show", "policy set", "policy run"])
 def test_every_online_command_has_help_with_an_example(run, command):
     said = run(*command.split(), "--help")
     assert said.exit_code == 0

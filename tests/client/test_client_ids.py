@@ -106,6 +106,9 @@ def test_bad_ids_are_refused(client, cifar):
         client.calibrate("bad-ids", logits[:2], ids=["a", "a"])
     with pytest.raises(InvalidInput, match="reserved"):
         client.calibrate("bad-ids", logits[:1], ids=["0123456789abcdef-0"], binary=False)
+    for unsendable in (["caf\u00e9"], [" a"], ["tab\there"]):  # not as they are in a header: sent as JSON
+        with pytest.raises(InvalidInput, match="printable ASCII"):
+            client.calibrate("bad-ids", logits[:1], ids=unsendable)
 
 
 def test_the_async_client_sends_and_returns_ids(service, cifar):
