@@ -63,15 +63,22 @@ class Observations:
             if expected is not None and expected != (batch.kind, inputs.k):
                 raise InvalidInput(f"{name!r} holds {expected[0]} of {expected[1]} classes; this batch is "
                                    f"{batch.kind} of {inputs.k} classes")
-            rows, size = observation_store.totals(session, calibrator_id)
-            if rows + inputs.n > self.max_rows or size + values.nbytes > self.max_bytes:
-                raise TooLarge(f"{name!r} would hold {rows + inputs.n} observation rows and {size + values.nbytes} "
-                               f"bytes, over the caps of {self.max_rows} rows and {self.max_bytes} bytes "
-                               "(CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); delete old ones first")
+            rows = self._check_caps(session, calibrator_id, name, inputs.n, values.nbytes)
             observation_store.append(session, calibrator_id, "upload", None, batch.kind, inputs.k, values, labels,
                                      batch.fields.observed_at)
             online_version = self.online.apply(session, calibrator_id, name)
         return {"name": name, "appended": inputs.n, "total_rows": rows + inputs.n, "online_version": online_version}
+
+    def _check_caps(self, session, calibrator_id: int, name: str, n: int, nbytes: int) -> int:
+        """Refuse (413) ``n`` more rows of ``nbytes`` bytes past the per-name caps; the rows held now.
+        Every path that stores observations (uploads, labels) calls it in its transaction, after
+        the calibrator's lock (``online.lock``): concurrent appends cannot pass it together."""
+        rows, size = observation_store.totals(session, calibrator_id)
+        if rows + n > self.max_rows or size + nbytes > self.max_bytes:
+            raise TooLarge(f"{name!r} would hold {rows + n} observation rows and {size + nbytes} "
+                           f"bytes, over the caps of {self.max_rows} rows and {self.max_bytes} bytes "
+                           "(CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); delete old ones first")
+        return rows
 
     def summary(self, name: str) -> dict:
         """Counts per source, per serving version and per day, and the class balance, from the
@@ -149,6 +156,8 @@ class Observations:
                     entry[0].append(array[row])
                     entry[1].append(labels[position])
             self.online.lock(session, calibrator.id)
+            self._check_caps(session, calibrator.id, name, len(claimed),
+                             sum(len(rows) * rows[0].nbytes for rows, _ in by_version.values()))
             for (version, kind, n_classes, _), (rows, part_labels) in sorted(by_version.items()):
                 observation_store.append(session, calibrator.id, "feedback", version, kind, n_classes,
                                          np.stack(rows), np.asarray(part_labels, dtype=np.int64))

@@ -120,7 +120,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                            observation_caps=(settings.max_observation_rows,
                                                              settings.max_observation_bytes,
                                                              settings.max_fit_entries),
-                                           online_update_rows=settings.online_update_rows)
+                                           online_update_rows=settings.online_update_rows,
+                                           max_read_entries=settings.max_read_entries)
     scheduler = Scheduler(app.state.service, settings.schedule_seconds, WebhookPolicy.of(settings))
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds,
                                             settings.idempotency_lease_seconds)
