@@ -99,6 +99,33 @@ def test_per_name_caps_refuse_an_append_whole(database_url):
         assert fits.status_code == 201 and fits.json()["n_samples"] == 150
 
 
+def test_labels_honour_the_per_name_caps(database_url):
+    """#34: cap 2000 rows, 1900 appended, 1500 logged predictions labelled: main stored 3400 rows.
+    The labels call is a 413 naming the setting, all or nothing (none of the ids is labelled and
+    they can be labelled once there is room); 100 of them fit."""
+    logits, labels = make_reference_input(n=1900, k=4, seed=34)
+    with TestClient(_app(database_url, max_observation_rows=2000)) as client:
+        client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                        "labels": LABELS.tolist()})
+        assert client.post("/v1/calibrators/m/observations", json={"logits": logits.tolist(),
+                                                                   "labels": labels.tolist()}).status_code == 201
+        client.put("/v1/calibrators/m/logging", json={"sample_rate": 1})
+        ids = [f"x{i}" for i in range(1500)]
+        served = client.post("/v1/calibrators/m/calibrate", json={"logits": logits[:1500].tolist(), "ids": ids})
+        assert served.json()["logged"] == 1500
+        over = client.post("/v1/calibrators/m/labels", json={"ids": ids, "labels": labels[:1500].tolist()})
+        assert over.status_code == 413, over.text
+        assert over.json()["detail"] == ("'m' would hold 3400 observation rows and 108800 bytes, over the caps of 2000 "
+                                         "rows and 1073741824 bytes (CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); "
+                                         "delete old ones first")
+        assert client.get("/v1/calibrators/m/observations").json()["total_rows"] == 1900
+        fits = client.post("/v1/calibrators/m/labels", json={"ids": ids[:100], "labels": labels[:100].tolist()})
+        assert fits.json()["labelled"] == 100 and fits.json()["counts"] == {"labelled": 100}
+        assert client.get("/v1/calibrators/m/observations").json()["total_rows"] == 2000
+        one_more = client.post("/v1/calibrators/m/labels", json={"ids": ids[100:101], "labels": [0]})
+        assert one_more.status_code == 413
+
+
 def test_sampling_keeps_about_the_rate_and_labels_report_the_rest_unknown(api):
     api.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
                                                  "labels": LABELS.tolist()})
