@@ -89,6 +89,7 @@ class Observations:
             facts = observation_store.chunk_facts(session, calibrator.id)
             shape = observation_store.shape_of(session, calibrator.id)
             logged, labelled = prediction_log_store.logged_counts(session, calibrator.id)
+            held, dropped = prediction_log_store.log_state(session, calibrator.id)
         by_source, by_version, by_day = Counter(), Counter(), Counter()
         class_counts = np.zeros(shape[1] if shape else 0, dtype=np.int64)
         for source, version, created_at, n_rows, counts in facts:
@@ -105,7 +106,8 @@ class Observations:
                 "class_balance": (class_counts / total).tolist() if total else [],
                 "first_at": facts[0][2] if facts else None, "last_at": facts[-1][2] if facts else None,
                 "prediction_log": {"sample_rate": calibrator.log_sample_rate, "logged": logged,
-                                   "labelled": labelled}}
+                                   "labelled": labelled, "logged_rows": held, "dropped": dropped,
+                                   "full": self._full(held)}}
 
     def delete_before(self, name: str, before: datetime) -> dict:
         check_name(name)
@@ -122,7 +124,22 @@ class Observations:
             calibrator.log_sample_rate = sample_rate
         if sample_rate > 0 and self.log is not None:
             self.log.start_writer()
-        return {"name": name, "sample_rate": sample_rate}
+        return self.logging(name)
+
+    def logging(self, name: str) -> dict:
+        """The prediction log of ``name``: its sampling rate, the rows it holds, its cap
+        (``CALIBRATION_MAX_LOGGED_ROWS``), whether it is full (calibrate still answers, nothing more
+        is logged until retention or a delete frees room) and the rows it dropped for being full."""
+        check_name(name)
+        with self.db.read() as session:
+            calibrator = store.calibrator_row(session, name)
+            logged, dropped = prediction_log_store.log_state(session, calibrator.id)
+        return {"name": name, "sample_rate": calibrator.log_sample_rate, "logged_rows": logged,
+                "max_logged_rows": self.log.max_logged_rows if self.log is not None else None,
+                "full": self._full(logged), "dropped_rows": dropped}
+
+    def _full(self, logged: int) -> bool:
+        return self.log is not None and logged >= self.log.max_logged_rows
 
     def label(self, name: str, ids: list[str], labels: list[int]) -> dict:
         """Turn the logged predictions ``ids`` into observations with ``labels``, each tied to the
