@@ -265,15 +265,12 @@ def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on
                                                         "labels": LABELS.tolist()})
         client.put("/v1/calibrators/m/logging", json={"sample_rate": 1})
         assert _log(client, "a", 60)["logged"] == 60
-        state = client.get("/v1/calibrators/m/logging").json()
-        assert state == {"name": "m", "sample_rate": 1.0, "logged_rows": 60, "max_logged_rows": 100, "full": False,
-                         "dropped_rows": 0}
         assert _log(client, "b", 60, 60)["logged"] == 60  # handed to the log; 40 of them fit
         assert _log(client, "c", 30, 120)["ids"] == [f"c{i}" for i in range(30)]
+        with client.app.state.db.read() as session:  # main: 150
+            assert session.scalar(select(func.sum(PredictionChunkRow.n_rows))) == 100
         state = client.get("/v1/calibrators/m/logging").json()
         assert (state["logged_rows"], state["full"], state["dropped_rows"]) == (100, True, 50)
-        with client.app.state.db.read() as session:
-            assert session.scalar(select(func.sum(PredictionChunkRow.n_rows))) == 100
         labels = client.post("/v1/calibrators/m/labels", json={"ids": ["b39", "b40", "c0"], "labels": [0, 1, 2]})
         assert labels.json()["statuses"] == ["labelled", "unknown", "unknown"]
         assert 'calibration_log_dropped_rows_total{calibrator="m"} 50.0' in client.get("/metrics").text
@@ -288,7 +285,9 @@ def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on
             session.execute(update(PredictionChunkRow).where(PredictionChunkRow.id == first)
                             .values(created_at=datetime(2020, 1, 1, tzinfo=UTC)))
         client.app.state.service.prediction_log.apply_retention()
-        assert client.get("/v1/calibrators/m/logging").json()["logged_rows"] == 40
+        assert client.get("/v1/calibrators/m/logging").json() == {
+            "name": "m", "sample_rate": 1.0, "logged_rows": 40, "max_logged_rows": 100, "full": False,
+            "dropped_rows": 50}
         assert _log(client, "d", 30, 150)["logged"] == 30
         state = client.get("/v1/calibrators/m/logging").json()
         assert (state["logged_rows"], state["full"], state["dropped_rows"]) == (70, False, 50)
