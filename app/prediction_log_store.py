@@ -110,9 +110,10 @@ def logged_counts(session: Session, calibrator_id: int) -> tuple[int, int]:
 
 def room(session: Session, calibrator_id: int, cap: int) -> int:
     """Rows the calibrator's log may still take under ``cap``, as last committed (no lock: a
-    writer's first look, ``reserve_rows`` decides); 0 for a calibrator deleted meanwhile."""
-    held = session.scalar(select(CalibratorRow.logged_rows).where(CalibratorRow.id == calibrator_id))
-    return 0 if held is None else max(cap - held, 0)
+    writer's first look, ``reserve_rows`` decides); raises ``NoResultFound`` for a calibrator deleted
+    meanwhile (the writer counts its rows as failed, not as dropped by the cap)."""
+    held = session.execute(select(CalibratorRow.logged_rows).where(CalibratorRow.id == calibrator_id)).scalar_one()
+    return max(cap - held, 0)
 
 
 def reserve_rows(session: Session, calibrator_id: int, n: int, cap: int) -> bool:
