@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from .alarm_models import DriftMonitorRow
 from .models import CalibratorRow, ObservationChunkRow, PredictionChunkRow
-from .observation_store import from_raw
+from .observation_store import byte_range, from_raw
 
 
 @dataclass(frozen=True)
@@ -92,40 +92,69 @@ def logged_versions(session: Session, calibrator_id: int) -> list[int]:
                                 .order_by(PredictionChunkRow.version)))
 
 
-def logged_chunk_facts(session: Session, calibrator_id: int, version: int, after_id: int) -> list[tuple[int, int]]:
-    """(id, rows x classes) of ``version``'s logged chunks with an id above ``after_id``, oldest first."""
-    return [(row[0], row[1] * row[2]) for row in session.execute(
-        select(PredictionChunkRow.id, PredictionChunkRow.n_rows, PredictionChunkRow.n_classes)
+def logged_chunk_facts(session: Session, calibrator_id: int, version: int,
+                       after_id: int) -> list[tuple[int, int, int]]:
+    """(id, rows, entries a row) of ``version``'s logged chunks with an id above ``after_id``, oldest first."""
+    return [(row[0], row[1], 1 if row[3] == "scores" else row[2]) for row in session.execute(
+        select(PredictionChunkRow.id, PredictionChunkRow.n_rows, PredictionChunkRow.n_classes,
+               PredictionChunkRow.input_kind)
         .where(PredictionChunkRow.calibrator_id == calibrator_id, PredictionChunkRow.version == version,
                PredictionChunkRow.id > after_id).order_by(PredictionChunkRow.id))]
 
 
-def logged_arrays(session: Session, chunk_ids: list[int]) -> tuple[str, np.ndarray]:
-    """The input kind and the concatenated inputs of the logged chunks ``chunk_ids`` (in that order)."""
-    chunks = {chunk.id: chunk for chunk in session.scalars(
-        select(PredictionChunkRow).where(PredictionChunkRow.id.in_(chunk_ids)))}
-    arrays = [from_raw(chunks[i].inputs, chunks[i].dtype, chunks[i].n_rows, chunks[i].n_classes,
-                       chunks[i].input_kind) for i in chunk_ids if i in chunks]
-    kind = chunks[chunk_ids[0]].input_kind if chunks else "logits"
+def logged_arrays(session: Session, ranges: list[tuple[int, int, int]]) -> tuple[str, np.ndarray]:
+    """The input kind and the concatenated inputs of rows ``start`` to ``stop`` of each logged chunk
+    of ``ranges`` (``(chunk id, start, stop)``, in that order), each range cut in the database."""
+    arrays, kind = [], "logits"
+    for chunk_id, start, stop in ranges:
+        facts = session.execute(select(PredictionChunkRow.input_kind, PredictionChunkRow.n_classes,
+                                       PredictionChunkRow.dtype).where(PredictionChunkRow.id == chunk_id)).first()
+        if facts is None:  # deleted meanwhile (retention)
+            continue
+        kind, k, dtype = facts
+        row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
+        data = session.scalar(select(byte_range(PredictionChunkRow.inputs, start * row_bytes,
+                                                (stop - start) * row_bytes)).where(PredictionChunkRow.id == chunk_id))
+        arrays.append(from_raw(data, dtype, stop - start, k, kind))
     return kind, (np.concatenate(arrays) if arrays else np.empty((0, 0)))
 
-def logged_inputs(session: Session, calibrator_id: int, version: int | None, last: int) -> list[tuple]:
-    """``(version, kind, n_classes, inputs)`` of the newest logged chunks of ``calibrator_id`` (of
-    one serving ``version`` if given) holding at least ``last`` rows, oldest first."""
+
+def logged_inputs(session: Session, calibrator_id: int, version: int | None,
+                  last: int) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """``(kind, inputs, serving versions)`` of exactly the newest ``last`` logged rows of
+    ``calibrator_id`` (of one serving ``version`` if given), oldest first, or ``None`` without any:
+    only the newest chunks that hold them are read, the oldest of those from its first row needed
+    on (``observation_store.byte_range``), into one array allocated for the rows asked for."""
     where = [PredictionChunkRow.calibrator_id == calibrator_id]
     if version is not None:
         where.append(PredictionChunkRow.version == version)
-    chosen, rows = [], 0
-    facts = session.execute(select(PredictionChunkRow.id, PredictionChunkRow.n_rows).where(*where)
-                            .order_by(PredictionChunkRow.id.desc())).all()
-    for chunk_id, n_rows in facts:
-        if rows >= last:
+    chosen, wanted = [], last
+    facts = session.execute(select(PredictionChunkRow.id, PredictionChunkRow.n_rows, PredictionChunkRow.version,
+                                   PredictionChunkRow.input_kind, PredictionChunkRow.n_classes,
+                                   PredictionChunkRow.dtype)
+                            .where(*where).order_by(PredictionChunkRow.id.desc()))
+    for chunk_id, n_rows, served_by, kind, k, dtype in facts:
+        if wanted <= 0:
             break
-        chosen.append(chunk_id)
-        rows += n_rows
-    out = []
-    for chunk in session.scalars(select(PredictionChunkRow).where(PredictionChunkRow.id.in_(chosen))
-                                 .order_by(PredictionChunkRow.id)):
-        array = from_raw(chunk.inputs, chunk.dtype, chunk.n_rows, chunk.n_classes, chunk.input_kind)
-        out.append((chunk.version, chunk.input_kind, chunk.n_classes, np.asarray(array)))
-    return out
+        skip = max(n_rows - wanted, 0)
+        chosen.append((chunk_id, n_rows, skip, served_by, kind, k, dtype))
+        wanted -= n_rows - skip
+    if not chosen:
+        return None
+    chosen.reverse()
+    kind, k = chosen[-1][4], chosen[-1][5]
+    chosen = [entry for entry in chosen if (entry[4], entry[5]) == (kind, k)]  # the newest shape only
+    n = sum(n_rows - skip for _, n_rows, skip, *_ in chosen)
+    inputs = np.empty((n,) if kind == "scores" else (n, k), dtype=np.float64)
+    versions = np.empty(n, dtype=np.int64)
+    at = 0
+    for chunk_id, n_rows, skip, served_by, _, _, dtype in chosen:
+        row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
+        take = n_rows - skip
+        data = session.scalar(select(byte_range(PredictionChunkRow.inputs, skip * row_bytes, take * row_bytes))
+                              .where(PredictionChunkRow.id == chunk_id))
+        inputs[at:at + take] = from_raw(data, dtype, take, k, kind)
+        versions[at:at + take] = served_by
+        at += take
+        del data
+    return kind, inputs, versions

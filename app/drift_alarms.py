@@ -36,7 +36,8 @@ from .quality import calibrated_groups
 
 FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
 ECE_ROWS = 10_000  # the gauge's ECE: of the newest rows a version served
-REFERENCE_ROWS = 50_000  # labelled rows the label-free monitor compares the logged predictions with
+REFERENCE_ROWS = 50_000  # labelled rows the label-free monitor compares the logged predictions with (fewer
+# where they are more entries than CALIBRATION_MAX_READ_ENTRIES, as for ECE_ROWS)
 
 
 def reference_view(row: DriftMonitorRow, drift: float | None) -> dict | None:
@@ -87,14 +88,26 @@ def _residuals(service, name: str, version: int, session, entries: list) -> tupl
     return calibrated, labels[usable]
 
 
+def _newest(session, calibrator_id: int, rows: int, budget: int, **selection) -> list:
+    """The index of the newest ``rows`` selected observations, fewer where their entries would be
+    over the read budget (``CALIBRATION_MAX_READ_ENTRIES``)."""
+    index = observation_store.chunk_index(session, calibrator_id, Selection(last=rows, **selection))
+    if index and observation_store.index_rows(index) * index[0][4] > budget:
+        index = observation_store.chunk_index(session, calibrator_id,
+                                              Selection(last=max(budget // index[0][4], 1), **selection))
+    return index
+
+
 def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
-    """Feed ``test`` the rows of ``chunks`` (``version``'s feedback, in arrival order), a batch of
-    chunks at a time."""
+    """Feed ``test`` the rows of ``chunks`` (``version``'s feedback, in arrival order), in batches
+    of under twice ``FEED_ENTRIES`` entries, or of the read budget if smaller (a larger chunk in pieces)."""
     batch, entries = [], 0
-    for position, chunk in enumerate(chunks):
-        batch.append(chunk.index_entry())
-        entries += chunk.n_rows * chunk.n_classes
-        if entries >= FEED_ENTRIES or position == len(chunks) - 1:
+    limit = min(FEED_ENTRIES, service.max_read_entries)
+    parts = [part for chunk in chunks for part in observation_store.pieces(chunk.index_entry(), limit)]
+    for position, part in enumerate(parts):
+        batch.append(part)
+        entries += (part[1] - part[5]) * part[4]
+        if entries >= limit or position == len(parts) - 1:
             with service.db.read() as session:
                 probs, labels = _residuals(service, name, version, session, batch)
             if len(labels):
@@ -104,8 +117,8 @@ def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: 
 
 def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
     with service.db.read() as session:
-        index = observation_store.chunk_index(session, calibrator_id,
-                                              Selection(last=ECE_ROWS, source="feedback", version=version))
+        index = _newest(session, calibrator_id, ECE_ROWS, service.max_read_entries, source="feedback",
+                        version=version)
         if not index:
             return None, 0
         probs, labels = _residuals(service, name, version, session, index)
@@ -174,9 +187,8 @@ def _reference(service, name: str, calibrator_id: int, version: int) -> np.ndarr
     """The label-free monitor's reference: the calibrated probabilities of the newest labelled
     observations (uploads if there are any) through ``version``."""
     with service.db.read() as session:
-        index = observation_store.chunk_index(session, calibrator_id, Selection(last=REFERENCE_ROWS,
-                                                                                source="upload")) or \
-            observation_store.chunk_index(session, calibrator_id, Selection(last=REFERENCE_ROWS))
+        index = _newest(session, calibrator_id, REFERENCE_ROWS, service.max_read_entries, source="upload") or \
+            _newest(session, calibrator_id, REFERENCE_ROWS, service.max_read_entries)
         if not index:
             return None
         probs, _ = _residuals(service, name, version, session, index)
@@ -199,10 +211,15 @@ def _label_free(service, name: str, calibrator_id: int, version: int, options: d
     else:
         test, reference = label_free.label_free_test(probs, **options)
     batch, entries = [], 0
-    for position, (chunk_id, size) in enumerate(facts):
-        batch.append(chunk_id)
-        entries += size
-        if entries >= FEED_ENTRIES or position == len(facts) - 1:
+    limit = min(FEED_ENTRIES, service.max_read_entries)
+    step = [max(limit // width, 1) for _, _, width in facts]
+    parts = [(chunk_id, start, min(start + rows_at_once, n_rows), width)
+             for (chunk_id, n_rows, width), rows_at_once in zip(facts, step, strict=True)
+             for start in range(0, n_rows, rows_at_once)]
+    for position, (chunk_id, start, stop, width) in enumerate(parts):
+        batch.append((chunk_id, start, stop))
+        entries += (stop - start) * width
+        if entries >= limit or position == len(parts) - 1:
             with service.db.read() as session:
                 kind, inputs = alarm_store.logged_arrays(session, batch)
             if len(inputs):

@@ -28,10 +28,11 @@ import numpy as np
 import calibration as cal
 
 from . import promotion_store, store
-from .errors import InvalidInput, NotFound
+from .errors import InvalidInput, NotFound, TooLarge
 from .models import utcnow
 from .names import Reference, check_alias, check_name
 from .observation_schemas import ObservationQuery
+from .observations import shape_of_index
 from .promotion_models import EvaluationRow
 from .promotion_schemas import EvaluationRequest
 
@@ -95,6 +96,11 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
     except NotFound as exc:
         hint = " (post labels created after both versions, or name a selection in data.observations)"
         raise NotFound(str(exc) + (hint if held_out else "")) from exc
+    n, k, _ = shape_of_index(index)
+    if n * k > service.max_read_entries:
+        raise TooLarge(f"the selected observations are {n} rows of {k} classes, {n * k} entries, over the limit of "
+                       f"{service.max_read_entries} entries one read may load (CALIBRATION_MAX_READ_ENTRIES); "
+                       "select fewer (data.observations.last)")
     batch = service.observations.load(None, index)
     for loaded in (challenger, champion):
         if loaded is not None and loaded.calibrator.input != batch.kind:

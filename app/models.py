@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -72,6 +73,9 @@ class CalibratorRow(Base):
     last_version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     log_sample_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # share of rows logged
+    # the prediction log's rows, and those not logged because it held CALIBRATION_MAX_LOGGED_ROWS (0015)
+    logged_rows: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    log_dropped_rows: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     versions: Mapped[list[VersionRow]] = relationship(back_populates="calibrator", passive_deletes=True)
 
 

@@ -95,6 +95,11 @@ class LoggingRequest(_Strict):
 class LoggingOut(BaseModel):
     name: str
     sample_rate: float
+    logged_rows: int = Field(description="Logged predictions the calibrator holds")
+    max_logged_rows: int | None = Field(description="Its cap (CALIBRATION_MAX_LOGGED_ROWS)")
+    full: bool = Field(description="At the cap: calibrate still answers, its rows are not logged (and counted "
+                                   "in dropped_rows) until retention or a delete frees room")
+    dropped_rows: int = Field(description="Rows not logged because the log was full, since the name was created")
 
 
 class ObservationSummary(BaseModel):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import delete, func, select
+from sqlalchemy import LargeBinary, delete, func, select
 from sqlalchemy.orm import Session
 
 from .models import ObservationChunkRow, VersionRow, utcnow
@@ -118,28 +118,48 @@ def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> l
 
 
 def index_rows(index: list) -> int:
-    """How many rows the chunks of ``index`` (``chunk_index``'s entries) select."""
+    """How many rows the chunks of ``index`` (``chunk_index``'s entries) select. An entry reads
+    rows ``skip`` to ``n_rows`` of its chunk: ``n_rows`` below the chunk's own (``pieces``) reads a
+    range of it."""
     return sum(entry[1] - entry[5] for entry in index)
+
+
+def pieces(entry: tuple, max_entries: int) -> list[tuple]:
+    """``entry`` cut into entries of at most ``max_entries`` rows x classes (at least one row)."""
+    chunk_id, n_rows, dtype, kind, k, skip = entry
+    step = max(max_entries // max(k if kind != "scores" else 1, 1), 1)
+    return [(chunk_id, min(start + step, n_rows), dtype, kind, k, start) for start in range(skip, n_rows, step)]
 
 
 def load(session: Session, index: list, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """The inputs and labels of the chunks in ``index``, concatenated as ``dtype`` (float64: what
     the core validates them to, so no second copy is made): one output array is allocated and
-    each chunk is read and copied into it in turn (peak: the output plus one chunk)."""
+    each chunk's selected rows are read and copied into it in turn (peak: the output plus the
+    selected rows of one chunk)."""
     n = index_rows(index)
     kind, k = index[0][3], index[0][4]
     inputs = np.empty((n,) if kind == "scores" else (n, k), dtype=dtype)
     labels = np.empty(n, dtype=np.int64)
     at = 0
     for chunk_id, n_rows, chunk_dtype, _, _, skip in index:
-        data, label_bytes = session.execute(select(ObservationChunkRow.inputs, ObservationChunkRow.labels)
-                                            .where(ObservationChunkRow.id == chunk_id)).one()
         take = n_rows - skip
-        inputs[at:at + take] = from_raw(data, chunk_dtype, n_rows, k, kind)[skip:]
-        labels[at:at + take] = np.frombuffer(label_bytes, dtype=LABEL_DTYPE)[skip:]
+        row_bytes = np.dtype(chunk_dtype).itemsize * (1 if kind == "scores" else k)
+        data, label_bytes = session.execute(
+            select(byte_range(ObservationChunkRow.inputs, skip * row_bytes, take * row_bytes),
+                   byte_range(ObservationChunkRow.labels, skip * LABEL_DTYPE.itemsize, take * LABEL_DTYPE.itemsize))
+            .where(ObservationChunkRow.id == chunk_id)).one()
+        inputs[at:at + take] = from_raw(data, chunk_dtype, take, k, kind)
+        labels[at:at + take] = np.frombuffer(label_bytes, dtype=LABEL_DTYPE)
         at += take
         del data, label_bytes
     return inputs, labels
+
+
+def byte_range(column, start: int, length: int):
+    """``length`` bytes of ``column`` from byte ``start`` on, cut in the database (``substr`` of a
+    blob or bytea, 1-based on both): a read of some rows of a chunk never brings its other rows
+    into this process."""
+    return func.substr(column, start + 1, length, type_=LargeBinary)
 
 
 def chunk_facts(session: Session, calibrator_id: int) -> list:

@@ -63,15 +63,22 @@ class Observations:
             if expected is not None and expected != (batch.kind, inputs.k):
                 raise InvalidInput(f"{name!r} holds {expected[0]} of {expected[1]} classes; this batch is "
                                    f"{batch.kind} of {inputs.k} classes")
-            rows, size = observation_store.totals(session, calibrator_id)
-            if rows + inputs.n > self.max_rows or size + values.nbytes > self.max_bytes:
-                raise TooLarge(f"{name!r} would hold {rows + inputs.n} observation rows and {size + values.nbytes} "
-                               f"bytes, over the caps of {self.max_rows} rows and {self.max_bytes} bytes "
-                               "(CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); delete old ones first")
+            rows = self._check_caps(session, calibrator_id, name, inputs.n, values.nbytes)
             observation_store.append(session, calibrator_id, "upload", None, batch.kind, inputs.k, values, labels,
                                      batch.fields.observed_at)
             online_version = self.online.apply(session, calibrator_id, name)
         return {"name": name, "appended": inputs.n, "total_rows": rows + inputs.n, "online_version": online_version}
+
+    def _check_caps(self, session, calibrator_id: int, name: str, n: int, nbytes: int) -> int:
+        """Refuse (413) ``n`` more rows of ``nbytes`` bytes past the per-name caps; the rows held now.
+        Every path that stores observations (uploads, labels) calls it in its transaction, after
+        the calibrator's lock (``online.lock``): concurrent appends cannot pass it together."""
+        rows, size = observation_store.totals(session, calibrator_id)
+        if rows + n > self.max_rows or size + nbytes > self.max_bytes:
+            raise TooLarge(f"{name!r} would hold {rows + n} observation rows and {size + nbytes} "
+                           f"bytes, over the caps of {self.max_rows} rows and {self.max_bytes} bytes "
+                           "(CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); delete old ones first")
+        return rows
 
     def summary(self, name: str) -> dict:
         """Counts per source, per serving version and per day, and the class balance, from the
@@ -82,6 +89,7 @@ class Observations:
             facts = observation_store.chunk_facts(session, calibrator.id)
             shape = observation_store.shape_of(session, calibrator.id)
             logged, labelled = prediction_log_store.logged_counts(session, calibrator.id)
+            held, dropped = prediction_log_store.log_state(session, calibrator.id)
         by_source, by_version, by_day = Counter(), Counter(), Counter()
         class_counts = np.zeros(shape[1] if shape else 0, dtype=np.int64)
         for source, version, created_at, n_rows, counts in facts:
@@ -98,7 +106,8 @@ class Observations:
                 "class_balance": (class_counts / total).tolist() if total else [],
                 "first_at": facts[0][2] if facts else None, "last_at": facts[-1][2] if facts else None,
                 "prediction_log": {"sample_rate": calibrator.log_sample_rate, "logged": logged,
-                                   "labelled": labelled}}
+                                   "labelled": labelled, "logged_rows": held, "dropped": dropped,
+                                   "full": self._full(held)}}
 
     def delete_before(self, name: str, before: datetime) -> dict:
         check_name(name)
@@ -115,7 +124,22 @@ class Observations:
             calibrator.log_sample_rate = sample_rate
         if sample_rate > 0 and self.log is not None:
             self.log.start_writer()
-        return {"name": name, "sample_rate": sample_rate}
+        return self.logging(name)
+
+    def logging(self, name: str) -> dict:
+        """The prediction log of ``name``: its sampling rate, the rows it holds, its cap
+        (``CALIBRATION_MAX_LOGGED_ROWS``), whether it is full (calibrate still answers, nothing more
+        is logged until retention or a delete frees room) and the rows it dropped for being full."""
+        check_name(name)
+        with self.db.read() as session:
+            calibrator = store.calibrator_row(session, name)
+            logged, dropped = prediction_log_store.log_state(session, calibrator.id)
+        return {"name": name, "sample_rate": calibrator.log_sample_rate, "logged_rows": logged,
+                "max_logged_rows": self.log.max_logged_rows if self.log is not None else None,
+                "full": self._full(logged), "dropped_rows": dropped}
+
+    def _full(self, logged: int) -> bool:
+        return self.log is not None and logged >= self.log.max_logged_rows
 
     def label(self, name: str, ids: list[str], labels: list[int]) -> dict:
         """Turn the logged predictions ``ids`` into observations with ``labels``, each tied to the
@@ -149,6 +173,8 @@ class Observations:
                     entry[0].append(array[row])
                     entry[1].append(labels[position])
             self.online.lock(session, calibrator.id)
+            self._check_caps(session, calibrator.id, name, len(claimed),
+                             sum(len(rows) * rows[0].nbytes for rows, _ in by_version.values()))
             for (version, kind, n_classes, _), (rows, part_labels) in sorted(by_version.items()):
                 observation_store.append(session, calibrator.id, "feedback", version, kind, n_classes,
                                          np.stack(rows), np.asarray(part_labels, dtype=np.int64))

@@ -136,10 +136,12 @@ class PredictionLog:
                  max_buffer_bytes: int = 256 << 20, observation_retention_days: float = 0.0,
                  log_retention_days: float = 30.0, retention_interval: float = 3600.0,
                  pipe: PipeWriter | None = None, epochs: EpochWriter | None = None,
-                 epoch_filters: EpochFilters | None = None, epoch_idle_seconds: float = 3600.0):
+                 epoch_filters: EpochFilters | None = None, epoch_idle_seconds: float = 3600.0,
+                 max_logged_rows: int = 10_000_000):
         self.db = db
         self.epoch_idle_seconds = epoch_idle_seconds
-        self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes, epochs)
+        self.max_logged_rows = max_logged_rows
+        self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes, epochs, max_logged_rows)
         self.epoch_filters = epoch_filters if epoch_filters is not None else EpochFilters()
         self.pipe = pipe
         self.observation_retention_days = observation_retention_days

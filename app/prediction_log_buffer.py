@@ -2,7 +2,10 @@
 
 ``keep`` adds a batch to the buffer (bounded by ``max_buffer_bytes``: batches beyond it are dropped
 and counted, never queued without bound); ``flush`` writes what waits, one chunk per (calibrator,
-version) in one transaction each (``prediction_log_store.log_predictions``), into the epoch of the
+version) in one transaction each (``prediction_log_store.log_predictions``; of a chunk that would take
+the calibrator's log past ``max_logged_rows`` only the rows that fit are written, the rest counted
+as dropped for that calibrator: serving goes on, and logging resumes once retention frees room),
+into the epoch of the
 id index that ``epochs`` keeps open for the calibrator (``app.prediction_epochs``, closed once
 full); ``run_once`` is a turn of the writer's loop: a flush every ``flush_seconds``, or sooner
 once ``flush_rows`` rows wait or a flush was asked for (``ask_flush``, answered once what was
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import sys
 import threading
@@ -41,6 +45,10 @@ def name_thread(name: str) -> None:
             ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
+class LogFull(Exception):
+    """A calibrator's log holds ``max_logged_rows``: the chunk's transaction is rolled back."""
+
+
 @dataclass
 class Pending:
     """A served batch waiting to be written: its inputs and ids."""
@@ -61,12 +69,30 @@ class LogStats:
     written_rows: int = 0
     dropped_rows: int = 0
     failed_rows: int = 0
+    capped_rows: int = 0  # not written: the calibrator's log held max_logged_rows (counted for it too)
+
+
+def first_rows(items: list[Pending], room: int) -> list[Pending]:
+    """The first ``room`` rows of ``items``: whole items, then the first rows of one (its ids cut
+    with them; a batch of generated ids keeps its prefix, its ids being row numbers)."""
+    kept = []
+    for item in items:
+        if room <= 0:
+            break
+        if len(item.inputs) > room:
+            ids = None if item.ids is None else item.ids[:room]
+            item = dataclasses.replace(item, inputs=item.inputs[:room], ids=ids)
+        kept.append(item)
+        room -= len(item.inputs)
+    return kept
 
 
 class LogBuffer:
     def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
-                 max_buffer_bytes: int = 256 << 20, epochs: EpochWriter | None = None):
+                 max_buffer_bytes: int = 256 << 20, epochs: EpochWriter | None = None,
+                 max_logged_rows: int = 10_000_000):
         self.db = db
+        self.max_logged_rows = max_logged_rows
         self.epochs = epochs if epochs is not None else EpochWriter()
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
@@ -125,15 +151,10 @@ class LogBuffer:
             for (calibrator_id, version, kind, n_classes, _), items in groups.items():
                 items.sort(key=lambda item: item.prefix is not None)  # client ids first: rows 0..m-1
                 rows = sum(len(item.inputs) for item in items)
-                ids, batches = self._index(items)
                 try:
-                    with self.db.write() as session:
-                        epoch_id = self.epochs.epoch_for(session, calibrator_id)
-                        index_rows = prediction_log_store.log_predictions(
-                            session, calibrator_id, version, kind, n_classes,
-                            np.concatenate([item.inputs for item in items]), ids, batches, epoch_id)
-                    self.epochs.committed(calibrator_id, index_rows)
-                    written += rows
+                    kept = self._write(calibrator_id, version, kind, n_classes, items, rows)
+                    written += kept
+                    self.stats.capped_rows += rows - kept
                 except Exception as exc:  # a deleted calibrator, the database away: counted, logged
                     self.epochs.rolled_back(calibrator_id)
                     self.stats.failed_rows += rows
@@ -142,6 +163,33 @@ class LogBuffer:
             self.stats.written_rows += written
             self.epochs.close_full(self.db)
             return written
+
+    def _write(self, calibrator_id: int, version: int, kind: str, n_classes: int, items: list[Pending],
+               rows: int) -> int:
+        """Write the first rows of ``items`` that fit in the calibrator's log (``max_logged_rows``)
+        as one chunk, and count the rest as dropped for it; returns the rows written."""
+        try:
+            with self.db.write() as session:
+                items = first_rows(items, prediction_log_store.room(session, calibrator_id, self.max_logged_rows))
+                kept = sum(len(item.inputs) for item in items)
+                if kept:
+                    ids, batches = self._index(items)
+                    epoch_id = self.epochs.epoch_for(session, calibrator_id)
+                    index_rows = prediction_log_store.log_predictions(
+                        session, calibrator_id, version, kind, n_classes,
+                        np.concatenate([item.inputs for item in items]), ids, batches, epoch_id)
+                    if not prediction_log_store.reserve_rows(session, calibrator_id, kept, self.max_logged_rows):
+                        raise LogFull  # another writer took the room meanwhile: nothing of this chunk stays
+                if kept < rows:
+                    prediction_log_store.count_dropped(session, calibrator_id, rows - kept)
+        except LogFull:
+            self.epochs.rolled_back(calibrator_id)
+            with self.db.write() as session:
+                prediction_log_store.count_dropped(session, calibrator_id, rows)
+            return 0
+        if kept:
+            self.epochs.committed(calibrator_id, index_rows)
+        return kept
 
     def close_epochs(self) -> None:
         """Close every epoch this writer holds open (it stops), after the write in progress."""

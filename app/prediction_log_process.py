@@ -90,7 +90,7 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
     ring = RingReader(int(ring_fd), config["ring_bytes"])
     db = Database(config["database_url"], config["db_timeout"], sqlite_cache_bytes=config["cache_bytes"])
     buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"],
-                       EpochWriter(config["epoch_ids"]))
+                       EpochWriter(config["epoch_ids"]), config["max_logged_rows"])
     os.set_blocking(back_fd, False)
     done = threading.Event()
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import numpy as np
 import orjson
-from sqlalchemy import Integer, cast, delete, func, insert, select
+from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from . import prediction_epoch_store
@@ -108,11 +108,59 @@ def logged_counts(session: Session, calibrator_id: int) -> tuple[int, int]:
     return int(total), int(labelled)
 
 
+def room(session: Session, calibrator_id: int, cap: int) -> int:
+    """Rows the calibrator's log may still take under ``cap``, as last committed (no lock: a
+    writer's first look, ``reserve_rows`` decides); raises ``NoResultFound`` for a calibrator deleted
+    meanwhile (the writer counts its rows as failed, not as dropped by the cap)."""
+    held = session.execute(select(CalibratorRow.logged_rows).where(CalibratorRow.id == calibrator_id)).scalar_one()
+    return max(cap - held, 0)
+
+
+def reserve_rows(session: Session, calibrator_id: int, n: int, cap: int) -> bool:
+    """Count ``n`` more logged rows for the calibrator if they keep it within ``cap``; whether they
+    did. One conditional update: writers of several processes cannot pass the cap together. Called
+    after the chunk's index rows are inserted, so that a writer takes the calibrator's row lock
+    after the index rows, as a labels call does (``claim_labels`` then ``lock_calibrator``)."""
+    rows = session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id,
+                                                       CalibratorRow.logged_rows + n <= cap)
+                           .values(logged_rows=CalibratorRow.logged_rows + n)
+                           .execution_options(synchronize_session=False)).rowcount
+    return rows == 1
+
+
+def count_dropped(session: Session, calibrator_id: int, n: int) -> None:
+    """Count ``n`` rows the calibrator's full log did not take."""
+    session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
+                    .values(log_dropped_rows=CalibratorRow.log_dropped_rows + n)
+                    .execution_options(synchronize_session=False))
+
+
+def log_state(session: Session, calibrator_id: int) -> tuple[int, int]:
+    """The calibrator's logged rows and the rows its full log dropped."""
+    return tuple(session.execute(select(CalibratorRow.logged_rows, CalibratorRow.log_dropped_rows)
+                                 .where(CalibratorRow.id == calibrator_id)).one())
+
+
+def every_dropped(session: Session) -> list[tuple[str, int]]:
+    """(name, dropped rows) of every calibrator whose log dropped rows, for /metrics."""
+    return [tuple(row) for row in session.execute(
+        select(CalibratorRow.name, CalibratorRow.log_dropped_rows).where(CalibratorRow.log_dropped_rows > 0)
+        .order_by(CalibratorRow.name))]
+
+
 def delete_predictions_before(session: Session, before: datetime) -> int:
     """Delete prediction-log chunks (and their ids) created before ``before``, and the epochs
-    left empty; returns the chunks removed."""
+    left empty, and take their rows off their calibrators' counts (room a full log logs into
+    again); returns the chunks removed."""
+    freed = session.execute(select(PredictionChunkRow.calibrator_id, func.sum(PredictionChunkRow.n_rows))
+                            .where(PredictionChunkRow.created_at < before)
+                            .group_by(PredictionChunkRow.calibrator_id).order_by(PredictionChunkRow.calibrator_id)).all()
     old = select(PredictionChunkRow.id).where(PredictionChunkRow.created_at < before).scalar_subquery()
     session.execute(delete(LoggedPredictionRow).where(LoggedPredictionRow.chunk_id.in_(old)))
     removed = session.execute(delete(PredictionChunkRow).where(PredictionChunkRow.created_at < before)).rowcount
+    for calibrator_id, rows in freed:  # after the index rows, as writers lock them (``reserve_rows``)
+        session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
+                        .values(logged_rows=CalibratorRow.logged_rows - rows)
+                        .execution_options(synchronize_session=False))
     prediction_epoch_store.delete_empty(session)
     return removed

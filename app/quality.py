@@ -5,7 +5,7 @@ a bootstrap interval (``calibration.bootstrap_interval``), and label-free signal
 
 Windows are calendar hours or days (UTC, of the rows' ``created_at``) or blocks of ``N`` rows in
 arrival order; only the newest ``windows`` of them are computed. A request reads at most
-``MAX_ENTRIES`` rows x classes, and its bootstrap resamples are cut to ``BOOTSTRAP_ENTRIES``
+``CALIBRATION_MAX_READ_ENTRIES`` rows x classes, and its bootstrap resamples are cut to ``BOOTSTRAP_ENTRIES``
 (the answer then says ``bootstrap`` used and ``bootstrap_asked``).
 """
 
@@ -28,7 +28,6 @@ from .observation_store import Selection
 METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
            "brier": cal.brier, "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}
 BINNED = {"ece", "classwise_ece"}
-MAX_ENTRIES = 1 << 24  # rows x classes read for one quality request (128 MiB as float64 inputs)
 # resamples x rows x classes x 2 (calibrated and not) of one request's intervals: about 20 s of work
 BOOTSTRAP_ENTRIES = 200_000_000
 TIME_FORMATS = {"hour": "%Y-%m-%dT%H:00:00Z", "day": "%Y-%m-%d"}
@@ -80,6 +79,15 @@ def _plan(chunks: list, window: str, windows: int) -> tuple[list, list]:
             labels.append(np.array([f"rows {b * size}-{(b + 1) * size - 1}" for b in rows], dtype=object))
         offset = end
     return entries, labels
+
+
+def check_read(rows: int, k: int, budget: int, asked: str) -> None:
+    """Refuse, before anything is read, a read of ``rows`` rows of ``k`` classes over the budget
+    (``CALIBRATION_MAX_READ_ENTRIES``): a 422 naming the setting and the most rows it allows."""
+    if rows * k > budget:
+        raise InvalidInput(f"{asked}={rows} rows of {k} classes are {rows * k} entries, over the limit of {budget} "
+                           f"entries one read may load (CALIBRATION_MAX_READ_ENTRIES); ask for at most "
+                           f"{max(budget // k, 1)} rows")
 
 
 def calibrated_groups(service, name: str, kind: str, inputs: np.ndarray, versions: np.ndarray):
@@ -144,9 +152,10 @@ def quality(service, name: str, query: QualityQuery) -> dict:
         chunks = alarm_store.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
         n = observation_store.index_rows(entries)
-        if entries and n * entries[0][4] > MAX_ENTRIES:
+        if entries and n * entries[0][4] > service.max_read_entries:
             raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0][4]} classes, over "
-                           f"{MAX_ENTRIES} entries; ask for fewer or smaller windows")
+                           f"the limit of {service.max_read_entries} entries one read may load "
+                           "(CALIBRATION_MAX_READ_ENTRIES); ask for fewer or smaller windows")
         inputs, labels = observation_store.load(session, entries) if entries else (None, None)
     answer = {"name": name, "window": query.window, "version": query.version, "n_bins": query.n_bins,
               "bootstrap": query.bootstrap, "confidence": query.confidence, "windows": [], "skipped_rows": 0}
@@ -199,17 +208,18 @@ def label_shift(service, name: str, version: int | None = None, last: int = 50_0
     with service.db.read() as session:
         calibrator = store.calibrator_row(session, name)
         reference = version or calibrator.last_version
-        store.get_version(session, name, reference)
+        k = max(store.get_version(session, name, reference).n_classes, 2)
+        check_read(last, k, service.max_read_entries, "last")
         logged = alarm_store.logged_inputs(session, calibrator.id, version, last)
         index = observation_store.chunk_index(session, calibrator.id, Selection(last=last, source="upload")) or \
             observation_store.chunk_index(session, calibrator.id, Selection(last=last))
-        if not logged or not index:
+        if logged is None or not index:
             raise NotFound(f"{name!r} needs logged predictions and labelled observations for a label-shift "
-                           f"estimate (it has {sum(len(c[3]) for c in logged)} logged rows)")
+                           f"estimate (it has {0 if logged is None else len(logged[1])} logged rows)")
         source_inputs, source_labels = observation_store.load(session, index)
-    kind = logged[0][1]
-    inputs = np.concatenate([chunk[3] for chunk in logged])
-    versions = np.concatenate([np.full(len(chunk[3]), version or chunk[0], dtype=np.int64) for chunk in logged])
+    kind, inputs, versions = logged
+    if version is not None:
+        versions[:] = version
     raw_target, target, _ = calibrated_groups(service, name, kind, inputs, versions)
     raw_source, source, usable = calibrated_groups(service, name, index[0][3], source_inputs,
                                                    np.full(len(source_labels), reference, dtype=np.int64))

@@ -42,6 +42,7 @@ from .schemas import EvaluationFields, FitFields
 from .views import version_view
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
+MAX_READ_ENTRIES = 1 << 23  # CALIBRATION_MAX_READ_ENTRIES's default
 
 
 class CalibrationService:
@@ -51,13 +52,15 @@ class CalibrationService:
                  max_json_bytes: int = MAX_JSON_BYTES, max_entries: int = MAX_ENTRIES,
                  max_parameters: int = MAX_PARAMETERS, integrity_key: bytes | None = None,
                  prediction_log: PredictionLog | None = None,
-                 observation_caps: tuple[int, int, int] = OBSERVATION_CAPS, online_update_rows: int = 100):
+                 observation_caps: tuple[int, int, int] = OBSERVATION_CAPS, online_update_rows: int = 100,
+                 max_read_entries: int = MAX_READ_ENTRIES):
         self.db = db
         self.integrity_key = integrity_key
         self.device = Device(device)
         self.cache = CalibratorCache(cache_size, cache_bytes)
         self.limits = RequestLimits(max_body_bytes, max_array_bytes, max_json_bytes, max_entries)
         self.max_parameters = max_parameters
+        self.max_read_entries = max_read_entries  # stored rows x classes one read loads (app.quality.check_read)
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
         self.comparisons = Comparisons(self)

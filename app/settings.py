@@ -113,6 +113,14 @@ class Settings(BaseSettings):
                                       "an append beyond it is refused with 413.")
     max_observation_bytes: int = Field(1 << 30, ge=1024, description="Bytes of observation inputs one "
                                        "calibrator may hold (413 beyond).")
+    max_read_entries: int = Field(1 << 23, ge=1, description="Most stored entries (rows x classes) one read "
+                                  "other than a fit loads: the label-shift estimate (per set: logged rows and "
+                                  "labelled rows), quality, an evaluation, each batch of a drift-alarm evaluation; "
+                                  "64 MiB as float64. Reads select exact rows; a read asking for more is refused "
+                                  "(422/413 naming this setting).")
+    max_logged_rows: int = Field(10_000_000, ge=1, description="Logged predictions one calibrator may hold; "
+                                 "beyond it its logging stops (calibrate still answers) and the rows not logged "
+                                 "are counted, until retention or deletions free room.")
     max_fit_entries: int = Field(1 << 26, ge=1, description="Most entries (n·k) a fit on stored observations "
                                  "reads (413 beyond; select fewer with `last`).")
     log_flush_rows: int = Field(4096, ge=1, description="The prediction log is written once this many rows wait "

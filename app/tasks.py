@@ -68,7 +68,11 @@ def run_job(database_url: str, job_id: str, heartbeat_seconds: float | None = No
 def _run_claimed(db: Database, job_id: str) -> None:
     with db.read() as session:
         kind, calibrator, request, payload = job_store.load_input(session, job_id)
-    service = CalibrationService(db, cache_size=1, max_body_bytes=0)
+    settings = get_settings()
+    service = CalibrationService(db, cache_size=1, max_body_bytes=0,
+                                 observation_caps=(settings.max_observation_rows, settings.max_observation_bytes,
+                                                   settings.max_fit_entries),
+                                 max_read_entries=settings.max_read_entries)
     progress = JobProgress(db, job_id)
     try:
         if kind == "fit":  # an auto fit's cross-validation fans out as a comparison's does

@@ -1,4 +1,5 @@
-"""The dashboard's page of a calibrator's online loop: its observations, calibration quality per
+"""The dashboard's page of a calibrator's online loop: its observations (and whether its
+prediction log is full, ``CALIBRATION_MAX_LOGGED_ROWS``), calibration quality per
 window (ECE calibrated and not, with intervals), drift monitors and alarms with their webhook
 deliveries, challenger evaluations, and the history of every alias, from the dicts the service
 returns (the API's JSON, before encoding)."""
@@ -21,6 +22,13 @@ def _observations(summary: dict) -> str:
     head = (f'<p>{summary["total_rows"]} labelled rows of {text(summary["input_kind"] or "—")} '
             f'({text(summary["n_classes"] or "—")} classes); the prediction log keeps '
             f'{log["sample_rate"]:.0%} of the served rows: {log["logged"]} logged, {log["labelled"]} labelled.</p>')
+    if log.get("full"):
+        head += (f'<p class="warning" id="log-full">The prediction log is full ({log["logged_rows"]} rows, the cap '
+                 '<code>CALIBRATION_MAX_LOGGED_ROWS</code>): calibrate still answers, but its rows are not logged '
+                 f'until retention or a delete frees room; {log["dropped"]} rows not logged so far.</p>')
+    elif log.get("dropped"):
+        head += (f'<p id="log-dropped">{log["dropped"]} served rows were not logged while the prediction log was '
+                 'full (<code>CALIBRATION_MAX_LOGGED_ROWS</code>); it logs again.</p>')
     rows = [f'<tr><th scope="row">{text(kind)}</th><td>{text(key)}</td>{num_cell(count, 0)}</tr>'
             for kind, counts in (("source", summary["by_source"]), ("serving version", summary["by_version"]),
                                  ("day", summary["by_day"])) for key, count in counts.items()]

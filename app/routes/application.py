@@ -17,6 +17,7 @@ from ..drift_alarms import QualityCollector
 from ..idempotency import IdempotencyKeys
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
+from ..log_caps import LogCapCollector
 from ..main_info import server_version
 from ..prediction_epochs import EpochFilters, EpochWriter
 from ..prediction_log import PredictionLog
@@ -74,7 +75,8 @@ def log_writer_process(settings: Settings, database: Database) -> PipeWriter | N
     return PipeWriter({"database_url": settings.database_url, "db_timeout": settings.db_timeout_seconds,
                        "flush_rows": settings.log_flush_rows, "flush_seconds": settings.log_flush_seconds,
                        "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level,
-                       "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids},
+                       "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids,
+                       "max_logged_rows": settings.max_logged_rows},
                       settings.log_ring_bytes, flush_timeout=2 * settings.db_timeout_seconds + 30)
 
 
@@ -90,7 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                    settings.prediction_log_retention_days, settings.retention_interval_seconds,
                                    log_writer_process(settings, database),
                                    EpochWriter(settings.log_epoch_ids), EpochFilters(settings.log_epoch_filter_bytes),
-                                   settings.log_epoch_idle_seconds)
+                                   settings.log_epoch_idle_seconds, settings.max_logged_rows)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -120,7 +122,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                            observation_caps=(settings.max_observation_rows,
                                                              settings.max_observation_bytes,
                                                              settings.max_fit_entries),
-                                           online_update_rows=settings.online_update_rows)
+                                           online_update_rows=settings.online_update_rows,
+                                           max_read_entries=settings.max_read_entries)
     scheduler = Scheduler(app.state.service, settings.schedule_seconds, WebhookPolicy.of(settings))
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds,
                                             settings.idempotency_lease_seconds)
@@ -128,6 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = CollectorRegistry()
     app.state.registry.register(JobCollector(database))
     app.state.registry.register(QualityCollector(database))
+    app.state.registry.register(LogCapCollector(database))
     problems.install(app)
     hot_path_pool = hot_path.install(app, serve_threads(settings))
     work_pool = admission.install(app, settings.work_threads, settings.work_queue)

@@ -89,6 +89,15 @@ async def set_logging(request: Request, name: str = NAME):
     return _json(await run_in_threadpool(_set_logging, _service(request), name, await request_body(request)))
 
 
+@router.get("/calibrators/{name}/logging", summary="The prediction log's state",
+            response_model=LoggingOut, responses=problems(404, 422), dependencies=[READ])
+async def get_logging(request: Request, name: str = NAME):
+    """The sampling rate, the logged rows and their cap (`CALIBRATION_MAX_LOGGED_ROWS`), whether the
+    log is full, and the rows it did not take for being full (`dropped_rows`; also
+    `calibration_log_dropped_rows_total` in /metrics). A full log never blocks calibrate."""
+    return _json(await run_in_threadpool(_service(request).observations.logging, name))
+
+
 def _label(service: CalibrationService, name: str, data: RequestBody) -> dict:
     check_name(name)
     labels = decode_fields(data, LabelsRequest, service.limits.json_bytes)

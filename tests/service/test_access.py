@@ -51,6 +51,7 @@ ENDPOINTS = [
     ("post", "/v1/calibrators/demo/observations", LABELLED, "write", 201),
     ("get", "/v1/calibrators/demo/observations", None, "read", 200),
     ("put", "/v1/calibrators/demo/logging", {"sample_rate": 0.5}, "write", 200),
+    ("get", "/v1/calibrators/demo/logging", None, "read", 200),
     ("post", "/v1/calibrators/demo/labels", {"ids": ["x"], "labels": [0]}, "write", 200),
     ("delete", "/v1/calibrators/demo/observations?before=2000-01-01T00:00:00Z", None, "admin", 200),
     ("delete", "/v1/calibrators/demo/aliases/production", None, "write", 204),

@@ -59,3 +59,34 @@ def test_the_app_never_creates_tables_and_readiness_says_why(empty_url):
         response = client.get("/v1/calibrators")
         assert response.status_code == 503 and "migrate" in response.json()["detail"]
     assert _tables(empty_url) == set()
+
+
+def test_0015_counts_each_calibrator_s_logged_rows_and_its_downgrade_drops_the_counts(empty_url):
+    """Up from 0014 with logged chunks: ``logged_rows`` is each calibrator's sum of chunk rows (0
+    without any) and ``log_dropped_rows`` 0; down to 0014 drops both columns and keeps every row."""
+    from sqlalchemy import text
+    upgrade(empty_url, "0014")
+    engine = make_engine(empty_url)
+    try:
+        with engine.begin() as connection:
+            for cid, name in ((1, "a"), (2, "b")):
+                connection.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
+                                        "VALUES (:id, :name, 0, CURRENT_TIMESTAMP, 1)"), {"id": cid, "name": name})
+            for n in (5, 7):
+                connection.execute(text(
+                    "INSERT INTO prediction_chunks (calibrator_id, version, input_kind, n_rows, n_classes, dtype, "
+                    "inputs, created_at) VALUES (1, 1, 'scores', :n, 2, '<f8', :data, CURRENT_TIMESTAMP)"),
+                    {"n": n, "data": bytes(8 * n)})
+        upgrade(empty_url, "0015")
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT name, logged_rows, log_dropped_rows FROM calibrators "
+                                           "ORDER BY name")).all()
+        assert [tuple(row) for row in rows] == [("a", 12, 0), ("b", 0, 0)]
+        downgrade(empty_url, "0014")
+        columns = {column["name"] for column in inspect(engine).get_columns("calibrators")}
+        assert "logged_rows" not in columns and "log_dropped_rows" not in columns
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM prediction_chunks")).scalar_one() == 2
+            assert connection.execute(text("SELECT count(*) FROM calibrators")).scalar_one() == 2
+    finally:
+        engine.dispose()

@@ -99,6 +99,33 @@ def test_per_name_caps_refuse_an_append_whole(database_url):
         assert fits.status_code == 201 and fits.json()["n_samples"] == 150
 
 
+def test_labels_honour_the_per_name_caps(database_url):
+    """#34: cap 2000 rows, 1900 appended, 1500 logged predictions labelled: main stored 3400 rows.
+    The labels call is a 413 naming the setting, all or nothing (none of the ids is labelled and
+    they can be labelled once there is room); 100 of them fit."""
+    logits, labels = make_reference_input(n=1900, k=4, seed=34)
+    with TestClient(_app(database_url, max_observation_rows=2000)) as client:
+        client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                        "labels": LABELS.tolist()})
+        assert client.post("/v1/calibrators/m/observations", json={"logits": logits.tolist(),
+                                                                   "labels": labels.tolist()}).status_code == 201
+        client.put("/v1/calibrators/m/logging", json={"sample_rate": 1})
+        ids = [f"x{i}" for i in range(1500)]
+        served = client.post("/v1/calibrators/m/calibrate", json={"logits": logits[:1500].tolist(), "ids": ids})
+        assert served.json()["logged"] == 1500
+        over = client.post("/v1/calibrators/m/labels", json={"ids": ids, "labels": labels[:1500].tolist()})
+        assert over.status_code == 413, over.text
+        assert over.json()["detail"] == ("'m' would hold 3400 observation rows and 108800 bytes, over the caps of 2000 "
+                                         "rows and 1073741824 bytes (CALIBRATION_MAX_OBSERVATION_ROWS, _BYTES); "
+                                         "delete old ones first")
+        assert client.get("/v1/calibrators/m/observations").json()["total_rows"] == 1900
+        fits = client.post("/v1/calibrators/m/labels", json={"ids": ids[:100], "labels": labels[:100].tolist()})
+        assert fits.json()["labelled"] == 100 and fits.json()["counts"] == {"labelled": 100}
+        assert client.get("/v1/calibrators/m/observations").json()["total_rows"] == 2000
+        one_more = client.post("/v1/calibrators/m/labels", json={"ids": ids[100:101], "labels": [0]})
+        assert one_more.status_code == 413
+
+
 def test_sampling_keeps_about_the_rate_and_labels_report_the_rest_unknown(api):
     api.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
                                                  "labels": LABELS.tolist()})
@@ -210,3 +237,60 @@ def test_a_fit_s_observations_are_its_own_to_reorder_unless_shared(api):
     assert may_reorder(batch.values) and batch.values.dtype == np.float64
     np.testing.assert_array_equal(batch.values, LOGITS[:300])
     assert not may_reorder(observations.load(None, index, shared=True).values)
+
+
+def _log(client, prefix: str, n: int, start: int = 0) -> dict:
+    """Serve ``n`` rows with ids ``prefix0``...; every row served is handed to the log (rate 1), then
+    written (the label path's flush); returns the calibrate answer."""
+    ids = [f"{prefix}{i}" for i in range(n)]
+    served = client.post("/v1/calibrators/m/calibrate", json={"logits": LOGITS[start:start + n].tolist(), "ids": ids})
+    assert served.status_code == 200, served.text
+    client.app.state.service.prediction_log.flush()
+    return served.json()
+
+
+def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on(database_url):
+    """#34: the log had no per-name cap. Cap 100: 60 rows logged, then 60 more of which the first
+    40 fit (exactly: the chunk is cut), then 30: calibrate answers 200 throughout, the log stops at
+    100 rows, and the 50 rows not logged are counted in GET .../logging, in /metrics and on the
+    dashboard's online page; labels of the dropped rows are `unknown`. Retention deleting the
+    first chunk (60 rows) lets logging resume, through the real writer process."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import func, select, update
+
+    from app.models import PredictionChunkRow
+    with TestClient(_app(database_url, max_logged_rows=100)) as client:
+        client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                        "labels": LABELS.tolist()})
+        client.put("/v1/calibrators/m/logging", json={"sample_rate": 1})
+        assert _log(client, "a", 60)["logged"] == 60
+        assert _log(client, "b", 60, 60)["logged"] == 60  # handed to the log; 40 of them fit
+        assert _log(client, "c", 30, 120)["ids"] == [f"c{i}" for i in range(30)]
+        with client.app.state.db.read() as session:  # main: 150
+            assert session.scalar(select(func.sum(PredictionChunkRow.n_rows))) == 100
+        state = client.get("/v1/calibrators/m/logging").json()
+        assert (state["logged_rows"], state["full"], state["dropped_rows"]) == (100, True, 50)
+        labels = client.post("/v1/calibrators/m/labels", json={"ids": ["b39", "b40", "c0"], "labels": [0, 1, 2]})
+        assert labels.json()["statuses"] == ["labelled", "unknown", "unknown"]
+        assert 'calibration_log_dropped_rows_total{calibrator="m"} 50.0' in client.get("/metrics").text
+        online = client.get("/ui/calibrators/m/online")
+        assert online.status_code == 200 and 'id="log-full"' in online.text
+        assert "The prediction log is full (100 rows" in online.text and "50 rows not logged so far" in online.text
+        summary = client.get("/v1/calibrators/m/observations").json()["prediction_log"]
+        assert summary["full"] is True and summary["dropped"] == 50 and summary["logged_rows"] == 100
+        # the first chunk ages past the retention (30 days by default) and is deleted: room for 60
+        with client.app.state.db.write() as session:
+            first = session.scalar(select(func.min(PredictionChunkRow.id)))
+            session.execute(update(PredictionChunkRow).where(PredictionChunkRow.id == first)
+                            .values(created_at=datetime(2020, 1, 1, tzinfo=UTC)))
+        client.app.state.service.prediction_log.apply_retention()
+        assert client.get("/v1/calibrators/m/logging").json() == {
+            "name": "m", "sample_rate": 1.0, "logged_rows": 40, "max_logged_rows": 100, "full": False,
+            "dropped_rows": 50}
+        assert _log(client, "d", 30, 150)["logged"] == 30
+        state = client.get("/v1/calibrators/m/logging").json()
+        assert (state["logged_rows"], state["full"], state["dropped_rows"]) == (70, False, 50)
+        assert client.post("/v1/calibrators/m/labels", json={"ids": ["d29"], "labels": [1]}).json()["labelled"] == 1
+        online = client.get("/ui/calibrators/m/online").text
+        assert 'id="log-full"' not in online and "50 served rows were not logged" in online

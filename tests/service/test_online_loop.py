@@ -112,7 +112,8 @@ def test_logged_predictions_labelled_later_carry_their_serving_version(kind, req
         assert summary["by_version"] == by_version == {"1": 5000, "2": 5000}
         assert summary["by_source"] == {"feedback": 10000}
         assert summary["class_counts"] == np.bincount(test_labels, minlength=10).tolist()
-        assert summary["prediction_log"] == {"sample_rate": 1.0, "logged": 10000, "labelled": 10000}
+        assert summary["prediction_log"] == {"sample_rate": 1.0, "logged": 10000, "labelled": 10000,
+                                             "logged_rows": 10000, "dropped": 0, "full": False}
 
         # every observation carries the version that served it: a fit on version v's feedback is
         # the fit on exactly the rows v served (in another order: equal to rounding)

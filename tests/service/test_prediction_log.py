@@ -91,7 +91,8 @@ def test_generated_ids_are_one_index_row_per_batch_and_labels_answer_per_id(data
             ("a", 0, 1), ("b-0", 1, 1), ("c", 2, 1)]
         assert [(r[1], r[3]) for r in rows if r[0].endswith(",")] == [(3, 5), (8, 3), (11, 4)]
         logged = _ok(client.get("/v1/calibrators/demo/observations"))["prediction_log"]
-        assert logged == {"sample_rate": 1.0, "logged": 15, "labelled": 0}
+        assert logged == {"sample_rate": 1.0, "logged": 15, "labelled": 0, "logged_rows": 15, "dropped": 0,
+                          "full": False}
 
         # labels for some generated and client ids, a duplicate, an unknown id, one past a batch's end
         prefix = served[0][:-1]
@@ -103,7 +104,8 @@ def test_generated_ids_are_one_index_row_per_batch_and_labels_answer_per_id(data
                                 json={"ids": [served[6], served[0], "a"], "labels": [0, 1, 2]}))
         assert again["statuses"] == ["already_labelled", "labelled", "labelled"]
         summary = _ok(client.get("/v1/calibrators/demo/observations"))
-        assert summary["prediction_log"] == {"sample_rate": 1.0, "logged": 15, "labelled": 6}
+        assert summary["prediction_log"] == {"sample_rate": 1.0, "logged": 15, "labelled": 6, "logged_rows": 15,
+                                             "dropped": 0, "full": False}
         assert summary["by_source"] == {"feedback": 6}
 
         # each label joined the chunk row that was served under its id

@@ -207,3 +207,189 @@ def test_a_zip_bomb_leaves_the_servers_peak_memory_within_twice_the_body_limit(t
         server.stop()
     print(f"peak RSS {before} KiB before the bombs, grew by {grown} KiB")
     assert grown * 1024 < 2 * BODY_LIMIT, f"peak RSS grew by {grown} KiB"
+
+
+# -- reads of stored rows (#34): exact rows, a budget, peak memory bounded by it ----------------------
+
+SHIFT = "shifted"
+
+
+def _shift_setup(client, logged_parts: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A temperature fit on 2000 real CIFAR-10 rows, those rows uploaded as observations, and test
+    rows served with logging on in parts of ``logged_parts`` rows (one flush, one chunk, each);
+    returns the fitted logits' labels and the served logits."""
+    from tests.helpers import load_split
+    _, val, val_labels = load_split("cifar10_resnet50_cross_entropy", "val")
+    _, test, _ = load_split("cifar10_resnet50_cross_entropy", "test")
+    val, val_labels = val[:2000], val_labels[:2000]
+    body = {"method": "temperature", "logits": val.tolist(), "labels": val_labels.tolist()}
+    assert client.post(f"/v1/calibrators/{SHIFT}/versions", json=body).status_code == 201
+    assert client.post(f"/v1/calibrators/{SHIFT}/observations",
+                       json={"logits": val.tolist(), "labels": val_labels.tolist()}).status_code == 201
+    assert client.put(f"/v1/calibrators/{SHIFT}/logging", json={"sample_rate": 1.0}).status_code == 200
+    served, at = [], 0
+    for n in logged_parts:
+        part = test[at:at + n]
+        assert client.post(f"/v1/calibrators/{SHIFT}/calibrate", json={"logits": part.tolist()}).status_code == 200
+        client.app.state.service.prediction_log.flush()  # one chunk per part
+        served.append(part)
+        at += n
+    return val, val_labels, np.concatenate(served)
+
+
+def test_label_shift_reads_exactly_the_newest_rows_asked_for(client):
+    """Two logged chunks of 1000 and 2000 rows: ``last=1500`` estimates from exactly the newest
+    1500 (EM on them equals the core's on the same rows), ``last=2500`` from the newest 2500
+    across both chunks; main read whole chunks (2000 and 3000 rows)."""
+    from calibration.label_shift import em_priors
+    val, val_labels, served = _shift_setup(client, [1000, 2000])
+    fitted = cal.create("temperature", {"input": "logits"}).fit(val, val_labels)
+    source_priors = np.bincount(val_labels, minlength=10) / len(val_labels)
+    for last in (1500, 2500):
+        response = client.get(f"/v1/calibrators/{SHIFT}/label-shift", params={"last": last})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["n_predictions"] == last and body["n_source_rows"] == min(last, 2000)
+        newest = fitted.predict_proba(served[-last:])
+        source = np.bincount(val_labels[-last:], minlength=10) / min(last, 2000)
+        np.testing.assert_allclose(body["source_priors"], source)
+        np.testing.assert_allclose(body["em"]["priors"], em_priors(newest, source).priors, rtol=1e-9, atol=1e-12)
+        if last < 2000:  # the labelled rows were cut to `last` too
+            assert not np.allclose(source, source_priors)
+
+
+def test_label_shift_over_the_read_budget_is_a_422_naming_the_setting_for_a_read_key(sqlite_url):
+    """``last=5000000`` of 10 classes is 50 million entries, over the default budget of 2**23: a 422
+    that names CALIBRATION_MAX_READ_ENTRIES and the most rows allowed, for a read-scoped key, with
+    nothing read (main read every chunk: 450 MiB -> 6.5 GiB)."""
+    from starlette.testclient import TestClient
+
+    from app import keys
+    from app.main import create_app
+    from app.migrate import upgrade
+    from app.settings import Settings
+    upgrade(sqlite_url)
+    settings = Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0)
+    assert settings.max_read_entries == 1 << 23
+    app = create_app(settings)
+    write = keys.create_key(app.state.db, "writer", ["read", "write"])[1]
+    read = keys.create_key(app.state.db, "reader", ["read"])[1]
+    with TestClient(app, headers={"x-api-key": write}) as client:
+        _shift_setup(client, [300])
+        client.headers["x-api-key"] = read
+        assert client.get(f"/v1/calibrators/{SHIFT}/label-shift", params={"last": 300}).status_code == 200
+        response = client.get(f"/v1/calibrators/{SHIFT}/label-shift", params={"last": 5_000_000})
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["detail"] == (
+        "last=5000000 rows of 10 classes are 50000000 entries, over the limit of 8388608 entries one read may "
+        "load (CALIBRATION_MAX_READ_ENTRIES); ask for at most 838860 rows")
+
+
+BIG_ROWS, K = 100_000, 10  # one stored chunk of 100000 rows x 10 float64: 8 MB
+ASKED = 1000  # rows a read asks for: 80 kB of inputs
+
+
+def _peak(call) -> tuple[object, int]:
+    """``call()``'s result and the peak of the memory it allocated (tracemalloc: Python objects
+    and numpy's arrays, which report to it), after a first call that warms caches."""
+    import tracemalloc
+    call()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.fixture
+def big_chunks(client):
+    """``SHIFT`` fitted on 10 classes, with one uploaded observation chunk and one logged chunk of
+    BIG_ROWS rows each (written by the stores, as an upload and a flush write them)."""
+    from app import observation_store, prediction_log_store, store
+    rng = np.random.default_rng(34)
+    labels = rng.integers(0, K, BIG_ROWS)
+    logits = rng.normal(size=(BIG_ROWS, K)) + 2 * np.eye(K)[labels]
+    fit = {"method": "temperature", "logits": logits[:500].tolist(), "labels": labels[:500].tolist()}
+    for _ in range(2):  # versions 1 and 2, for an evaluation
+        assert client.post(f"/v1/calibrators/{SHIFT}/versions", json=fit).status_code == 201
+    with client.app.state.db.write() as session:
+        calibrator_id = store.calibrator_row(session, SHIFT).id
+        observation_store.append(session, calibrator_id, "upload", None, "logits", K, logits, labels)
+        prediction_log_store.log_predictions(session, calibrator_id, 1, "logits", K, logits, [None] * BIG_ROWS)
+    return client.app.state.service
+
+
+# the bound: the rows asked for x 8 bytes an entry x K classes x a factor for the working copies
+# (raw and calibrated probabilities of the logged and the labelled rows, the BCTS fit, EM, the
+# bootstrap resamples) and 1 MB for what every call allocates whatever its size (SQLAlchemy, the
+# calibrator); the chunk a whole-chunk read brings in is 8 MB
+def _bound(rows: int) -> int:
+    return rows * K * 8 * 20 + (1 << 20)
+
+
+def test_label_shift_peak_memory_is_bounded_by_the_rows_asked_for(big_chunks):
+    from app import quality
+    answer, peak = _peak(lambda: quality.label_shift(big_chunks, SHIFT, last=ASKED))
+    assert answer["n_predictions"] == ASKED and answer["n_source_rows"] == ASKED
+    print(f"label shift of {ASKED} rows: peak {peak} B, bound {_bound(ASKED)} B")
+    assert peak < _bound(ASKED) < BIG_ROWS * K * 8
+
+
+def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
+    """A quality window of the newest 1000 rows, and a fit's arrays and an evaluation's selection
+    of ``last=1000``, out of one 100000-row chunk: peak memory within the bound (main read the
+    whole chunk's blob)."""
+    from app import quality
+    from app.observation_schemas import ObservationQuery
+    query = quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0)
+    answer, peak = _peak(lambda: quality.quality(big_chunks, SHIFT, query))
+    assert [w["n_rows"] for w in answer["windows"]] == [ASKED]
+    print(f"quality of {ASKED} rows: peak {peak} B")
+    assert peak < _bound(ASKED)
+    index = big_chunks.observations.fit_index(SHIFT, ObservationQuery(last=ASKED))
+    batch, peak = _peak(lambda: big_chunks.observations.load(None, index))
+    assert batch.values.shape == (ASKED, K) and len(batch.labels) == ASKED
+    print(f"a fit's {ASKED} rows: peak {peak} B")
+    assert peak < _bound(ASKED)
+
+
+def test_quality_and_evaluations_over_the_read_budget_are_413s_naming_the_setting(big_chunks):
+    from app import evaluations, quality
+    from app.errors import TooLarge
+    from app.promotion_schemas import EvaluationRequest
+    big_chunks.max_read_entries = ASKED * K
+    assert quality.quality(big_chunks, SHIFT, quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0))
+    with pytest.raises(TooLarge, match=r"over the limit of 10000 entries one read may load "
+                                       r"\(CALIBRATION_MAX_READ_ENTRIES\)"):
+        quality.quality(big_chunks, SHIFT, quality.QualityQuery(window=str(ASKED), windows=2, bootstrap=0))
+    request = EvaluationRequest.model_validate({"challenger": 2, "champion": 1,
+                                                "data": {"observations": {"last": ASKED + 1}}})
+    with pytest.raises(TooLarge, match=r"1001 rows of 10 classes, 10010 entries, over the limit of 10000 entries "
+                                       r"one read may load \(CALIBRATION_MAX_READ_ENTRIES\)"):
+        evaluations.evaluate(big_chunks, SHIFT, request)
+
+
+def test_an_alarms_evaluation_reads_within_the_budget(big_chunks):
+    """The label-free monitor's reference is the newest labelled rows (50000 by default): with a
+    budget of 1000 rows x 10 classes it reads 1000 of the 100000-row upload, within the bound
+    (main read the whole chunk)."""
+    from app import drift_alarms
+    big_chunks.max_read_entries = ASKED * K
+
+    def evaluate():
+        with big_chunks.db.write() as session:  # each call starts the monitor afresh
+            session.execute(text_("DELETE FROM drift_monitors"))
+        return drift_alarms.evaluate(big_chunks, SHIFT)
+    answer, peak = _peak(evaluate)
+    (monitor,) = answer["monitors"]
+    assert monitor["signal"] == "label_free" and monitor["reference"]["rows"] == ASKED
+    print(f"alarms evaluation with a reference of {ASKED} rows: peak {peak} B")
+    assert peak < _bound(ASKED)
+
+
+def text_(statement: str):
+    from sqlalchemy import text
+    return text(statement)
