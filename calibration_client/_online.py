@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._protocol import NPZ, Call, Operation, _labelled, _query, _segment, version_or_job
+from ._protocol import NPZ, Call, Operation, _labelled, _query, _segment, version_or_job, wait_for_job
 from .codec import encode_npz
+from .models import Job
 
 
 def _base(name: str) -> str:
@@ -75,3 +76,11 @@ def evaluate(name: str, challenger, champion, alpha: float, observations: dict |
 def move_alias(name: str, alias: str, version: int, evaluation: str | None) -> Operation:
     body = {"version": int(version)} | ({"evaluation": evaluation} if evaluation else {})
     return (yield from put(f"{_base(name)}/aliases/{_segment(alias)}", body))
+
+
+def power(name: str, fields: dict, wait: bool, progress, poll: float) -> Operation:
+    """Queue the drift monitor's power analysis (a ``power`` job); its result when ``wait``."""
+    job = Job.from_dict((yield Call("POST", f"{_base(name)}/power", json=fields, ok=(202,))).json())
+    if not wait:
+        return job
+    return (yield from wait_for_job(job.id, progress, poll, None)).result
