@@ -1,6 +1,6 @@
 """The drift monitor's power on real model outputs (issue #35): what ``POST
 /v1/calibrators/{name}/power`` answers (``calibration.power``, the code its job runs) for a
-temperature scaling fitted on the validation split of sets in ../shared/data, with that split as
+temperature scaling fitted on the validation split of four sets in ../shared/data, with that split as
 the calibrator's stored labelled rows (the rows it was fitted on).
 
 Shifts: the logits times 1.25 and 1.5 (``temperature``), one class at prior 0.5 with the others in
@@ -34,7 +34,8 @@ from benchmarks._common import environment, write
 from calibration.power import Shift, power
 from tests.helpers import load_split
 
-DATASETS = ["cifar10_resnet50_cross_entropy", "cifar10_lenet5", "cifar100_densenet-bc-100"]
+DATASETS = ["cifar10_resnet50_cross_entropy", "cifar10_resnet50_focal_loss", "cifar10_lenet5",
+            "cifar100_densenet-bc-100"]
 CELLS = [(Shift("temperature", 1.25), "labelled"), (Shift("temperature", 1.5), "labelled"),
          (Shift("tweak_one", 0.5), "labelled"), (Shift("swap", 1), "labelled"),
          (Shift("temperature", 1.5), "label_free"), (Shift("tweak_one", 0.5), "label_free")]
