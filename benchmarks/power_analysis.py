@@ -87,7 +87,7 @@ def main() -> None:
              "statistic with its distribution-free 95% interval ('>N': not reached within the streams' N rows). "
              "Null: the same simulation without the shift. No MNIST set is in ../shared/data, so none is here.")
     write("power_analysis", "Drift monitor power on real outputs (calibration.power, the `power` job)",
-          ["data set", "k", "monitor", "shift", "streams x N", "drift (|E conf - acc|)", "visible",
+          ["data set", "k", "monitor", "shift", "streams x N", "drift of conf - acc (abs)", "visible",
            "detected within 5000 (CIFAR-100: N)", "detected within N", "median labels to alarm",
            "null false alarms within N", "s"], rows, environment(["numpy", "scipy"]), notes)
 
