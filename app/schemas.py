@@ -251,7 +251,7 @@ JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 
 class JobOut(BaseModel):
     id: str
-    kind: Literal["fit", "compare", "compare-part", "refit", "alarms"]
+    kind: Literal["fit", "compare", "compare-part", "refit", "alarms", "power"]
     status: Literal[JOB_STATES]
     percent: float = Field(description="Work done, 0 to 100")
     step: str | None = Field(description="What the job is doing (or its state, once finished)")

@@ -163,6 +163,15 @@ class Settings(BaseSettings):
                                     "jobs where observations or logged predictions arrived, checks the refit "
                                     "policies (a fired one submits a refit job), then sends the due webhook "
                                     "deliveries; 0 turns all three off.")
+    power_max_streams: int = Field(1000, ge=1, description="Most simulated streams of one power analysis "
+                                   "(`POST .../power`; 422 above).")
+    power_max_labels: int = Field(1_000_000, ge=1, description="Most labels per simulated stream of one power "
+                                  "analysis (422 above).")
+    power_max_entries: int = Field(2_000_000_000, ge=1, description="Most residuals (streams x labels x (classes + "
+                                   "1)) one power analysis may simulate, per run (shifted and null): about 5 "
+                                   "minutes of a job's core (413 above).")
+    power_rows: int = Field(50_000, ge=1, description="A power analysis samples from the newest this many labelled "
+                            "observations (uploads if there are any).")
     alarm_webhook_url: str | None = Field(None, pattern=r"^https?://", description="New drift alarms are POSTed "
                                           "here as JSON (Slack-compatible `text` plus the alarm), one delivery "
                                           "per alarm with a `Webhook-Id`; unset: none.")

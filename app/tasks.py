@@ -13,7 +13,7 @@ import threading
 
 from calibration import json_safe
 
-from . import drift_alarms, fan_out, job_store, policies
+from . import drift_alarms, fan_out, job_store, policies, power
 from .batches import validated
 from .db import Database
 from .errors import ServiceError
@@ -88,6 +88,8 @@ def _run_claimed(db: Database, job_id: str) -> None:
             _finish(db, job_id, "succeeded", result=_evaluate_alarms(service, calibrator))
         elif kind == fan_out.PART:
             _run_part(db, service, job_id, request, progress)
+        elif kind == "power":  # the drift monitor's power analysis (app.power)
+            _finish(db, job_id, "succeeded", result=power.run(service, calibrator, request, progress))
         elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
             _finish(db, job_id, "succeeded", result=policies.run_refit(service, calibrator, request, progress))
         else:

@@ -108,3 +108,11 @@ def run_policy(name: str, force: bool, wait: bool, progress, poll: float) -> Ope
     if not wait:
         return job
     return (yield from wait_for_job(job.id, progress, poll, None)).result
+
+
+def power(name: str, fields: dict, wait: bool, progress, poll: float) -> Operation:
+    """Queue the drift monitor's power analysis (a ``power`` job); its result when ``wait``."""
+    job = Job.from_dict((yield Call("POST", f"{_base(name)}/power", json=fields, ok=(202,))).json())
+    if not wait:
+        return job
+    return (yield from wait_for_job(job.id, progress, poll, None)).result

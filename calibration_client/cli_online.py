@@ -191,3 +191,74 @@ def quality(context: typer.Context, name: Name,
         table.add_row(str(row["window"]), str(row["n_rows"]), ece(calibrated), ece(row["uncalibrated"]),
                       f"{calibrated['nll']['estimate']:.4f}", f"{calibrated['accuracy']['estimate']:.4f}")
     out.print(table)
+
+
+def _rate(entry: dict) -> str:
+    return f"{entry['rate']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
+
+
+def _delay(entry: dict, labels: int) -> str:
+    def value(x) -> str:
+        return f">{labels}" if x is None else str(x)
+    return f"{value(entry['estimate'])} [{value(entry['low'])}, {value(entry['high'])}]"
+
+
+@app.command()
+@handled
+def power(context: typer.Context, name: Name,
+          shift: Annotated[str, typer.Option(help="temperature (logits times SIZE), tweak_one (one class at prior "
+                                                  "SIZE), dirichlet (priors ~ Dirichlet(SIZE)) or swap (SIZE class "
+                                                  "pairs' labels exchanged).")] = "temperature",
+          size: Annotated[float, typer.Option(help="The shift's size.")] = 1.25,
+          labels: Annotated[int, typer.Option(help="Labels per stream: detection within this many.", min=1)] = 50_000,
+          streams: Annotated[int, typer.Option(help="Simulated streams.", min=1)] = 200,
+          signal: Annotated[str, typer.Option(help="labelled, or label_free (logged predictions against a "
+                                                   "reference).")] = "labelled",
+          version: Annotated[int | None, typer.Option(help="The version (default: the latest).",
+                                                      show_default=False)] = None,
+          shift_class: Annotated[int | None, typer.Option(help="tweak_one: the class (default: random per stream).",
+                                                          show_default=False)] = None,
+          swap_classes: Annotated[str | None, typer.Option(help="swap of one pair: the two classes, e.g. 3,5 "
+                                                                "(default: random per stream).",
+                                                           show_default=False)] = None,
+          alpha: Annotated[float, typer.Option(help="The monitor's false-alarm probability.")] = 0.01,
+          tolerance: Annotated[float, typer.Option(help="The monitor's tolerance.")] = 0.02,
+          seed: Annotated[int, typer.Option(help="Seed of the simulation.")] = 0,
+          as_json: JsonFlag = False) -> None:
+    """How often and how fast NAME's drift monitor would alarm under a shift, and how often without one
+    (a job simulating STREAMS streams drawn from NAME's stored labelled observations).
+
+    Example: calibration power demo --shift temperature --size 1.25 --labels 50000
+    """
+    pair = None
+    if swap_classes is not None:
+        try:
+            pair = [int(c) for c in swap_classes.split(",")]
+        except ValueError as exc:
+            raise typer.BadParameter(f"--swap-classes takes two class numbers, e.g. 3,5; got {swap_classes!r}") \
+                from exc
+    with context.obj.client() as client, _spinner("") as progress:
+        task = progress.add_task(f"simulating {streams} streams", total=None)
+        answer = client.power(name, shift, size, labels=labels, streams=streams, signal=signal, version=version,
+                              shift_class=shift_class, swap_classes=pair, alpha=alpha, tolerance=tolerance,
+                              class_tolerance=tolerance, seed=seed,
+                              progress=lambda percent: progress.update(
+                                  task, description=f"simulating {streams} streams: {percent:.0f}%"))
+    if as_json:
+        _print_json(answer)
+        return
+    out.print(f"[bold]{name}[/bold] version {answer['version']}, {answer['signal']} monitor (alpha {alpha}, "
+              f"tolerance {tolerance}): {shift} {size} on {answer['rows']} stored rows", soft_wrap=True)
+    table = Table()
+    for column in ("streams", f"alarmed within {labels}", "median labels to alarm", "10% / 90%",
+                   "drift (conf - acc)", "drift visible"):
+        table.add_column(column, justify="left" if column == "streams" else "right")
+    for run in ("shifted", "null"):
+        entry = answer[run]
+        low, median, high = entry["delay"]
+        table.add_row(f"{run} ({entry['streams']})", _rate(entry["detected"]), _delay(median, labels),
+                      f"{_delay(low, labels).split()[0]} / {_delay(high, labels).split()[0]}",
+                      f"{entry['drift']['confidence_gap_median']:.4f}", f"{entry['drift']['visible_share']:.0%}")
+    out.print(table)
+    within = ", ".join(f"{w['labels']}: {w['rate']:.2f}" for w in answer["shifted"]["within"])
+    out.print(f"detection probability within N labels (shifted): {within}", soft_wrap=True)

@@ -8,14 +8,17 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import drift_alarms, quality, webhooks
+from .. import drift_alarms, power, quality, webhooks
+from ..decoding import decode_fields
 from ..encoding import image_format
 from ..online_schemas import AlarmsOut, DeliveriesOut, LabelShiftOut, QualityOut
+from ..power_schemas import PowerRequest
+from ..schemas import JobOut
 from ..service import CalibrationService
 from . import admission
 from .auth import READ, WRITE
-from .calibrators import NAME, _json
-from .openapi import problems
+from .calibrators import NAME, _json, job_accepted, request_body
+from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["quality"])
 WINDOW = Query("day", max_length=20, description="`hour`, `day` (UTC) or a number of rows per window")
@@ -111,3 +114,25 @@ async def get_label_shift(request: Request, name: str = NAME, version: int | Non
     shrinkage `s` toward the source priors, `max(0, 1 - (k-1)/G)` when the test rejects at `alpha`,
     else 0 (`adjust` false: keep serving unadjusted)."""
     return _json(await admission.run(request, quality.label_shift, _service(request), name, version, last, alpha))
+
+
+def _power(service: CalibrationService, name: str, data, settings) -> dict:
+    return power.submit(service, name, decode_fields(data, PowerRequest), settings)
+
+
+@router.post("/calibrators/{name}/power", status_code=202, summary="Power analysis of the drift monitor (a job)",
+             response_model=JobOut, responses=problems(400, 404, 409, 413, 415, 422),
+             openapi_extra=body(PowerRequest), dependencies=[WRITE])
+async def create_power(request: Request, name: str = NAME):
+    """How often and how fast the drift monitor of a version would alarm under a shift (the raw
+    logits times `size`, one class's prior set to `size`, Dirichlet priors, or `size` class pairs'
+    labels swapped), and how often with no shift at all: `streams` streams of up to `labels` rows
+    drawn with replacement from the calibrator's own stored labelled observations, fed to the
+    monitor the service runs. A `power` job (202, poll `Location`): its result gives, for the
+    shifted and the null streams, the detection probability within each checkpoint (Clopper-Pearson
+    intervals), quantiles of the labels until the alarm (order-statistic intervals) and the
+    expected drift (a drift within the tolerances can never alarm). Example:
+    `{"shift": "temperature", "size": 1.25, "labels": 50000}`."""
+    settings = request.app.state.settings
+    job = await run_in_threadpool(_power, _service(request), name, await request_body(request), settings)
+    return job_accepted(job)
