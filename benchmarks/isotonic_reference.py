@@ -130,7 +130,7 @@ def percent(values) -> str:
     mean, low, high = (100 * v for v in values)
     if max(abs(low), abs(high)) < 5e-9:
         return f"{mean:+.1e}%"
-    return f"{mean:+.2f}% [{low:+.2f}, {high:+.2f}]"
+    return f"{mean:+.2e}% [{low:+.2e}, {high:+.2e}]"
 
 
 def main() -> None:
