@@ -2,18 +2,16 @@
 
 An isotonic map is the non-decreasing function minimising the squared error of 0/1 targets
 against scores, computed by the pool-adjacent-violators algorithm (``scipy.optimize.
-isotonic_regression``) after pooling equal and near-equal scores: greedily from the smallest,
-each score within ``1e-15 + 5e-7·|s|`` of a cluster's first score ``s`` joins that cluster
-(``cluster_starts``; scikit-learn pools within an absolute 1e-15 only). Consecutive knots are
-then more than that apart, so the map's slope is at most ``Δy / (5e-7·x)`` and one ulp of
-input (``≤ 2.2e-16·x``) moves it by at most ``4.4e-10·Δy``: without pooling, probabilities
-floored to 1e-12 before a softmax became distinct scores 1e-24 apart, knots 2e-28 apart and
-slopes of 1e24 (an ulp moved the output by up to 9e-3). 5e-7 is also small enough that IRM
-still equals scikit-learn's map on the reference input to 1e-12. As in scikit-learn's
-``IsotonicRegression``, it is stored as knots (the first and last score of each constant
-block) and applied by linear interpolation between knots, constant outside them. The
-interpolation is clamped to each segment's end values so that it is monotone in floating
-point too.
+isotonic_regression``) after pooling tied scores exactly as scikit-learn does (``isotonic_knots``:
+a score less than ``1e-15`` above its cluster's first score joins that cluster): the knots are
+scikit-learn's ``IsotonicRegression(out_of_bounds="clip")``'s, so IRM and IROvA are the exact PAVA
+solution (issue #35 item 7; pooling within ``1e-15 + 5e-7·|s|``, as before, moved knots: on a
+shared set 92 knots where scikit-learn has 98). As in scikit-learn's ``IsotonicRegression``, it is
+stored as knots (the first and last score of each constant block) and applied by linear
+interpolation between knots, constant outside them. The interpolation is clamped to each
+segment's end values so that it is monotone in floating point too. Such a map can be steep
+(knots 1e-15 apart): an ulp of difference in its input can move its output by up to the step
+``Δy`` at that knot, so every backend feeds it the same float64 scores (see Backends below).
 
 * ``isotonic_multiclass`` — IRM (Mix-n-Match §3.3): one map ``g`` fitted to all n·k pairs
   ``(p_ij, [y_i = j])``, made strictly increasing as ``g(p) + 1e-9·p`` (the paper's code),
@@ -37,8 +35,15 @@ counted from the flags). Above ``STREAM_ABOVE`` scores IRM holds no sorted copy 
 was 2.48x, at about 4x the fit's time). Prediction goes in row blocks of ``BLOCK`` entries into
 the output, normalised in place.
 
-Backends: PAVA fits on a float64 host copy; prediction (``searchsorted`` and linear
-interpolation through the knots) runs on the input's device.
+Backends: PAVA fits on a float64 host copy (numpy's softmax of logits); prediction
+(``searchsorted`` and linear interpolation through the knots) runs on the input's device in
+float64, on the scores ``map_scores`` gives: the input's own probabilities, or for logits numpy's
+softmax of them made on the host and moved to the device. That is the fit's softmax bit for bit,
+so a tensor's logits reach the map as the numpy caller's do. torch's softmax differs from
+numpy's by an ulp in half the entries of cifar10_resnet50_cross_entropy's test logits, which the
+exact maps fitted on its validation split turn into probabilities up to 4.4e-11 apart (IRM;
+3.4e-11 IROvA); through ``map_scores`` they agree to rounding (the cost: one host round trip of
+the logits on a GPU).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import math
 
 import numpy as np
 
-from ..backend import column, device, namespace
+from ..backend import column, device, from_host, namespace, to_host
 from ..base import Calibrator, FitDiagnostics, normalise_rows, on_device, param_array
 from ..inputs import InputBatch, validate_inputs
 from ..metrics.validated import BLOCK_ENTRIES, row_blocks
@@ -129,6 +134,15 @@ def softmax_columns(z: np.ndarray):
         yield columns, block
 
 
+def map_scores(scores: InputBatch):
+    """The probabilities an isotonic map reads, the same float64 values on every backend: the
+    input's own, or numpy's softmax of its logits, made on the host and moved to the input's
+    device (see the module docstring)."""
+    if scores.xp is np or scores.source == "probabilities":
+        return scores.probabilities
+    return from_host(softmax(to_host(scores.logits)), scores.logits)
+
+
 def _knot_params(xs, ys) -> dict:
     return {"x": xs.tolist(), "y": ys.tolist()}
 
@@ -179,7 +193,7 @@ class IsotonicMulticlass(Calibrator):
         return FitDiagnostics(True, 1, "exact (pool adjacent violators)")
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
-        p = scores.probabilities
+        p = map_scores(scores)
         xs, ys = on_device(self.knots_x_, scores), on_device(self.knots_y_, scores)
         if scores.xp is not np:
             return normalise_rows(interpolate_monotone(p, xs, ys) + STRICT_SLOPE * p)
@@ -227,7 +241,7 @@ class IsotonicOneVsAll(Calibrator):
         return FitDiagnostics(True, 1, "exact (pool adjacent violators)")
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
-        p = scores.probabilities
+        p = map_scores(scores)
         if scores.xp is np:  # the columns written into one array, normalised there
             mapped = np.empty_like(p)
             for j, (xs, ys) in enumerate(self.knots_):

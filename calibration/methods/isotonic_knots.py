@@ -1,13 +1,16 @@
-"""Isotonic regression of 0/1 targets on scores, as knots: near-equal scores pooled, then PAVA.
+"""Isotonic regression of 0/1 targets on scores, as knots: scikit-learn's ties pooled, then PAVA.
 
 The isotonic map is the non-decreasing ``g`` minimising ``sum_i (g(s_i) - t_i)^2`` for 0/1
 targets ``t_i``; the pool-adjacent-violators algorithm (Ayer et al. 1955; Barlow et al. 1972;
 ``scipy.optimize.isotonic_regression``) computes it exactly, averaging the targets of adjacent
-blocks that violate monotonicity. Scores are pooled first: greedily from the smallest, each score
-within ``MERGE_ATOL + MERGE_RTOL·|s|`` of a cluster's first score ``s`` joins that cluster
-(``cluster_starts``), so consecutive knots are more than that apart (the map's slope stays
-bounded; ``calibration.methods.isotonic`` says why). The map is stored as knots, the first and
-last score of each constant block (as scikit-learn's ``IsotonicRegression``).
+blocks that violate monotonicity. Tied scores are pooled first, by scikit-learn's rule
+(``sklearn._isotonic._make_unique``, which ``IsotonicRegression`` applies after sorting):
+greedily from the smallest, a cluster takes every score ``x`` with ``x - first < TIE_ATOL``
+(``np.finfo(np.float64).resolution`` = 1e-15, an absolute tolerance) of its first score
+``first``, and is represented by ``first``. Nothing else is pooled, so the knots are
+scikit-learn's (``IsotonicRegression(out_of_bounds="clip")``: its ``X_thresholds_`` and
+``y_thresholds_``; issue #35 item 7). The map is stored as knots, the first and last score of each
+constant block (as scikit-learn's).
 
 ``isotonic_knots`` runs PAVA on the clusters that hold a positive and the two ends of each run
 without one (exact: PAVA pools targets of 0 with exact sums), from a flag per sorted score
@@ -22,25 +25,34 @@ import itertools
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-MERGE_ATOL = 1e-15
-MERGE_RTOL = 5e-7
+#: scikit-learn's ``_make_unique`` pools a score less than this above its cluster's first score
+TIE_ATOL = float(np.finfo(np.float64).resolution)
 BLOCK = 1 << 16  # entries of one block of differences and runs
 
 
-def positions(flags: np.ndarray) -> np.ndarray:
-    """``np.flatnonzero(flags)``, as int32 where the positions fit (half the bytes), in blocks."""
-    out = np.empty(np.count_nonzero(flags), dtype=np.int32 if len(flags) < 2**31 else np.int64)
-    at = 0
-    for a in range(0, len(flags), BLOCK):
-        found = np.flatnonzero(flags[a:a + BLOCK]) + a
-        out[at:at + len(found)] = found
-        at += len(found)
-    return out
+def apart(later: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Whether ``later`` starts a new cluster after one that began at ``first`` (scikit-learn's test
+    ``later - first >= TIE_ATOL``, in float64: copies of an infinity, whose difference is NaN,
+    stay in one cluster, as there)."""
+    with np.errstate(invalid="ignore"):  # inf - inf
+        return later - first >= TIE_ATOL
 
 
-def cluster_starts(ordered: np.ndarray, atol: float = MERGE_ATOL, rtol: float = MERGE_RTOL) -> np.ndarray:
-    """The positions of ``cluster_flags``' flags."""
-    return positions(cluster_flags(ordered, atol, rtol))
+def next_starts(ordered: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """For clusters beginning at the positions ``first`` of the sorted ``ordered``, the position
+    where the next cluster begins: the first ``j`` with ``apart(ordered[j], ordered[first])``, or
+    ``len(ordered)``. ``searchsorted`` finds it for the rounded ``ordered[first] + TIE_ATOL``;
+    as ``apart`` is monotone in ``later`` (rounding is), a few steps correct it to the exact test."""
+    n = len(ordered)
+    value = ordered[first]
+    at = np.maximum(np.searchsorted(ordered, value + TIE_ATOL, side="left"),
+                    np.searchsorted(ordered, value, side="right"))  # every copy of the first joins it
+    while True:
+        back = (at > first + 1) & apart(ordered[np.maximum(at - 1, 0)], value)
+        ahead = (at < n) & ~apart(ordered[np.minimum(at, n - 1)], value)
+        if not (back.any() or ahead.any()):
+            return at
+        at = at - back + ahead
 
 
 def start_blocks(flags: np.ndarray):
@@ -49,23 +61,19 @@ def start_blocks(flags: np.ndarray):
         yield np.flatnonzero(flags[a:a + BLOCK]) + a
 
 
-def cluster_flags(ordered: np.ndarray, atol: float = MERGE_ATOL, rtol: float = MERGE_RTOL) -> np.ndarray:
-    """For sorted ``ordered`` (repeats allowed), a flag where each cluster begins:
-    greedily from the smallest, a cluster takes every value within ``atol + rtol·|start|`` of
-    its first value ``start`` (as scikit-learn's ``_make_unique`` does with an absolute
-    tolerance). The first values of consecutive clusters are then more than that apart, and a
-    cluster begins at the first copy of a value. A value closer than that to the one before it
-    starts no cluster unless its run of such values is wider than one cluster; only those runs
-    are walked, ``BLOCK`` runs together, one cluster per round each. The boolean flags are the
-    only array of the input's length; the differences and the runs are taken in blocks."""
+def cluster_flags(ordered: np.ndarray) -> np.ndarray:
+    """For sorted ``ordered`` (repeats allowed), a flag where each of scikit-learn's clusters
+    begins (see the module docstring). A score ``apart`` from the one before it surely begins
+    one; a score closer than that to the one before it begins one only inside a run of such
+    scores wider than one cluster, and only those runs are walked (``next_starts``), ``BLOCK``
+    runs together, one cluster per round each. The boolean flags are the only array of the
+    input's length; the differences and the runs are taken in blocks."""
     n = len(ordered)
     start = np.empty(n, dtype=bool)
     start[0] = True
     for a in range(1, n, BLOCK):
         b = min(a + BLOCK, n)
-        previous = ordered[a - 1:b - 1]
-        np.less_equal(ordered[a:b] - previous, atol + rtol * np.abs(previous), out=start[a:b])
-        np.logical_not(start[a:b], out=start[a:b])
+        start[a:b] = apart(ordered[a:b], ordered[a - 1:b - 1])
     wide_first, wide_last = [], []
     small = np.int32 if n < 2**31 else np.int64
     pending = np.empty(0, dtype=np.int64)
@@ -75,21 +83,25 @@ def cluster_flags(ordered: np.ndarray, atol: float = MERGE_ATOL, rtol: float = M
         else:
             found = np.concatenate([pending, found])
             run_first, run_last, pending = found[:-1], found[1:] - 1, found[-1:]
-        longer = run_last > run_first
-        run_first, run_last = run_first[longer], run_last[longer]
-        narrow = ordered[run_last] - ordered[run_first] <= atol + rtol * np.abs(ordered[run_first])
-        wide_first.append(run_first[~narrow].astype(small))
-        wide_last.append(run_last[~narrow].astype(small))
-    wide_first, wide_last = np.concatenate(wide_first), np.concatenate(wide_last)
-    for j in range(0, len(wide_first), BLOCK):  # each run walked alone: BLOCK runs at a time
-        i, last = wide_first[j:j + BLOCK], wide_last[j:j + BLOCK]
+        wide = apart(ordered[run_last], ordered[run_first])
+        wide_first.append(run_first[wide].astype(small))
+        wide_last.append(run_last[wide].astype(small))
+    walk_runs(ordered, np.concatenate(wide_first), np.concatenate(wide_last), start)
+    return start
+
+
+def walk_runs(ordered: np.ndarray, wide_first: np.ndarray, wide_last: np.ndarray, start: np.ndarray,
+              base: int = 0) -> None:
+    """Set the cluster start flags inside the runs ``[wide_first, wide_last]`` (positions in
+    ``ordered``, which holds every score of each run; ``base`` is the flags' position of
+    ``ordered[0]``), greedily: each run alone, ``BLOCK`` runs at a time, one cluster per round."""
+    for j in range(0, len(wide_first), BLOCK):
+        i, last = wide_first[j:j + BLOCK].astype(np.int64), wide_last[j:j + BLOCK]
         while len(i):
-            start[i] = True
-            limit = ordered[i] + atol + rtol * np.abs(ordered[i])
-            i = np.searchsorted(ordered, limit, side="right")
+            start[base + i] = True
+            i = next_starts(ordered, i)
             going = i <= last
             i, last = i[going], last[going]
-    return start
 
 
 class StartIndex:
@@ -168,5 +180,5 @@ def pava_knots(values: np.ndarray, counts: np.ndarray, kept: np.ndarray, hit: np
 
 def fit_isotonic_binary(x: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Knots ``(xs, ys)`` of the isotonic regression of the 0/1 targets ``positive`` on ``x``,
-    scores within ``cluster_starts``' tolerance pooled first (``isotonic_knots``)."""
+    scikit-learn's tied scores pooled first (``isotonic_knots``)."""
     return isotonic_knots(np.sort(x), x[positive])

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .isotonic_knots import BLOCK, MERGE_ATOL, MERGE_RTOL, StartIndex, pava_knots
+from .isotonic_knots import BLOCK, StartIndex, apart, pava_knots, walk_runs
 
 RANGES = 8
 SAMPLE = 1 << 16  # about this many values sampled for the pivots
@@ -62,7 +62,6 @@ def _gathered(blocks: Callable[[], Iterator[np.ndarray]], low: float, high: floa
 
 
 def streamed_knots(blocks: Callable[[], Iterator[np.ndarray]], n: int, positives: np.ndarray, ranges: int = RANGES,
-                   atol: float = MERGE_ATOL, rtol: float = MERGE_RTOL,
                    chunk: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """``isotonic_knots.isotonic_knots(np.sort(all values), positives)`` where ``blocks()`` yields the
     ``n`` values (1-D float64 arrays) afresh each time it is called, in ``ranges`` value ranges; the
@@ -88,10 +87,10 @@ def streamed_knots(blocks: Callable[[], Iterator[np.ndarray]], n: int, positives
         carry = EMPTY
         if offset == 0:
             start[0] = True
-        _flag_starts(values, first_new, start, base, atol, rtol)
+        _flag_starts(values, first_new, start, base)
         offset += len(values) - first_new
         closing = r == len(pivots) or offset == n
-        open_first = _walk_runs(values, start, base, closing, atol, rtol, chunk)
+        open_first = _walk_runs(values, start, base, closing, chunk)
         # the positives of this range
         here = np.flatnonzero(positive_range == r)
         at[here] = base + np.searchsorted(values, positives[here], side="right") - 1
@@ -116,17 +115,15 @@ def streamed_knots(blocks: Callable[[], Iterator[np.ndarray]], n: int, positives
     return pava_knots(values, counts, kept, hit, hits)
 
 
-def _flag_starts(values: np.ndarray, first_new: int, start: np.ndarray, base: int, atol: float, rtol: float) -> None:
+def _flag_starts(values: np.ndarray, first_new: int, start: np.ndarray, base: int) -> None:
     """The start flags of ``values[first_new:]`` (``base`` is the global position of ``values[0]``):
     each value compared with the one before it (no view of ``values`` outlives this call)."""
     for a in range(max(first_new, 1), len(values), BLOCK):
         b = min(a + BLOCK, len(values))
-        previous = values[a - 1:b - 1]
-        start[base + a:base + b] = ~(values[a:b] - previous <= atol + rtol * np.abs(previous))
+        start[base + a:base + b] = apart(values[a:b], values[a - 1:b - 1])
 
 
-def _walk_runs(values: np.ndarray, start: np.ndarray, base: int, closing: bool, atol: float, rtol: float,
-               chunk: int) -> int:
+def _walk_runs(values: np.ndarray, start: np.ndarray, base: int, closing: bool, chunk: int) -> int:
     """``_walk`` of the runs of ``values`` (from each start flag to the next) that close in it, all
     of them when ``closing``, their starts read ``chunk`` positions at a time (no array of every
     run's first and last position); the first position of the run left open when not ``closing``."""
@@ -135,27 +132,16 @@ def _walk_runs(values: np.ndarray, start: np.ndarray, base: int, closing: bool, 
         b = min(a + chunk, len(values))
         firsts = np.concatenate([pending, np.flatnonzero(start[base + a:base + b]) + a])
         if closing and b == len(values):
-            _walk(values, firsts, np.append(firsts[1:] - 1, len(values) - 1), start, base, atol, rtol)
+            _walk(values, firsts, np.append(firsts[1:] - 1, len(values) - 1), start, base)
             return -1
-        _walk(values, firsts[:-1], firsts[1:] - 1, start, base, atol, rtol)
+        _walk(values, firsts[:-1], firsts[1:] - 1, start, base)
         pending = firsts[-1:]
     return int(pending[0])
 
 
-def _walk(values: np.ndarray, run_first: np.ndarray, run_last: np.ndarray, start: np.ndarray, base: int,
-          atol: float, rtol: float) -> None:
+def _walk(values: np.ndarray, run_first: np.ndarray, run_last: np.ndarray, start: np.ndarray, base: int) -> None:
     """``cluster_flags``' walk of the wide runs among ``[run_first, run_last]`` (positions in
     ``values``, which holds every value of each run; ``base`` is the global position of
     ``values[0]``), setting their clusters' start flags."""
-    longer = run_last > run_first
-    run_first, run_last = run_first[longer], run_last[longer]
-    narrow = values[run_last] - values[run_first] <= atol + rtol * np.abs(values[run_first])
-    wide_first, wide_last = run_first[~narrow], run_last[~narrow]
-    for j in range(0, len(wide_first), BLOCK):
-        i, last = wide_first[j:j + BLOCK], wide_last[j:j + BLOCK]
-        while len(i):
-            start[base + i] = True
-            limit = values[i] + atol + rtol * np.abs(values[i])
-            i = np.searchsorted(values, limit, side="right")
-            going = i <= last
-            i, last = i[going], last[going]
+    wide = apart(values[run_last], values[run_first])
+    walk_runs(values, run_first[wide], run_last[wide], start, base)

@@ -57,9 +57,9 @@ BACKENDS = [
 ]
 IDS = [name for name, _, _ in BACKENDS]
 
-# isotonic maps can be steep (knots 1e-9 apart near p = 1): an ulp of difference between two
-# libraries' exp() moves them by more than 1e-10, so their parity is checked on probability
-# inputs, which reach the map unchanged
+# isotonic maps can be steep (scikit-learn's knots, 1e-15 apart): an ulp of difference between two
+# libraries' exp() would move them by more than 1e-10, so they read numpy's softmax of the logits
+# on every backend (isotonic.map_scores); they are checked on logits and on probability inputs
 METHODS = [
     ("temperature", {}),
     ("temperature", {"objective": "brier"}),
@@ -73,6 +73,8 @@ METHODS = [
     ("platt", {}),
     ("class_temperature", {}),
     ("online_temperature", {}),
+    ("isotonic_multiclass", {}),
+    ("isotonic_one_vs_all", {}),
     ("isotonic_multiclass", {"input": "probabilities"}),
     ("isotonic_one_vs_all", {"input": "probabilities"}),
     ("histogram_binning", {}),

@@ -1,49 +1,24 @@
 """Issue #19: the isotonic fit that sends PAVA only the clusters holding a positive and the ends
 of the runs without one, and never forms per-score float arrays beyond the sorted scores, gives
-the knots of the plain fit (PAVA on every cluster) bit for bit."""
+the knots of the plain fit (PAVA on every cluster, the clusters scikit-learn's ``_make_unique``
+makes) bit for bit."""
 
 import numpy as np
 import pytest
 from scipy.optimize import isotonic_regression
+from sklearn._isotonic import _make_unique
 
 import calibration as cal
-from calibration.methods.isotonic_knots import MERGE_ATOL, MERGE_RTOL, fit_isotonic_binary
+from calibration.methods.isotonic_knots import fit_isotonic_binary
 from tests.helpers import DATASETS, load_split
 
 
-def plain_merge_close(values):
-    """The cluster of each sorted distinct value, as the fit computed it before issue #19."""
-    cluster = np.zeros(len(values), dtype=np.int64)
-    if len(values) < 2:
-        return cluster
-    close = np.diff(values) <= MERGE_ATOL + MERGE_RTOL * np.abs(values[:-1])
-    new = np.concatenate([[True], ~close])
-    if close.any():
-        run_starts = np.flatnonzero(close & new[:-1])
-        run_ends = np.flatnonzero(close & ~np.append(close[1:], False)) + 1
-        narrow = values[run_ends] - values[run_starts] <= MERGE_ATOL + MERGE_RTOL * np.abs(values[run_starts])
-        i, last = run_starts[~narrow], run_ends[~narrow]
-        while len(i):
-            new[i] = True
-            limit = values[i] + MERGE_ATOL + MERGE_RTOL * np.abs(values[i])
-            i = np.minimum(np.searchsorted(values, limit, side="right"), last + 1)
-            going = i <= last
-            i, last = i[going], last[going]
-    return np.cumsum(new) - 1
-
-
 def plain_fit(x, positive):
-    """Knots of the fit before issue #19: PAVA on one value per cluster."""
-    ordered = np.sort(x)
-    new_value = np.concatenate([[True], ordered[1:] != ordered[:-1]])
-    starts = np.flatnonzero(new_value)
-    distinct = ordered[starts]
-    cluster = plain_merge_close(distinct)
-    first = np.flatnonzero(np.concatenate([[True], cluster[1:] != cluster[:-1]]))
-    values = distinct[first]
-    counts = np.bincount(cluster, weights=np.diff(np.append(starts, len(ordered))))
-    hits = np.bincount(cluster[np.searchsorted(distinct, x[positive])], minlength=len(values))
-    fitted = isotonic_regression(hits / counts, weights=counts).x
+    """Knots of PAVA on one value per cluster, the clusters and their mean targets made by
+    scikit-learn's ``_make_unique`` after its sort (``IsotonicRegression._build_y``)."""
+    order = np.lexsort((positive, x))
+    values, targets, counts = _make_unique(x[order], positive[order].astype(np.float64), np.ones(len(x)))
+    fitted = isotonic_regression(targets, weights=counts).x
     if len(values) <= 2:
         return values, fitted
     inner = (fitted[1:-1] != fitted[:-2]) | (fitted[1:-1] != fitted[2:])
@@ -65,8 +40,8 @@ def test_random_scores_with_repeats_near_ties_and_sparse_positives(seed):
     x = rng.random(n) ** rng.uniform(1, 20)  # many tiny scores, clustered near 0
     if seed % 3 == 0:
         x = np.round(x, int(rng.integers(2, 6)))  # many repeats
-    if seed % 3 == 1:  # chains of near ties, some wider than one cluster (walked greedily)
-        x[: n // 2] = rng.choice([1e-12, 0.3]) * np.cumprod(1 + rng.uniform(0, 4e-7, n // 2))
+    if seed % 3 == 1:  # chains of near ties (0 to 7 ulps of 0.3 apart), wider than one cluster (walked greedily)
+        x[: n // 2] = rng.choice([1e-12, 0.3]) + np.cumsum(rng.uniform(0, 4e-16, n // 2))
     positive = rng.random(n) < rng.choice([0.0, 0.001, 0.05, 0.5, 1.0])
     assert_same(x, positive)
 
