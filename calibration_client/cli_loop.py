@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .cli import JsonFlag, _fmt, _json_option, _print_json, _spinner, app, examples, handled, out
+from .cli_base import JsonFlag, _fmt, _json_option, _print_json, _spinner, app, examples, handled, out
 from .cli_online import Name
 from .models import Job
 

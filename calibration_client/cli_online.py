@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .cli import (
+from .cli_base import (
     InputOption,
     JsonFlag,
     LabelledFile,
