@@ -83,6 +83,11 @@ class ValidatedMetrics:
                            minlength=k * n_bins)
         return float(np.abs(sums - hits.reshape(k, n_bins)).sum() / (n * k))
 
+    def floored_labels(self) -> int:
+        """Rows whose label got a probability at or below ``probability_floor.EPSILON`` (served
+        floored: without the floor their NLL would be infinite or above ``log(1/EPSILON)``)."""
+        return int(np.count_nonzero(self.label_probability <= EPSILON))
+
     def metrics(self) -> dict[str, float]:
         """Every metric of the report, as ``app.reports.METRICS`` names them."""
         if self.at != self.labels.shape[0]:

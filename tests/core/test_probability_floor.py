@@ -4,7 +4,6 @@ own rows needed the floor says so."""
 
 import math
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,18 +13,20 @@ from sklearn.metrics import log_loss
 
 import calibration as cal
 from calibration.probability_floor import EPSILON, LOG_BOUND, floor_probabilities
+from tests.helpers import DATASETS, load_split
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-SETS = sorted(path.name[: -len("_val.npz")] for path in DATA.glob("*_val.npz"))
 FAST = ["temperature", "vector", "isotonic_multiclass", "isotonic_one_vs_all", "histogram_binning",
         "expectation_consistency", "ensemble_temperature", "class_temperature", "composition"]
-BOUNDED = ["matrix", "dirichlet", "auto"]  # on the first BOUNDED_ROWS validation rows of each set
-BOUNDED_ROWS = 1500
+# the bounded form of the slow methods: fitted on the first BOUNDED_ROWS validation rows of the
+# 10-class sets (a full matrix or Dirichlet fit on a 100-class set takes minutes: the 13-minute
+# matrix fit on cifar100_lenet5 is in the branch report, not here); auto with three candidates
+BOUNDED = ["matrix", "dirichlet", "auto"]
+BOUNDED_ROWS = 1000
 
 
 def test_the_constant_is_float64_eps_and_what_sklearn_clips_at():
     assert EPSILON == np.finfo(np.float64).eps == 2.0**-52
-    assert LOG_BOUND == pytest.approx(36.04365338911715, rel=1e-15)
+    assert abs(LOG_BOUND - 52 * math.log(2)) < 1e-14
 
 
 def test_a_row_with_zeros_is_floored_renormalised_and_keeps_its_argmax():
@@ -68,10 +69,8 @@ def test_nll_floors_at_epsilon_like_sklearn_log_loss():
 
 
 def _load(name: str, split: str):
-    with np.load(DATA / f"{name}_{split}.npz") as data:
-        if "logits" in data:
-            return data["logits"], "logits", data["labels"]
-        return data["probs"], "probabilities", data["labels"]
+    kind, x, labels = load_split(name, split)
+    return x, kind, labels
 
 
 def _options(method: str, kind: str) -> dict:
@@ -87,13 +86,11 @@ def _options(method: str, kind: str) -> dict:
 def served():
     """Every method fitted on each shared set's validation split (the BOUNDED ones on its first
     rows) and its probabilities of the test split, with the unfloored ones and the fit."""
-    if not SETS:
-        pytest.skip(f"no data in {DATA}")
     out = {}
-    for name in SETS:
+    for name in DATASETS:
         x_val, kind, y_val = _load(name, "val")
         x_test, _, _ = _load(name, "test")
-        for method in FAST + BOUNDED:
+        for method in FAST + (BOUNDED if x_val.shape[1] == 10 else []):
             rows = slice(BOUNDED_ROWS) if method in BOUNDED else slice(None)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", cal.ConvergenceWarning)
