@@ -24,11 +24,13 @@ import numpy as np
 
 from .backend import from_host, namespace, to_host
 from .inputs import InputBatch, check_labels, first_bad_row, validate_inputs
+from .metrics.validated import row_blocks
 from .options import INPUT_OPTION, Option, validate_options
 from .probability_floor import EPSILON, fit_floor_counts, floor_probabilities
 from .softmax import predicted_class
 
 FORMAT_VERSION = 1
+FLOOR_COUNT_ENTRIES = 1 << 16  # 512 KiB of float64 predictions at a time, to count a fit's floored rows
 
 
 class ConvergenceWarning(UserWarning):
@@ -132,8 +134,7 @@ class Calibrator:
         self.n_classes_ = scores.k
         self.n_samples_ = scores.n
         self.diagnostics_ = diagnostics
-        with np.errstate(over="ignore", invalid="ignore"):
-            diagnostics.note_floor(*fit_floor_counts(self._predict(scores), labels))
+        diagnostics.note_floor(*self._floor_counts(scores, labels))
         if warn and not diagnostics.converged:
             warnings.warn(
                 f"{self.method} did not converge: {diagnostics.message}",
@@ -141,6 +142,17 @@ class Calibrator:
                 stacklevel=2,
             )
         return self
+
+    def _floor_counts(self, scores: InputBatch, labels: np.ndarray) -> tuple[int, int]:
+        """``probability_floor.fit_floor_counts`` of the fitted rows' predictions, in row blocks of
+        ``FLOOR_COUNT_ENTRIES`` entries (a fit holds no extra ``(n, k)`` matrix for it)."""
+        rows, floored, zero = getattr(scores, scores.source), 0, 0
+        for block in row_blocks(scores.n, scores.k, FLOOR_COUNT_ENTRIES):
+            with np.errstate(over="ignore", invalid="ignore"):
+                probabilities = self._predict(InputBatch(**{scores.source: rows[block]}))
+            counts = fit_floor_counts(probabilities, labels[block])
+            floored, zero = floored + counts[0], zero + counts[1]
+        return floored, zero
 
     def predict_proba(self, x) -> np.ndarray:
         """Calibrated probabilities, shape ``(n, k)``, each row summing to 1: a numpy array

@@ -44,19 +44,25 @@ LOG_BOUND = -math.log(EPSILON)
 
 def floor_probabilities(probabilities):
     """``(floored, n_rows_floored)``: ``probabilities`` (any Array API array, rows summing to 1)
-    with the floor rule applied (see the module), and how many rows it changed."""
+    with the floor rule applied (see the module), and how many rows it changed. A numpy array is
+    floored in one copy (plus boolean masks), with no other temporary of its size."""
     xp = namespace(probabilities)
     low = xp.min(probabilities, axis=1) < EPSILON
     n_floored = int(xp.sum(xp.astype(low, xp.int64)))
     if n_floored == 0:
         return probabilities, 0
-    raised = xp.maximum(probabilities, xp.full_like(probabilities, EPSILON))
-    scaled = raised / xp.sum(raised, axis=1, keepdims=True)
-    top = xp.max(probabilities, axis=1, keepdims=True)
-    was_top = probabilities == top
-    new_tie = xp.any((scaled == xp.max(scaled, axis=1, keepdims=True)) & ~was_top, axis=1, keepdims=True)
-    scaled = xp.where(was_top & new_tie, scaled * (1.0 + EPSILON), scaled)
-    return xp.where(xp.reshape(low, (-1, 1)), scaled, probabilities), n_floored
+    was_top = probabilities == xp.max(probabilities, axis=1, keepdims=True)
+    if xp is np:
+        out = np.maximum(probabilities, EPSILON)  # rows without an entry below EPSILON: unchanged
+        out /= np.where(low, out.sum(axis=1), 1.0)[:, None]  # x / 1.0 is x: those rows stay bit for bit
+    else:
+        raised = xp.maximum(probabilities, xp.full_like(probabilities, EPSILON))
+        scaled = raised / xp.sum(raised, axis=1, keepdims=True)
+        out = xp.where(xp.reshape(low, (-1, 1)), scaled, probabilities)
+    raise_top = was_top & xp.any((out == xp.max(out, axis=1, keepdims=True)) & ~was_top, axis=1, keepdims=True)
+    if xp is np:
+        return np.multiply(out, 1.0 + EPSILON, out=out, where=raise_top), n_floored
+    return xp.where(raise_top, out * (1.0 + EPSILON), out), n_floored
 
 
 def fit_floor_counts(probabilities, labels) -> tuple[int, int]:
