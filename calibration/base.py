@@ -149,7 +149,7 @@ class Calibrator:
         rows, floored, zero = getattr(scores, scores.source), 0, 0
         for block in row_blocks(scores.n, scores.k, FLOOR_COUNT_ENTRIES):
             with np.errstate(over="ignore", invalid="ignore"):
-                probabilities = self._predict(InputBatch(**{scores.source: rows[block]}))
+                probabilities = self._predict(InputBatch(**{scores.source: rows[block, ...]}))
             counts = fit_floor_counts(probabilities, labels[block])
             floored, zero = floored + counts[0], zero + counts[1]
         return floored, zero
