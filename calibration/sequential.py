@@ -108,13 +108,13 @@ def empirical_bernstein_cs(x, alpha: float = 0.05, max_bet: float = 0.5) -> tupl
 
 def difference_cs(differences, bound: float, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """Confidence sequence of the mean of ``differences``, each in ``[-bound, bound]`` (see the
-    module; a difference outside is a ``ValueError``, never clipped)."""
+    module; a difference outside, beyond rounding, is a ``ValueError``, never clipped)."""
     if not bound > 0:
         raise ValueError(f"bound must be positive, got {bound!r}")
     d = np.asarray(differences, dtype=np.float64)
-    if d.size and not np.abs(d).max() <= bound:
+    if d.size and not np.abs(d).max() <= bound * (1.0 + 1e-12):
         raise ValueError(f"differences must lie in [-{bound}, {bound}]")
-    x = np.clip((d + bound) / (2.0 * bound), 0.0, 1.0)  # clip: rounding of the affine map only
+    x = np.clip((d + bound) / (2.0 * bound), 0.0, 1.0)  # clip: rounding (of the losses, of this map) only
     lower, upper = empirical_bernstein_cs(x, alpha)
     return 2.0 * bound * lower - bound, 2.0 * bound * upper - bound
 
