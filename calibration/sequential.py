@@ -58,6 +58,8 @@ def _labelled_entries(probs, labels) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(labels).astype(np.int64, copy=False)
     if p.ndim != 2 or y.shape != (p.shape[0],):
         raise ValueError(f"probs must be (n, k) and labels (n,), got {p.shape} and {y.shape}")
+    if not np.isfinite(p).all():
+        raise ValueError("probs must be finite")
     if y.size and (y.min() < 0 or y.max() >= p.shape[1]):
         raise ValueError(f"labels must lie in [0, {p.shape[1]})")
     return p, y
