@@ -124,8 +124,9 @@ def heavy_tailed_pairs(draw):
     better[np.arange(n), labels] += draw(st.floats(0.0, 2.0))
     champion, challenger = cal.softmax(logits), cal.softmax(better)
     rare = rng.random(n) < draw(st.floats(0.0, 0.2))
-    challenger[rare, labels[rare]] = draw(st.sampled_from([0.0, 1e-300, 1e-30, 1e-14, 1e-6]))
-    challenger[rare] /= challenger[rare].sum(axis=1, keepdims=True)
+    tiny = draw(st.sampled_from([0.0, 1e-300, 1e-30, 1e-14, 1e-6]))
+    challenger[rare] = (1 - tiny) / (k - 1)  # the rest spread over the other classes
+    challenger[rare, labels[rare]] = tiny
     if draw(st.booleans()):
         challenger, champion = champion, challenger
     return challenger, champion, labels, draw(st.sampled_from([0.01, 0.05, 0.2, 0.5]))
