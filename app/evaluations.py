@@ -1,9 +1,12 @@
 """Challenger evaluations (issue #21): two versions of one calibrator compared on the same stored
 observations that neither was fitted on, with anytime-valid confidence sequences on their NLL and
 Brier differences (``calibration.compare_losses``: the empirical-Bernstein CS of Waudby-Smith &
-Ramdas 2023 on the clipped per-row paired difference), each one's ECE (15 bins by default) and
-KDE-ECE with percentile-bootstrap intervals, and a verdict at level alpha. Stored, so that a gated
-alias move can cite it.
+Ramdas 2023 on the per-row paired difference of the floored losses, unclipped, bounded by
+``log(1/EPSILON)`` nats for NLL), each one's ECE (15 bins by default) and KDE-ECE with
+percentile-bootstrap intervals, and a verdict at level alpha that always agrees with the mean
+losses shown (``challenger_better`` only when the challenger's reported mean is the lower).
+Stored, so that a gated alias move can cite it. ``nll_clip`` in a request is accepted and ignored
+(deprecated: nothing is clipped any more).
 
 **Held out by default**: the observations created at or after the later of the two versions'
 creation times. A version is fitted on data that existed when it was created (uploads carry
@@ -117,8 +120,7 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
     else:
         champion_probs, served = service.predict(champion, inputs), {champion.version: inputs.n}
     champion_version = next(iter(served)) if len(served) == 1 else 0  # 0: several (no gate accepts it)
-    comparison = cal.compare_losses(challenger_probs, champion_probs, labels, fields.alpha, fields.nll_clip,
-                                    fields.decide_on)
+    comparison = cal.compare_losses(challenger_probs, champion_probs, labels, fields.alpha, fields.decide_on)
     result = {
         "name": name, "challenger": challenger.version, "champion": champion_version or "served",
         "challenger_ref": str(fields.challenger),

@@ -46,7 +46,10 @@ class EvaluationRequest(_Strict):
                                                       "both versions, which neither was fitted on)")
     alpha: float = Field(0.05, gt=0, le=0.5, description="Error level of the confidence sequences and verdict")
     decide_on: Literal["nll", "brier"] = Field("nll", description="The loss whose difference decides the verdict")
-    nll_clip: float = Field(5.0, gt=0, le=100, description="Per-row NLL differences are clipped to +-this (nats)")
+    nll_clip: float | None = Field(None, gt=0, le=100, deprecated=True,
+                                   description="Deprecated and ignored: nothing is clipped. Each row's NLL is "
+                                               "floored at probability 2.2e-16, so differences lie within "
+                                               "+-36.04 nats, the bound of the confidence sequence")
     n_bins: int = Field(15, ge=1, le=1000)
     bootstrap: int = Field(200, ge=0, le=2000, description="Bootstrap resamples of the ECE intervals (0: none)")
     confidence: float = Field(0.95, gt=0, lt=1)

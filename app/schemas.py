@@ -124,6 +124,11 @@ class Diagnostics(BaseModel):
     gradient_norm: float | None = None
     objective: float | None = None
     seconds: float
+    floored_rows: int | None = Field(None, description="Only when the probability floor (2.2e-16) changed "
+                                                       "predictions of the fitted rows: how many rows")
+    zero_label_rows: int | None = Field(None, description="Of those, rows whose label got probability exactly 0 "
+                                                          "(unfloored NLL infinite)")
+    warning: str | None = Field(None, description="Says so, in words")
 
 
 class VersionOut(BaseModel):

@@ -3,11 +3,13 @@ an equally good challenger, and how many labels a better one needs.
 
 A stream draws rows of a data set's test split with replacement (its labels are the rows' labels);
 the test split is the population, so every true difference is known exactly. Champion and
-challenger are temperature scalings; each stream row gives the paired, clipped NLL difference
-``d = clip(nll_challenger - nll_champion, -5, 5)`` and the gate promotes as soon as the upper bound
-of the empirical-Bernstein confidence sequence on its mean (``calibration.difference_cs``, level
-alpha, Waudby-Smith & Ramdas 2023) falls below 0, checked after **every** label: a verdict taken at
-a data-dependent time, which is what an evaluation repeated as labels arrive does.
+challenger are temperature scalings; each stream row gives the paired difference of floored NLLs
+``d = nll_challenger - nll_champion`` (each ``-log max(p_y, EPSILON)``, in ``[0, log(1/EPSILON)]``; not
+clipped, issue #35) and the gate promotes as soon as the upper bound of the empirical-Bernstein
+confidence sequence on its mean (``calibration.difference_cs`` with bound ``log(1/EPSILON)``, level
+alpha, Waudby-Smith & Ramdas 2023) and the running mean of ``d`` are both below 0 (the rule of
+``calibration.compare_losses``), checked after **every** label: a verdict taken at a data-dependent
+time, which is what an evaluation repeated as labels arrive does.
 
 * **Equal by construction**: the champion at ``0.85 T*`` (``T*`` minimising the population NLL),
   the challenger at the temperature above ``T*`` whose population mean of ``d`` is exactly 0
@@ -44,10 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import calibration as cal
 from benchmarks._common import environment, write
+from calibration.probability_floor import EPSILON, LOG_BOUND
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SETS = ["cifar10_resnet50_cross_entropy", "cifar100_densenet-bc-100", "cifar10_lenet5"]
-ALPHA, CLIP, CHUNK, PEEK_EVERY = 0.05, 5.0, 100, 100
+ALPHA, CHUNK, PEEK_EVERY = 0.05, 100, 100
 SHIFTS = [1.25, 1.5, 2.0]
 
 
@@ -58,7 +61,7 @@ def load(name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def row_nll(logits: np.ndarray, labels: np.ndarray, temperature: float) -> np.ndarray:
-    return -cal.log_softmax(logits / temperature)[np.arange(len(labels)), labels]
+    return np.minimum(-cal.log_softmax(logits / temperature)[np.arange(len(labels)), labels], LOG_BOUND)
 
 
 def fitted_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -83,8 +86,8 @@ def run_streams(differences: np.ndarray, streams: int, horizon: int, rng) -> dic
         rows = rng.integers(0, differences.shape[-1], (count, horizon))
         x = differences[rows] if differences.ndim == 1 else np.take_along_axis(differences[start:start + count],
                                                                                rows, axis=1)
-        lower, upper = cal.difference_cs(x, CLIP, ALPHA)
-        first.append(cal.first_crossing(upper))
+        lower, upper = cal.difference_cs(x, LOG_BOUND, ALPHA)
+        first.append(cal.first_crossing(np.where(np.cumsum(x, axis=1) < 0, upper, 1.0)))
         other_side.append(lower[:, -1] > 0)
         mean = np.cumsum(x, axis=1) / t
         variance = np.maximum(np.cumsum(x * x, axis=1) / t - mean ** 2, 1e-300)
@@ -101,10 +104,10 @@ def equal_by_construction(name: str, streams: int, horizon: int, rng) -> list:
     champion = row_nll(logits, labels, 0.85 * best)
 
     def gap(temperature: float) -> float:
-        return float(np.clip(row_nll(logits, labels, temperature) - champion, -CLIP, CLIP).mean())
+        return float((row_nll(logits, labels, temperature) - champion).mean())
 
     challenger_t = brentq(gap, best, 20 * best, xtol=1e-12)
-    d = np.clip(row_nll(logits, labels, challenger_t) - champion, -CLIP, CLIP)
+    d = row_nll(logits, labels, challenger_t) - champion
     result = run_streams(d, streams, horizon, rng)
     promoted = int((result["first"] > 0).sum())
     return [name, "equal by construction", f"T {0.85 * best:.3f} vs {challenger_t:.3f}", f"{d.mean():.1e}",
@@ -123,8 +126,7 @@ def exchangeable(name: str, streams: int, horizon: int, rng) -> list:
         a, b = order[:half], order[half:]
         champion_t = fitted_temperature(val[a], val_labels[a])
         challenger_t = fitted_temperature(val[b], val_labels[b])
-        differences[i] = np.clip(row_nll(test, test_labels, challenger_t) - row_nll(test, test_labels, champion_t),
-                                 -CLIP, CLIP)
+        differences[i] = row_nll(test, test_labels, challenger_t) - row_nll(test, test_labels, champion_t)
     truth = differences.mean(axis=1)
     result = run_streams(differences, streams, horizon, rng)
     promoted = result["first"] > 0
@@ -145,8 +147,7 @@ def better(name: str, shift: float, streams: int, horizon: int, rng) -> list:
     test, test_labels = load(name, "test")
     champion_t = fitted_temperature(val, val_labels)
     challenger_t = fitted_temperature(shift * val, val_labels)
-    d = np.clip(row_nll(shift * test, test_labels, challenger_t) - row_nll(shift * test, test_labels, champion_t),
-                -CLIP, CLIP)
+    d = row_nll(shift * test, test_labels, challenger_t) - row_nll(shift * test, test_labels, champion_t)
     first = run_streams(d, streams, horizon, rng)["first"]
     promoted = first[first > 0]
     delay = (f"{int(np.median(promoted))} / {int(np.percentile(promoted, 90))}" if len(promoted) > streams / 2
@@ -169,7 +170,8 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     null_table = ["| " + " | ".join(str(c) for c in row) + " |" for row in null_rows]
     notes = "\n".join([
-        f"{streams} streams of {horizon} labels per row, alpha = {ALPHA}, NLL differences clipped to +-{CLIP}; "
+        f"{streams} streams of {horizon} labels per row, alpha = {ALPHA}, NLL floored at {EPSILON:.3g}, "
+        f"differences unclipped (bound {LOG_BOUND:.2f}), a promotion also needs the running mean below 0; "
         f"{elapsed:.0f} s.",
         "",
         "**Equally good challengers** (rates with exact 95% intervals): *promoted* is the gate's rate (the CS's "

@@ -5,6 +5,11 @@ A calibrator is fitted on a labelled validation batch and maps new inputs of the
 in ``_``. ``to_dict()`` gives a JSON-safe dict (method, format version, options, parameters as
 numbers and lists, fit diagnostics); ``from_dict()`` rebuilds a calibrator that predicts
 bit-for-bit the same. Nothing is ever pickled.
+
+Every prediction is floored (``calibration.probability_floor``): no served probability is exactly
+0, each row still sums to 1 and keeps its argmax. A fit whose own rows needed the floor says so in
+its diagnostics (``floored_rows``, ``zero_label_rows``: rows whose label got probability 0, which
+make its unfloored NLL on the data it was fitted on infinite; and a ``warning``).
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ import numpy as np
 
 from .backend import from_host, namespace, to_host
 from .inputs import InputBatch, check_labels, first_bad_row, validate_inputs
+from .metrics.validated import row_blocks
 from .options import INPUT_OPTION, Option, validate_options
+from .probability_floor import EPSILON, fit_floor_counts, floor_probabilities
 from .softmax import predicted_class
 
 FORMAT_VERSION = 1
+FLOOR_COUNT_ENTRIES = 1 << 16  # 512 KiB of float64 predictions at a time, to count a fit's floored rows
 
 
 class ConvergenceWarning(UserWarning):
@@ -31,7 +39,9 @@ class ConvergenceWarning(UserWarning):
 
 @dataclass
 class FitDiagnostics:
-    """How a fit ended: whether its solver met its criterion, after how many iterations."""
+    """How a fit ended: whether its solver met its criterion, after how many iterations; and, where
+    the probability floor changed predictions on the fitted rows, how many and a warning (the
+    three are left out of ``to_dict`` when it changed none)."""
 
     converged: bool
     iterations: int
@@ -39,13 +49,28 @@ class FitDiagnostics:
     gradient_norm: float | None = None
     objective: float | None = None
     seconds: float = 0.0
+    floored_rows: int = 0
+    zero_label_rows: int = 0
+    warning: str | None = None
 
     def to_dict(self) -> dict:
         out = plain(asdict(self))
         for key in ("gradient_norm", "objective"):
             if out[key] is not None and not math.isfinite(out[key]):
                 out[key] = None
+        if not self.floored_rows:
+            for key in ("floored_rows", "zero_label_rows", "warning"):
+                del out[key]
         return out
+
+    def note_floor(self, floored_rows: int, zero_label_rows: int) -> None:
+        """Record that the floor changed ``floored_rows`` predictions of the fitted rows."""
+        self.floored_rows, self.zero_label_rows = floored_rows, zero_label_rows
+        if floored_rows:
+            infinite = (f"; {zero_label_rows} of them gave the label probability 0, so the unfloored NLL "
+                        "on these rows is infinite") if zero_label_rows else ""
+            self.warning = (f"{floored_rows} of the fitted rows had a probability below the floor {EPSILON:.3g} "
+                            f"(served floored){infinite}")
 
 
 def plain(value):
@@ -109,6 +134,7 @@ class Calibrator:
         self.n_classes_ = scores.k
         self.n_samples_ = scores.n
         self.diagnostics_ = diagnostics
+        diagnostics.note_floor(*self._floor_counts(scores, labels))
         if warn and not diagnostics.converged:
             warnings.warn(
                 f"{self.method} did not converge: {diagnostics.message}",
@@ -117,10 +143,22 @@ class Calibrator:
             )
         return self
 
+    def _floor_counts(self, scores: InputBatch, labels: np.ndarray) -> tuple[int, int]:
+        """``probability_floor.fit_floor_counts`` of the fitted rows' predictions, in row blocks of
+        ``FLOOR_COUNT_ENTRIES`` entries (a fit holds no extra ``(n, k)`` matrix for it)."""
+        rows, floored, zero = getattr(scores, scores.source), 0, 0
+        for block in row_blocks(scores.n, scores.k, FLOOR_COUNT_ENTRIES):
+            with np.errstate(over="ignore", invalid="ignore"):
+                probabilities = self._predict(InputBatch(**{scores.source: rows[block, ...]}))
+            counts = fit_floor_counts(probabilities, labels[block])
+            floored, zero = floored + counts[0], zero + counts[1]
+        return floored, zero
+
     def predict_proba(self, x) -> np.ndarray:
         """Calibrated probabilities, shape ``(n, k)``, each row summing to 1: a numpy array
         for numpy input; for another Array API array, an array of its namespace on its device,
-        computed in float64 and returned in its floating dtype (float64 for integer input)."""
+        computed in float64 and returned in its floating dtype (float64 for integer input). No
+        entry is below ``probability_floor.EPSILON`` (in float64; see that module)."""
         scores = validate_inputs(x, self.input)
         if scores.xp is np:
             return self.predict_batch(scores)
@@ -143,7 +181,7 @@ class Calibrator:
                 f"{np.abs(to_host(getattr(scores, scores.source))[row]).max():.3g}) are too large for "
                 "this calibrator"
             )
-        return probabilities
+        return floor_probabilities(probabilities)[0]
 
     def predict(self, x) -> np.ndarray:
         """Predicted classes: argmax of the calibrated probabilities, ties broken by the input

@@ -71,6 +71,9 @@ class MethodResult:
     error: str | None = None
     #: per fold, the held-out rows' ``tail_risk`` against temperature scaling fitted on that fold
     tail_risk: list[float] = field(default_factory=list)
+    #: held-out rows, over all folds, whose label got a probability below the probability floor
+    #: (their unfloored cross-validated NLL is infinite or beyond ``log(1/EPSILON)``)
+    floored_labels: int = 0
 
     def mean(self, metric: str) -> float:
         return float(np.mean(self.per_fold[metric]))
@@ -145,7 +148,8 @@ def held_out(rows: np.ndarray, labels: np.ndarray, source: str, predict: Callabl
     the float32 array's bytes, and a candidate's, the reference's and their temporaries were alive
     together). Each row's probabilities are those of the whole matrix, so the metrics are
     ``nll(p, y)``, ``ece(p, y)``, ... and the terms are those of all the rows, bit for bit. An error
-    is raised as on the whole matrix (its row numbers are the held-out rows', not a block's)."""
+    is raised as on the whole matrix (its row numbers are the held-out rows', not a block's). The
+    metrics also count ``floored_labels`` (``ValidatedMetrics.floored_labels``)."""
     measured = ValidatedMetrics(labels, rows.shape[1], classwise=False)
     terms = [np.empty(0)]
     try:
@@ -158,7 +162,7 @@ def held_out(rows: np.ndarray, labels: np.ndarray, source: str, predict: Callabl
     except ValueError:
         check_probabilities(predict(InputBatch(**{source: rows})))  # raises the whole matrix's error
         raise
-    return measured.metrics(), np.concatenate(terms)
+    return {**measured.metrics(), "floored_labels": measured.floored_labels()}, np.concatenate(terms)
 
 
 def _fold_metrics(measured: dict[str, float], raw_brier: float, raw_accuracy: float) -> dict[str, float]:
@@ -273,6 +277,7 @@ def compare(
                     measured, terms = held_out(test_rows, y_test, scores.source, calibrator.predict_batch, reference)
                     values = _fold_metrics(measured, raw_brier, raw_accuracy)
                     result.tail_risk.append(mean_tail_risk(terms, len(y_test)))
+                    result.floored_labels += measured["floored_labels"]
                     del terms
                     result.converged &= calibrator.diagnostics_.converged
                     result.accuracy_preserving = calibrator.accuracy_preserving

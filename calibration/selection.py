@@ -5,7 +5,9 @@ by a stated rule.
 
 1. **Constraints.** A candidate is eligible when it is accuracy-preserving (only with
    ``preserve_accuracy``), its fit converged in every fold, its cross-validated NLL is finite
-   and below the uncalibrated NLL, and it passes the support guard (2).
+   without the probability floor (no held-out label got a probability below
+   ``probability_floor.EPSILON``; served probabilities are floored there, so the measured NLL is
+   always finite) and below the uncalibrated NLL, and it passes the support guard (2).
 
 2. **Support guard** (issue #23 item 2: a class separable in the validation split but not in
    test). Held-out NLL only scores the labels that occur; it cannot see a class that the
@@ -74,6 +76,7 @@ import numpy as np
 
 from .candidates import Candidate
 from .comparison import Comparison, MethodResult
+from .probability_floor import EPSILON
 
 MUCH_DATA_PER_CLASS = 500
 TIE_TOLERANCE = 0.0025
@@ -149,8 +152,9 @@ def _exclusion(result: MethodResult, comparison: Comparison, baseline: float, pr
         return "not accuracy-preserving"
     if not result.converged:
         return "its solver did not converge in every fold"
-    if not math.isfinite(value):
-        return "cross-validated NLL is infinite (a held-out label got probability 0)"
+    if result.floored_labels:
+        return (f"cross-validated NLL is infinite without the probability floor ({result.floored_labels} "
+                f"held-out labels got a probability below {EPSILON:.3g})")
     if not value < baseline:
         return f"cross-validated NLL {value:.6g} is not below the uncalibrated {baseline:.6g}"
     if guards and result.tail_risk and comparison.reference_nll:

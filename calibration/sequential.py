@@ -1,16 +1,21 @@
 """Anytime-valid comparison of two calibrators on the same labelled rows: per-row losses and an
-empirical-Bernstein confidence sequence on the mean of their clipped paired difference.
+empirical-Bernstein confidence sequence on the mean of their paired difference, the difference
+whose mean the comparison reports (nothing is clipped).
 
 **Per-row losses** of probabilities ``p`` (``n x k``) and labels ``y``: the negative log-likelihood
-``-log max(p_{i,y_i}, floor)`` (the mean is ``calibration.nll``, floored so that one zero cannot
-make it infinite) and the Brier score ``sum_j (p_ij - [j = y_i])^2`` (in ``[0, 2]``; the mean is
-``calibration.brier``, summed over classes, not divided by ``k``).
+``-log max(p_{i,y_i}, EPSILON)`` with ``EPSILON = 2**-52`` the probability floor of
+``calibration.probability_floor`` (every calibrator's output is floored there, so this is the plain
+``-log p_{i,y_i}`` of served probabilities; the mean is ``calibration.nll``), in
+``[0, LOG_BOUND]``, ``LOG_BOUND = log(1/EPSILON) = 36.04``; and the Brier score
+``sum_j (p_ij - [j = y_i])^2`` in ``[0, 2]`` (the mean is ``calibration.brier``, summed over
+classes, not divided by ``k``).
 
-**The paired difference** of row ``i`` is ``d_i = loss(challenger)_i - loss(champion)_i``, clipped
-to ``[-B, B]`` (``B = 2`` covers Brier exactly; for NLL a bound in nats, 5 by default, so that a
-handful of confident mistakes cannot decide). Its mean ``Delta`` is negative when the challenger
-is better. Rows are i.i.d. draws of the held-out stream (or, more generally, ``E[d_t | past]``
-is the same ``Delta`` at every step).
+**The paired difference** of row ``i`` is ``d_i = loss(challenger)_i - loss(champion)_i``, in
+``[-B, B]`` exactly: ``B = LOG_BOUND`` for NLL, ``B = 2`` for Brier. Its mean ``Delta`` is negative
+when the challenger is better. Rows are i.i.d. draws of the held-out stream (or, more generally,
+``E[d_t | past]`` is the same ``Delta`` at every step). (Until issue #35 the NLL difference was
+clipped to +-5 nats and the verdict was about the clipped mean, which can have the other sign than
+the reported mean: a challenger 0.045 nats worse was promoted in 55 of 100 streams.)
 
 **The confidence sequence** is the predictable plug-in empirical-Bernstein CS of Waudby-Smith &
 Ramdas (2023), "Estimating means of bounded random variables by betting", JRSS-B 86(1),
@@ -28,9 +33,13 @@ the two betting supermartingales). The running intersection (largest lower bound
 bound so far) keeps the guarantee and is what is returned.
 
 **A verdict** at level ``alpha``: ``challenger_better`` when the upper bound of ``Delta`` is below
-0, ``champion_better`` when the lower bound is above 0, else ``inconclusive``. The probability
-that any verdict ever names the worse calibrator (or either, when they are equally good) is at
-most ``alpha``, however often the evidence is looked at.
+0 **and** the reported mean difference (challenger - champion) is below 0; ``champion_better``
+when the lower bound is above 0 and the reported mean difference is above 0; else
+``inconclusive``. The second condition makes the verdict agree with the means the comparison
+shows, always (the CS's centre is a bet-weighted mean, and its running intersection may keep a
+bound from an earlier row, so the CS alone does not imply it); it only removes verdicts, so the
+probability that any verdict ever names the worse calibrator by its mean floored loss (or either,
+when they are equally good) is still at most ``alpha``, however often the evidence is looked at.
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ import math
 
 import numpy as np
 
-NLL_FLOOR = 1e-12
+from .probability_floor import EPSILON, LOG_BOUND
+
 VERDICTS = ("challenger_better", "champion_better", "inconclusive")
 
 
@@ -48,15 +58,18 @@ def _labelled_entries(probs, labels) -> tuple[np.ndarray, np.ndarray]:
     y = np.asarray(labels).astype(np.int64, copy=False)
     if p.ndim != 2 or y.shape != (p.shape[0],):
         raise ValueError(f"probs must be (n, k) and labels (n,), got {p.shape} and {y.shape}")
+    if not np.isfinite(p).all():
+        raise ValueError("probs must be finite")
     if y.size and (y.min() < 0 or y.max() >= p.shape[1]):
         raise ValueError(f"labels must lie in [0, {p.shape[1]})")
     return p, y
 
 
-def row_nll(probs, labels, floor: float = NLL_FLOOR) -> np.ndarray:
-    """``-log max(p_{i,y_i}, floor)`` per row."""
+def row_nll(probs, labels) -> np.ndarray:
+    """``-log max(p_{i,y_i}, EPSILON)`` per row, in ``[0, LOG_BOUND]`` (a probability above 1 by
+    rounding counts as 1)."""
     p, y = _labelled_entries(probs, labels)
-    return -np.log(np.maximum(p[np.arange(len(y)), y], floor))
+    return -np.log(np.clip(p[np.arange(len(y)), y], EPSILON, 1.0))
 
 
 def row_brier(probs, labels) -> np.ndarray:
@@ -96,19 +109,24 @@ def empirical_bernstein_cs(x, alpha: float = 0.05, max_bet: float = 0.5) -> tupl
 
 
 def difference_cs(differences, bound: float, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """Confidence sequence of the mean of ``clip(differences, -bound, bound)`` (see the module)."""
+    """Confidence sequence of the mean of ``differences``, each in ``[-bound, bound]`` (see the
+    module; a difference outside, beyond rounding, is a ``ValueError``, never clipped)."""
     if not bound > 0:
         raise ValueError(f"bound must be positive, got {bound!r}")
-    x = (np.clip(np.asarray(differences, dtype=np.float64), -bound, bound) + bound) / (2.0 * bound)
+    d = np.asarray(differences, dtype=np.float64)
+    if d.size and not np.abs(d).max() <= bound * (1.0 + 1e-12):
+        raise ValueError(f"differences must lie in [-{bound}, {bound}]")
+    x = np.clip((d + bound) / (2.0 * bound), 0.0, 1.0)  # clip: rounding (of the losses, of this map) only
     lower, upper = empirical_bernstein_cs(x, alpha)
     return 2.0 * bound * lower - bound, 2.0 * bound * upper - bound
 
 
-def verdict(lower: float, upper: float) -> str:
-    """The verdict on ``Delta = challenger - champion`` (lower is better) from its bounds."""
-    if upper < 0:
+def verdict(lower: float, upper: float, mean: float) -> str:
+    """The verdict on ``Delta = challenger - champion`` (lower is better) from its bounds and the
+    reported mean difference ``mean`` (a verdict needs both to agree; see the module)."""
+    if upper < 0 and mean < 0:
         return "challenger_better"
-    if lower > 0:
+    if lower > 0 and mean > 0:
         return "champion_better"
     return "inconclusive"
 
@@ -121,22 +139,23 @@ def first_crossing(upper: np.ndarray) -> np.ndarray:
     return np.where(below.any(axis=-1), first, 0)
 
 
-def compare_losses(challenger_probs, champion_probs, labels, alpha: float = 0.05, nll_bound: float = 5.0,
+def compare_losses(challenger_probs, champion_probs, labels, alpha: float = 0.05,
                    decide_on: str = "nll") -> dict:
     """The paired comparison of two calibrators' probabilities on the same labelled rows: mean
-    NLL and Brier of each, the mean clipped difference (challenger - champion) with its confidence
-    sequence's bounds after the last row, and the verdict on ``decide_on`` (``nll`` or ``brier``)."""
+    NLL and Brier of each, the mean difference (challenger - champion) with its confidence
+    sequence's bounds after the last row and the bound ``B`` of each row's difference, and the
+    verdict on ``decide_on`` (``nll`` or ``brier``), which agrees with the reported means."""
     if decide_on not in ("nll", "brier"):
         raise ValueError(f"decide_on must be 'nll' or 'brier', got {decide_on!r}")
     out = {}
-    for name, loss, bound in (("nll", row_nll, nll_bound), ("brier", row_brier, 2.0)):
+    for name, loss, bound in (("nll", row_nll, LOG_BOUND), ("brier", row_brier, 2.0)):
         challenger, champion = loss(challenger_probs, labels), loss(champion_probs, labels)
         difference = challenger - champion
         lower, upper = difference_cs(difference, bound, alpha)
-        out[name] = {"challenger": float(challenger.mean()), "champion": float(champion.mean()),
-                     "difference": float(difference.mean()),
-                     "clipped_difference": float(np.clip(difference, -bound, bound).mean()),
-                     "clip": bound, "confidence_sequence": [float(lower[-1]), float(upper[-1])],
-                     "verdict": verdict(float(lower[-1]), float(upper[-1]))}
+        mean_challenger, mean_champion = float(challenger.mean()), float(champion.mean())
+        mean = mean_challenger - mean_champion  # < 0 exactly when the challenger's reported mean is lower
+        out[name] = {"challenger": mean_challenger, "champion": mean_champion, "difference": mean, "bound": bound,
+                     "confidence_sequence": [float(lower[-1]), float(upper[-1])],
+                     "verdict": verdict(float(lower[-1]), float(upper[-1]), mean)}
     return {**out, "alpha": alpha, "n_rows": len(labels), "decided_on": decide_on,
             "verdict": out[decide_on]["verdict"]}

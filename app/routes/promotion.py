@@ -97,10 +97,11 @@ def _evaluate(service: CalibrationService, name: str, data) -> dict:
              dependencies=[WRITE])
 async def create_evaluation(request: Request, name: str = NAME):
     """Both versions on the same stored observations that neither was fitted on (by default those
-    created after both versions): NLL and Brier of each, their difference (challenger - champion)
-    with an anytime-valid confidence sequence, ECE with bootstrap intervals, and the verdict at
-    level `alpha` (`challenger_better`, `champion_better` or `inconclusive`). Stored: a gated alias
-    move cites its id."""
+    created after both versions): NLL (each row's floored at probability 2.2e-16, so at most 36.04
+    nats) and Brier of each, their difference (challenger - champion) with an anytime-valid
+    confidence sequence (unclipped), ECE with bootstrap intervals, and the verdict at level `alpha`
+    (`challenger_better`, `champion_better` or `inconclusive`), which always agrees with the sign
+    of the shown mean difference. Stored: a gated alias move cites its id."""
     result = await admission.run(request, _evaluate, _service(request), name, await request_body(request))
     return _json(result, 201, {"Location": f"/v1/calibrators/{name}/evaluations/{result['id']}"})
 

@@ -2,8 +2,11 @@
 
 * ``brier``: ``mean_i sum_j (p_ij - [y_i = j])^2``, summed over classes as in the
   expectation-consistency paper and scikit-learn (pycalib divides this by k).
-* ``nll``: ``-mean_i log p_{i, y_i}`` (natural log); ``inf`` if a label's probability is exactly
-  0. No clipping.
+* ``nll``: ``-mean_i log max(p_{i, y_i}, EPSILON)`` (natural log), with ``EPSILON = 2**-52`` the
+  probability floor of ``calibration.probability_floor`` (what every calibrator's output is
+  floored at, and what scikit-learn's ``log_loss`` clips at): finite, at most ``log(1/EPSILON)``
+  = 36.04 nats per row, and equal to the plain ``-mean log p_{i, y_i}`` wherever no label's
+  probability is below ``EPSILON``.
 * ``accuracy``: fraction of rows whose argmax (first index among ties) is the label.
 * ``top_n_accuracy``: fraction of rows whose label ranks among the ``n`` highest
   probabilities, ties ranked by the lower class index.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import device, label_entries, namespace, row_dot, to_host
+from ..probability_floor import EPSILON
 from ._inputs import labelled_probabilities, probabilities_and_labels, top_label_of
 from .validated import row_blocks
 
@@ -46,8 +50,8 @@ def brier(probs, labels) -> float:
 def nll(probs, labels) -> float:
     p, y, _ = labelled_probabilities(probs, labels)
     xp = namespace(p)
-    with np.errstate(divide="ignore"):
-        return float(-xp.mean(xp.log(label_entries(p, y))))
+    entries = label_entries(p, y)
+    return float(-xp.mean(xp.log(xp.maximum(entries, xp.full_like(entries, EPSILON)))))
 
 
 def accuracy(probs, labels) -> float:

@@ -9,7 +9,8 @@ the entries above the first bin edge for classwise ECE, so no n×k float64 matri
 
 The metrics are those of ``binned``, ``kde`` and ``scores``, with the formulas and references of
 their docstrings (ECE, MCE and adaptive ECE: Guo et al. 2017, Nixon et al. 2019; classwise ECE:
-Kull et al. 2019; KDE-ECE: Zhang et al. 2020; Brier summed over classes; NLL natural log). They are
+Kull et al. 2019; KDE-ECE: Zhang et al. 2020; Brier summed over classes; NLL natural log, the
+label's probability floored at ``probability_floor.EPSILON``). They are
 computed from the same per-row values in the same order as on the whole matrix, so they are
 identical to ``ece(p, y)``, ``brier(p, y)``, ...; only classwise ECE's column totals are added
 block by block (a difference of rounding, about 1e-16 relative).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..probability_floor import EPSILON
 from .binned import _binned_error, adaptive_error, diagram_of, equal_width_bin, maximum_error
 from .kde import kde_error
 
@@ -81,6 +83,11 @@ class ValidatedMetrics:
                            minlength=k * n_bins)
         return float(np.abs(sums - hits.reshape(k, n_bins)).sum() / (n * k))
 
+    def floored_labels(self) -> int:
+        """Rows whose label got a probability at or below ``probability_floor.EPSILON`` (served
+        floored: without the floor their NLL would be infinite or above ``log(1/EPSILON)``)."""
+        return int(np.count_nonzero(self.label_probability <= EPSILON))
+
     def metrics(self) -> dict[str, float]:
         """Every metric of the report, as ``app.reports.METRICS`` names them."""
         if self.at != self.labels.shape[0]:
@@ -90,8 +97,7 @@ class ValidatedMetrics:
             kde = kde_error(self.class_one, (self.labels == 1).astype(np.float64))
         else:
             kde = kde_error(confidence, correct)
-        with np.errstate(divide="ignore"):
-            nll = float(-np.mean(np.log(self.label_probability)))
+        nll = float(-np.mean(np.log(np.maximum(self.label_probability, EPSILON))))
         mean_confidence, accuracy = float(np.mean(confidence)), float(np.mean(correct))
         return {
             "ece": _binned_error(equal_width_bin(confidence, n_bins), confidence, correct, n_bins, 1),

@@ -118,8 +118,9 @@ def test_edge_cases_give_defined_values(metric, probs, labels):
     assert not np.isnan(value)
 
 
-def test_nll_of_an_impossible_label_is_infinite_not_nan():
-    assert cal.nll(np.array([[1.0, 0.0]]), [1]) == np.inf
+def test_nll_of_an_impossible_label_is_the_floor_s_bound_not_infinite():
+    """The label's probability is floored at EPSILON = 2**-52, as scikit-learn's log_loss clips."""
+    assert cal.nll(np.array([[1.0, 0.0]]), [1]) == 52 * np.log(2)
 
 
 @pytest.mark.parametrize("metric", ALL)

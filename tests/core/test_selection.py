@@ -84,7 +84,8 @@ def comparison(nll_by_method: dict, baseline=1.0, n=1000, k=10, preserving=(), f
     for name, folds in nll_by_method.items():
         per_fold = {m: [0.0] * len(folds) for m in METRICS}
         per_fold["nll"] = list(folds)
-        results.append(MethodResult(candidate(name), name in preserving, per_fold, converged=name not in failing))
+        results.append(MethodResult(candidate(name), name in preserving, per_fold, converged=name not in failing,
+                                    floored_labels=sum(v == np.inf for v in folds)))  # inf: labels at the floor
     folds = len(next(iter(nll_by_method.values())))
     uncalibrated = {m: [0.0] * folds for m in METRICS}
     uncalibrated["nll"] = [baseline] * folds

@@ -6,9 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import beta
 
 import calibration as cal
+from calibration.probability_floor import EPSILON, LOG_BOUND
 from calibration.sequential import row_brier, row_nll, verdict
 
 
@@ -87,7 +90,8 @@ def test_a_better_challenger_wins_and_an_identical_one_never_does():
     assert cal.compare_losses(overconfident, true, labels)["verdict"] == "champion_better"
     same = cal.compare_losses(true, true, labels)
     assert same["verdict"] == "inconclusive" and same["nll"]["difference"] == 0
-    assert verdict(-0.2, 0.1) == "inconclusive"
+    assert verdict(-0.2, 0.1, -0.05) == "inconclusive"
+    assert verdict(-0.3, -0.1, 0.02) == "inconclusive"  # the CS alone would say challenger_better
 
 
 def test_first_crossing_counts_rows():
@@ -104,3 +108,66 @@ def test_bad_arguments_are_refused():
         cal.difference_cs([0.1], bound=0)
     with pytest.raises(ValueError):
         row_nll(np.ones((2, 2)) / 2, [0, 2])
+
+
+@st.composite
+def heavy_tailed_pairs(draw):
+    """A champion from Cauchy logits (exact zeros and probabilities down to 1e-300 among them) and a
+    challenger that is better on most rows by ``gap`` nats in the label's logit and gives the label a
+    near-zero probability (``tiny``) on a rare share of rows: the pairs whose clipped and plain mean
+    differences can have opposite signs (issue #35)."""
+    k, n = draw(st.integers(2, 6)), draw(st.integers(1, 600))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    labels = rng.integers(0, k, n)
+    logits = draw(st.floats(0.1, 50.0)) * np.clip(rng.standard_cauchy((n, k)), -1e6, 1e6)
+    better = logits.copy()
+    better[np.arange(n), labels] += draw(st.floats(0.0, 2.0))
+    champion, challenger = cal.softmax(logits), cal.softmax(better)
+    rare = rng.random(n) < draw(st.floats(0.0, 0.2))
+    tiny = draw(st.sampled_from([0.0, 1e-300, 1e-30, 1e-14, 1e-6]))
+    challenger[rare] = (1 - tiny) / (k - 1)  # the rest spread over the other classes
+    challenger[rare, labels[rare]] = tiny
+    if draw(st.booleans()):
+        challenger, champion = champion, challenger
+    return challenger, champion, labels, draw(st.sampled_from([0.01, 0.05, 0.2, 0.5]))
+
+
+def _verdict_agrees_with_the_reported_means(challenger, champion, labels, alpha):
+    result = cal.compare_losses(challenger, champion, labels, alpha=alpha)
+    for loss in ("nll", "brier"):
+        shown = result[loss]
+        if shown["verdict"] == "challenger_better":
+            assert shown["challenger"] < shown["champion"], (loss, shown)
+        if shown["verdict"] == "champion_better":
+            assert shown["challenger"] > shown["champion"], (loss, shown)
+    assert result["verdict"] == result[result["decided_on"]]["verdict"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(heavy_tailed_pairs())
+def test_a_verdict_always_agrees_with_the_mean_losses_it_reports(pair):
+    """``challenger_better`` implies the challenger's reported mean NLL (and Brier) is the lower;
+    ``champion_better`` the reverse."""
+    _verdict_agrees_with_the_reported_means(*pair)
+
+
+def test_a_few_confident_mistakes_outweigh_many_small_gains_in_the_verdict():
+    """The issue's case in miniature: the challenger is 0.1 nats better on 1990 rows of 2000 and
+    gives the label probability 1e-30 on 10 (floored at EPSILON: 36.04 nats each): its mean NLL is
+    0.077 higher. Clipping the differences at +-5 nats made that a ``challenger_better``."""
+    n, bad = 2000, 10
+    labels = np.zeros(n, dtype=np.int64)
+    champion = np.tile([0.5, 0.5], (n, 1))
+    challenger = np.tile([0.5 * math.exp(0.1), 1 - 0.5 * math.exp(0.1)], (n, 1))
+    challenger[:bad] = [1e-30, 1.0]
+    result = cal.compare_losses(challenger, champion, labels, alpha=0.05)
+    assert result["nll"]["challenger"] > result["nll"]["champion"]
+    assert result["nll"]["verdict"] != "challenger_better" and result["verdict"] != "challenger_better"
+    expected = (bad * -math.log(EPSILON) - (n - bad) * 0.1) / n  # the floor at EPSILON: 36.04 nats
+    assert result["nll"]["difference"] == pytest.approx(expected - bad * math.log(2) / n, rel=1e-12)
+
+
+def test_the_nll_confidence_sequence_covers_the_floored_mean_without_clipping():
+    assert cal.compare_losses(np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]]), [0])["nll"]["bound"] == LOG_BOUND
+    with pytest.raises(ValueError):
+        cal.difference_cs([LOG_BOUND + 1.0], bound=LOG_BOUND)

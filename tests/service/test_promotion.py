@@ -135,7 +135,7 @@ def test_evaluations_on_held_out_rows_and_the_gate(api):
     expected = cal.nll(probs[good], LABELS[2000:]) - cal.nll(probs[bad], LABELS[2000:])
     assert evaluation["nll"]["difference"] == pytest.approx(expected, rel=1e-6)
     low, high = evaluation["nll"]["confidence_sequence"]
-    assert low < evaluation["nll"]["clipped_difference"] < high < 0
+    assert low < evaluation["nll"]["difference"] < high < 0 and evaluation["nll"]["bound"] == -np.log(2.0**-52)
     assert evaluation["brier"]["verdict"] == "challenger_better"
     ece = evaluation["ece"]["challenger"]
     assert ece["low"] <= ece["estimate"] <= ece["high"] and ece["estimate"] == pytest.approx(
@@ -149,6 +149,9 @@ def test_evaluations_on_held_out_rows_and_the_gate(api):
     reverse = _ok(api.post("/v1/calibrators/demo/evaluations",
                            json={"challenger": bad, "champion": good, "bootstrap": 0}), 201)
     assert reverse["verdict"] == "champion_better" and "low" not in reverse["ece"]["champion"]
+    clipped = _ok(api.post("/v1/calibrators/demo/evaluations",  # nll_clip: deprecated, accepted, ignored
+                           json={"challenger": bad, "champion": good, "bootstrap": 0, "nll_clip": 0.01}), 201)
+    assert clipped["nll"] == reverse["nll"] and "clipped_difference" not in clipped["nll"]
     chosen = _ok(api.post("/v1/calibrators/demo/evaluations",
                           json={"challenger": good, "champion": bad, "bootstrap": 0,
                                 "data": {"observations": {"last": 100}}}), 201)
