@@ -152,13 +152,17 @@ def delete_predictions_before(session: Session, before: datetime) -> int:
     """Delete prediction-log chunks (and their ids) created before ``before``, and the epochs
     left empty, and take their rows off their calibrators' counts (room a full log logs into
     again); returns the chunks removed."""
-    freed = session.execute(select(PredictionChunkRow.calibrator_id, func.sum(PredictionChunkRow.n_rows))
-                            .where(PredictionChunkRow.created_at < before)
-                            .group_by(PredictionChunkRow.calibrator_id).order_by(PredictionChunkRow.calibrator_id)).all()
     old = select(PredictionChunkRow.id).where(PredictionChunkRow.created_at < before).scalar_subquery()
     session.execute(delete(LoggedPredictionRow).where(LoggedPredictionRow.chunk_id.in_(old)))
-    removed = session.execute(delete(PredictionChunkRow).where(PredictionChunkRow.created_at < before)).rowcount
-    for calibrator_id, rows in freed:  # after the index rows, as writers lock them (``reserve_rows``)
+    # the rows this transaction deleted (RETURNING), not a sum read before: a concurrent retention
+    # run (another replica) that deleted them first leaves nothing to take off the counts here
+    deleted = session.execute(delete(PredictionChunkRow).where(PredictionChunkRow.created_at < before)
+                              .returning(PredictionChunkRow.calibrator_id, PredictionChunkRow.n_rows)).all()
+    removed = len(deleted)
+    freed: dict[int, int] = {}
+    for calibrator_id, rows in deleted:
+        freed[calibrator_id] = freed.get(calibrator_id, 0) + rows
+    for calibrator_id, rows in sorted(freed.items()):  # after the index rows, as writers lock them (``reserve_rows``)
         session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
                         .values(logged_rows=CalibratorRow.logged_rows - rows)
                         .execution_options(synchronize_session=False))
