@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from . import prediction_epoch_store
 from .models import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
-from .observation_store import from_raw, raw_view
+from .observation_store import byte_range, from_raw, raw_view
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
 GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.new_prefix
@@ -92,6 +92,35 @@ def prediction_chunks(session: Session, chunk_ids: set[int]) -> dict[int, tuple]
         array = from_raw(chunk.inputs, chunk.dtype, chunk.n_rows, chunk.n_classes, chunk.input_kind)
         chunks[chunk.id] = (chunk.version, chunk.input_kind, chunk.n_classes, array)
     return chunks
+
+
+def prediction_rows(session: Session, wanted: dict[int, set[int]]) -> dict[int, tuple]:
+    """``{chunk_id: (version, kind, n_classes, {row: inputs})}`` of the rows ``wanted`` of logged
+    chunks (``{chunk_id: rows}``): each run of consecutive rows is cut from its chunk in the database
+    (``observation_store.byte_range``), so that labelling a few rows never reads a whole chunk."""
+    out = {}
+    for chunk_id in sorted(wanted):
+        facts = session.execute(select(PredictionChunkRow.version, PredictionChunkRow.input_kind,
+                                       PredictionChunkRow.n_classes, PredictionChunkRow.dtype)
+                                .where(PredictionChunkRow.id == chunk_id)).first()
+        if facts is None:  # deleted meanwhile (retention)
+            continue
+        version, kind, k, dtype = facts
+        row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
+        rows, found = sorted(wanted[chunk_id]), {}
+        start = 0
+        while start < len(rows):
+            stop = start + 1
+            while stop < len(rows) and rows[stop] == rows[stop - 1] + 1:
+                stop += 1
+            first, n = rows[start], stop - start
+            data = session.scalar(select(byte_range(PredictionChunkRow.inputs, first * row_bytes, n * row_bytes))
+                                  .where(PredictionChunkRow.id == chunk_id))
+            array = from_raw(data, dtype, n, k, kind)
+            found.update((first + i, array[i]) for i in range(n))
+            start = stop
+        out[chunk_id] = (version, kind, k, found)
+    return out
 
 
 def any_logging(session: Session) -> bool:
