@@ -31,7 +31,6 @@ from .db import Database
 from .errors import InvalidInput, NotFound
 from .models import utcnow
 from .names import Reference, check_name
-from .observation_store import Selection
 from .quality import calibrated_groups
 
 FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
@@ -88,16 +87,6 @@ def _residuals(service, name: str, version: int, session, entries: list) -> tupl
     return calibrated, labels[usable]
 
 
-def _newest(session, calibrator_id: int, rows: int, budget: int, **selection) -> list:
-    """The index of the newest ``rows`` selected observations, fewer where their entries would be
-    over the read budget (``CALIBRATION_MAX_READ_ENTRIES``)."""
-    index = observation_store.chunk_index(session, calibrator_id, Selection(last=rows, **selection))
-    if index and observation_store.index_rows(index) * index[0][4] > budget:
-        index = observation_store.chunk_index(session, calibrator_id,
-                                              Selection(last=max(budget // index[0][4], 1), **selection))
-    return index
-
-
 def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
     """Feed ``test`` the rows of ``chunks`` (``version``'s feedback, in arrival order), in batches
     of under twice ``FEED_ENTRIES`` entries, or of the read budget if smaller (a larger chunk in pieces)."""
@@ -117,8 +106,8 @@ def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: 
 
 def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
     with service.db.read() as session:
-        index = _newest(session, calibrator_id, ECE_ROWS, service.max_read_entries, source="feedback",
-                        version=version)
+        index = observation_store.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
+                                                source="feedback", version=version)
         if not index:
             return None, 0
         probs, labels = _residuals(service, name, version, session, index)
@@ -187,8 +176,9 @@ def _reference(service, name: str, calibrator_id: int, version: int) -> np.ndarr
     """The label-free monitor's reference: the calibrated probabilities of the newest labelled
     observations (uploads if there are any) through ``version``."""
     with service.db.read() as session:
-        index = _newest(session, calibrator_id, REFERENCE_ROWS, service.max_read_entries, source="upload") or \
-            _newest(session, calibrator_id, REFERENCE_ROWS, service.max_read_entries)
+        budget = service.max_read_entries
+        index = observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget, source="upload") or \
+            observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget)
         if not index:
             return None
         probs, _ = _residuals(service, name, version, session, index)

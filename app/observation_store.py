@@ -117,6 +117,15 @@ def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> l
     return index
 
 
+def newest_within(session: Session, calibrator_id: int, rows: int, budget: int, **selection) -> list:
+    """The index of the newest ``rows`` selected observations, fewer where their entries (rows x
+    classes) would be over the read budget ``budget`` (``CALIBRATION_MAX_READ_ENTRIES``)."""
+    index = chunk_index(session, calibrator_id, Selection(last=rows, **selection))
+    if index and index_rows(index) * index[0][4] > budget:
+        index = chunk_index(session, calibrator_id, Selection(last=max(budget // index[0][4], 1), **selection))
+    return index
+
+
 def index_rows(index: list) -> int:
     """How many rows the chunks of ``index`` (``chunk_index``'s entries) select. An entry reads
     rows ``skip`` to ``n_rows`` of its chunk: ``n_rows`` below the chunk's own (``pieces``) reads a

@@ -157,7 +157,10 @@ class Observations:
         with self.db.write() as session:
             calibrator = store.calibrator_row(session, name)
             found = prediction_log_lookup.find_logged(session, calibrator.id, list(first), self.epoch_filters)
-            chunks = prediction_log_store.prediction_chunks(session, {logged.chunk_id for logged in found.values()})
+            wanted: dict[int, set[int]] = {}
+            for logged in found.values():
+                wanted.setdefault(logged.chunk_id, set()).add(logged.row)
+            chunks = prediction_log_store.prediction_rows(session, wanted)  # those rows only, not whole chunks
             for pid, logged in found.items():
                 label, n_classes = labels[first[pid]], chunks[logged.chunk_id][2]
                 if not 0 <= label < max(n_classes, 2):
@@ -168,9 +171,9 @@ class Observations:
             for pid, position in first.items():  # in the order the ids were posted
                 if pid in claimed:
                     chunk, row = found[pid].chunk_id, found[pid].row
-                    version, kind, n_classes, array = chunks[chunk]
-                    entry = by_version.setdefault((version, kind, n_classes, array.dtype.str), ([], []))
-                    entry[0].append(array[row])
+                    version, kind, n_classes, inputs = chunks[chunk]
+                    entry = by_version.setdefault((version, kind, n_classes, inputs[row].dtype.str), ([], []))
+                    entry[0].append(inputs[row])
                     entry[1].append(labels[position])
             self.online.lock(session, calibrator.id)
             self._check_caps(session, calibrator.id, name, len(claimed),

@@ -20,13 +20,14 @@ from calibration import power as core
 from . import observation_store, store
 from .errors import Conflict, InvalidInput, NotFound, TooLarge
 from .names import Reference, check_name
-from .observation_store import Selection
 from .power_schemas import PowerRequest
 
 
-def _index(session, calibrator_id: int, rows: int) -> list:
-    return observation_store.chunk_index(session, calibrator_id, Selection(last=rows, source="upload")) or \
-        observation_store.chunk_index(session, calibrator_id, Selection(last=rows))
+def _index(session, calibrator_id: int, rows: int, budget: int) -> list:
+    """The newest ``rows`` labelled observations (uploads if there are any), fewer where over the
+    read budget ``CALIBRATION_MAX_READ_ENTRIES``, as the label-free monitor's reference."""
+    return observation_store.newest_within(session, calibrator_id, rows, budget, source="upload") or \
+        observation_store.newest_within(session, calibrator_id, rows, budget)
 
 
 def submit(service, name: str, fields: PowerRequest, settings) -> dict:
@@ -42,7 +43,7 @@ def submit(service, name: str, fields: PowerRequest, settings) -> dict:
         calibrator = store.calibrator_row(session, name)
         version = fields.version or calibrator.last_version
         k = store.get_version(session, name, version).n_classes
-        index = _index(session, calibrator.id, settings.power_rows)
+        index = _index(session, calibrator.id, settings.power_rows, service.max_read_entries)
     if not index:
         raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
     k = max(int(k), 2)
@@ -70,7 +71,7 @@ def run(service, name: str, request: dict, progress) -> dict:
     progress.step(f"reading up to {request['rows']} labelled observations", 2.0)
     with service.db.read() as session:
         calibrator = store.calibrator_row(session, name)
-        index = _index(session, calibrator.id, int(request["rows"]))
+        index = _index(session, calibrator.id, int(request["rows"]), service.max_read_entries)
         if not index:
             raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
         inputs, labels = observation_store.load(session, index)

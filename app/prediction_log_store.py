@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from . import prediction_epoch_store
 from .models import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
-from .observation_store import from_raw, raw_view
+from .observation_store import byte_range, from_raw, raw_view
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
 GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.new_prefix
@@ -94,6 +94,35 @@ def prediction_chunks(session: Session, chunk_ids: set[int]) -> dict[int, tuple]
     return chunks
 
 
+def prediction_rows(session: Session, wanted: dict[int, set[int]]) -> dict[int, tuple]:
+    """``{chunk_id: (version, kind, n_classes, {row: inputs})}`` of the rows ``wanted`` of logged
+    chunks (``{chunk_id: rows}``): each run of consecutive rows is cut from its chunk in the database
+    (``observation_store.byte_range``), so that labelling a few rows never reads a whole chunk."""
+    out = {}
+    for chunk_id in sorted(wanted):
+        facts = session.execute(select(PredictionChunkRow.version, PredictionChunkRow.input_kind,
+                                       PredictionChunkRow.n_classes, PredictionChunkRow.dtype)
+                                .where(PredictionChunkRow.id == chunk_id)).first()
+        if facts is None:  # deleted meanwhile (retention)
+            continue
+        version, kind, k, dtype = facts
+        row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
+        rows, found = sorted(wanted[chunk_id]), {}
+        start = 0
+        while start < len(rows):
+            stop = start + 1
+            while stop < len(rows) and rows[stop] == rows[stop - 1] + 1:
+                stop += 1
+            first, n = rows[start], stop - start
+            data = session.scalar(select(byte_range(PredictionChunkRow.inputs, first * row_bytes, n * row_bytes))
+                                  .where(PredictionChunkRow.id == chunk_id))
+            array = from_raw(data, dtype, n, k, kind)
+            found.update((first + i, array[i]) for i in range(n))
+            start = stop
+        out[chunk_id] = (version, kind, k, found)
+    return out
+
+
 def any_logging(session: Session) -> bool:
     """Whether some calibrator logs its predictions (a sampling rate above 0)."""
     return session.scalar(select(CalibratorRow.id).where(CalibratorRow.log_sample_rate > 0).limit(1)) is not None
@@ -152,13 +181,17 @@ def delete_predictions_before(session: Session, before: datetime) -> int:
     """Delete prediction-log chunks (and their ids) created before ``before``, and the epochs
     left empty, and take their rows off their calibrators' counts (room a full log logs into
     again); returns the chunks removed."""
-    freed = session.execute(select(PredictionChunkRow.calibrator_id, func.sum(PredictionChunkRow.n_rows))
-                            .where(PredictionChunkRow.created_at < before)
-                            .group_by(PredictionChunkRow.calibrator_id).order_by(PredictionChunkRow.calibrator_id)).all()
     old = select(PredictionChunkRow.id).where(PredictionChunkRow.created_at < before).scalar_subquery()
     session.execute(delete(LoggedPredictionRow).where(LoggedPredictionRow.chunk_id.in_(old)))
-    removed = session.execute(delete(PredictionChunkRow).where(PredictionChunkRow.created_at < before)).rowcount
-    for calibrator_id, rows in freed:  # after the index rows, as writers lock them (``reserve_rows``)
+    # the rows this transaction deleted (RETURNING), not a sum read before: a concurrent retention
+    # run (another replica) that deleted them first leaves nothing to take off the counts here
+    deleted = session.execute(delete(PredictionChunkRow).where(PredictionChunkRow.created_at < before)
+                              .returning(PredictionChunkRow.calibrator_id, PredictionChunkRow.n_rows)).all()
+    removed = len(deleted)
+    freed: dict[int, int] = {}
+    for calibrator_id, rows in deleted:
+        freed[calibrator_id] = freed.get(calibrator_id, 0) + rows
+    for calibrator_id, rows in sorted(freed.items()):  # after the index rows, as writers lock them (``reserve_rows``)
         session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
                         .values(logged_rows=CalibratorRow.logged_rows - rows)
                         .execution_options(synchronize_session=False))

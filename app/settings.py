@@ -171,7 +171,7 @@ class Settings(BaseSettings):
                                    "1)) one power analysis may simulate, per run (shifted and null): about 5 "
                                    "minutes of a job's core (413 above).")
     power_rows: int = Field(50_000, ge=1, description="A power analysis samples from the newest this many labelled "
-                            "observations (uploads if there are any).")
+                            "observations (uploads if there are any), fewer where over CALIBRATION_MAX_READ_ENTRIES.")
     alarm_webhook_url: str | None = Field(None, pattern=r"^https?://", description="New drift alarms are POSTed "
                                           "here as JSON (Slack-compatible `text` plus the alarm), one delivery "
                                           "per alarm with a `Webhook-Id`; unset: none.")

@@ -294,3 +294,56 @@ def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on
         assert client.post("/v1/calibrators/m/labels", json={"ids": ["d29"], "labels": [1]}).json()["labelled"] == 1
         online = client.get("/ui/calibrators/m/online").text
         assert 'id="log-full"' not in online and "50 served rows were not logged" in online
+
+
+@pytest.mark.postgres
+def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(postgres_url):
+    """Two replicas apply retention at the same time (Postgres, READ COMMITTED): the second's
+    delete waits for the first's row locks, then finds the chunks gone. Its ``logged_rows``
+    decrement must be what it deleted (nothing), not the sum it read before waiting, or the count
+    falls below the rows held and the cap CALIBRATION_MAX_LOGGED_ROWS lets that many more in."""
+    import threading
+    from datetime import UTC, datetime
+
+    from sqlalchemy import func as sqlfunc
+    from sqlalchemy import select, text, update
+    from sqlalchemy.orm import Session
+
+    from app import prediction_log_store
+    from app.migrate import upgrade
+    from app.models import CalibratorRow, PredictionChunkRow
+
+    upgrade(postgres_url)
+    with TestClient(_app(postgres_url, max_logged_rows=100)) as client:
+        client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
+                                                        "labels": LABELS.tolist()})
+        client.put("/v1/calibrators/m/logging", json={"sample_rate": 1})
+        assert _log(client, "a", 60)["logged"] == 60
+        engine = client.app.state.db.engine
+        with Session(engine) as session, session.begin():
+            session.execute(update(PredictionChunkRow).values(created_at=datetime(2020, 1, 1, tzinfo=UTC)))
+        before = datetime(2021, 1, 1, tzinfo=UTC)
+        first = Session(engine)
+        prediction_log_store.delete_predictions_before(first, before)  # holds the chunks' row locks
+
+        def second():
+            with Session(engine) as session, session.begin():
+                prediction_log_store.delete_predictions_before(session, before)
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        with engine.connect() as watch:  # until the second run waits for the first's locks
+            while not watch.execute(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                         "AND datname = current_database()")).scalar():
+                watch.rollback()
+                thread.join(0.05)
+        first.commit()
+        first.close()
+        thread.join()
+        with Session(engine) as session:
+            assert session.scalar(select(CalibratorRow.logged_rows)) == 0  # main: -60
+        assert _log(client, "b", 100, 60)["logged"] == 100
+        assert _log(client, "c", 60, 160)["logged"] == 60
+        with Session(engine) as session:  # the log holds at most its cap (main: 160 of 100)
+            held = session.scalar(select(sqlfunc.sum(PredictionChunkRow.n_rows)))
+            assert held == 100

@@ -393,3 +393,73 @@ def test_an_alarms_evaluation_reads_within_the_budget(big_chunks):
 def text_(statement: str):
     from sqlalchemy import text
     return text(statement)
+
+
+def test_labels_read_only_the_logged_rows_they_label(client):
+    """Labelling one logged prediction of a 100000-row logged chunk (one calibrate request of
+    100000 rows is one chunk) reads that row, not the chunk's 8 MB: peak memory within the bound
+    of one row (main read every chunk a label's id is in, whole)."""
+    import tracemalloc
+
+    from app import prediction_log_store, store
+    rng = np.random.default_rng(35)
+    labels = rng.integers(0, K, BIG_ROWS)
+    logits = rng.normal(size=(BIG_ROWS, K)) + 2 * np.eye(K)[labels]
+    fit = {"method": "temperature", "logits": logits[:500].tolist(), "labels": labels[:500].tolist()}
+    assert client.post(f"/v1/calibrators/{SHIFT}/versions", json=fit).status_code == 201
+    with client.app.state.db.write() as session:
+        calibrator_id = store.calibrator_row(session, SHIFT).id
+        prediction_log_store.log_predictions(session, calibrator_id, 1, "logits", K, logits,
+                                             ["r0", "r1"] + [None] * (BIG_ROWS - 3) + ["r2"])
+    service = client.app.state.service
+    assert service.observations.label(SHIFT, ["r0"], [int(labels[0])])["labelled"] == 1  # warms caches
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        answer = service.observations.label(SHIFT, ["r1", "r2"], [int(labels[1]), int(labels[-1])])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert answer["labelled"] == 2
+    with client.app.state.db.read() as session:
+        from app import observation_store
+        index = observation_store.chunk_index(session, calibrator_id, observation_store.Selection(source="feedback"))
+        stored, stored_labels = observation_store.load(session, index)
+    np.testing.assert_array_equal(stored, logits[[0, 1, -1]])
+    np.testing.assert_array_equal(stored_labels, labels[[0, 1, -1]])
+    print(f"labels of 2 rows of a {BIG_ROWS}-row chunk: peak {peak} B")
+    assert peak < _bound(2) < BIG_ROWS * K * 8
+
+
+def test_a_power_analysis_reads_its_rows_within_the_read_budget(sqlite_url, monkeypatch):
+    """The power job samples from the newest CALIBRATION_POWER_ROWS (50000) labelled rows; like the
+    label-free monitor's reference (the same rows), it reads at most CALIBRATION_MAX_READ_ENTRIES
+    of them: with a budget of 200 rows x 10 classes, 200 of the 1000 stored (main: all 1000)."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.migrate import upgrade
+    from app.settings import Settings, get_settings
+    upgrade(sqlite_url)
+    monkeypatch.setenv("CALIBRATION_MAX_READ_ENTRIES", str(200 * K))  # jobs read the settings from the environment
+    get_settings.cache_clear()
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, K, 1000)
+    logits = rng.normal(size=(1000, K)) + 2 * np.eye(K)[labels]
+    settings = Settings(database_url=sqlite_url, job_engine="embedded", max_read_entries=200 * K)
+    with TestClient(create_app(settings)) as client:
+        fit = {"method": "temperature", "logits": logits.tolist(), "labels": labels.tolist()}
+        assert client.post("/v1/calibrators/m/versions", json=fit).status_code == 201
+        upload = {"logits": logits.tolist(), "labels": labels.tolist()}
+        assert client.post("/v1/calibrators/m/observations", json=upload).status_code == 201
+        queued = client.post("/v1/calibrators/m/power", json={"shift": "temperature", "size": 1.5, "streams": 2,
+                                                             "labels": 100})
+        assert queued.status_code == 202, queued.text
+        for _ in range(600):
+            job = client.get(queued.headers["location"]).json()
+            if job["status"] in ("succeeded", "failed"):
+                break
+            time.sleep(0.1)
+        assert job["status"] == "succeeded", job
+        assert job["result"]["rows"] == 200  # main: 1000
+    get_settings.cache_clear()
