@@ -54,7 +54,7 @@ def _floats(values: list) -> list[float]:
 def _result_json(result: cal.MethodResult) -> dict:
     return {"accuracy_preserving": result.accuracy_preserving, "converged": result.converged,
             "per_fold": {m: _finite(v) for m, v in result.per_fold.items()}, "error": result.error,
-            "tail_risk": _finite(result.tail_risk)}
+            "tail_risk": _finite(result.tail_risk), "floored_labels": result.floored_labels}
 
 
 def run_units(x, labels, request: dict, progress=None) -> dict:
@@ -98,7 +98,8 @@ def merged(request: dict, parts: list[dict]) -> cal.Comparison:
         per_fold = {m: [v for p in own for v in _floats(p["per_fold"][m])] for m in own[0]["per_fold"]}
         results.append(cal.MethodResult(cal.candidate(spec), (fitted or own)[-1]["accuracy_preserving"], per_fold,
                                         all(p["converged"] for p in own), errors[-1] if errors else None,
-                                        [v for p in own for v in _floats(p["tail_risk"])]))
+                                        [v for p in own for v in _floats(p["tail_risk"])],
+                                        sum(p.get("floored_labels", 0) for p in own)))
     uncalibrated = {m: [v for fold in folds for v in _floats(shared[fold]["uncalibrated"][m])]
                     for m in shared[0]["uncalibrated"]}
     n, k = shared[0]["shape"]

@@ -102,6 +102,16 @@ class LoggingOut(BaseModel):
     dropped_rows: int = Field(description="Rows not logged because the log was full, since the name was created")
 
 
+class PredictionLogSummary(BaseModel):
+    """The calibrator's prediction log in an observation summary."""
+    sample_rate: float
+    logged: int
+    labelled: int
+    logged_rows: int = Field(description="Rows the log holds for this name (what CALIBRATION_MAX_LOGGED_ROWS caps)")
+    dropped: int = Field(description="Rows not logged because the name's log was full")
+    full: bool = Field(description="Whether the log is at CALIBRATION_MAX_LOGGED_ROWS (logging paused for the name)")
+
+
 class ObservationSummary(BaseModel):
     name: str
     total_rows: int
@@ -114,7 +124,7 @@ class ObservationSummary(BaseModel):
     class_balance: list[float]
     first_at: datetime | None
     last_at: datetime | None
-    prediction_log: dict[str, float | int]
+    prediction_log: PredictionLogSummary
 
 
 class DeletedObservations(BaseModel):

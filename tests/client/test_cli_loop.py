@@ -148,7 +148,7 @@ def test_alarms_evaluate_promote_rollback_and_policy(run, client, cifar):
     evaluated = run("evaluate", "loop", "2", "production", "--bootstrap", "0")
     assert evaluated.exit_code == 0, evaluated.output
     held_out = (good.predict_proba(logits[250:]), bad.predict_proba(logits[250:]))
-    core = cal.compare_losses(*held_out, labels[250:], 0.05, 5.0, "nll")
+    core = cal.compare_losses(*held_out, labels[250:], 0.05, decide_on="nll")
     assert core["verdict"] == "challenger_better"
     assert (f"loop: version 2 against version 1 on {len(labels) - 250} rows: challenger_better (alpha = 0.05, "
             "decided on nll)") in evaluated.text
