@@ -155,9 +155,11 @@ def test_dirichlet_at_k_100_on_real_data_converges_by_the_gradient_criterion():
 
 def test_vector_scaling_sums_over_row_blocks_give_the_same_map_and_bound_its_memory(monkeypatch):
     """Issue #19: vector scaling's objective, gradient and Hessian are summed over blocks of rows.
-    Blocks of 50 rows give the whole-array fit's probabilities (the sums differ by rounding only)
-    on a real set; on 20000 x 200 the fit's traced peak stays under 3x the float64 input (the
-    whole-array fit held ~5.2x: features, probabilities, residual and P ⊙ x at once)."""
+    Blocks of 50 rows give the whole-array fit's probabilities on a real set, to 1e-8: the sums
+    differ by rounding only, and both fits stop inside the solver's tolerance (one entry of 30000
+    differs by 1.06e-9 on an AMD EPYC without AVX-512). On 20000 x 200 the fit's traced peak stays
+    under 3x the float64 input (the whole-array fit held ~5.2x: features, probabilities, residual
+    and P ⊙ x at once)."""
     import tracemalloc
 
     from calibration.methods import linear
@@ -168,7 +170,7 @@ def test_vector_scaling_sums_over_row_blocks_give_the_same_map_and_bound_its_mem
     monkeypatch.setattr(linear, "BLOCK_ENTRIES", 50 * logits.shape[1])
     blocked = cal.create("vector", {"input": "logits"}).fit(logits, labels)
     assert whole.diagnostics_.converged and blocked.diagnostics_.converged
-    np.testing.assert_allclose(blocked.predict_proba(logits), whole.predict_proba(logits), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(blocked.predict_proba(logits), whole.predict_proba(logits), rtol=0, atol=1e-8)
     monkeypatch.undo()
 
     rng = np.random.default_rng(1)

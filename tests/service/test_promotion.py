@@ -258,7 +258,9 @@ def test_a_refit_policy_refits_evaluates_and_promotes_as_a_job(api):
 # -- the whole loop on a real server ---------------------------------------------------------------
 
 NAME = "resnet"
-DRIFT = 3.0  # the model grows over-confident: its logits triple (x2 gives 0.154 nats on 3000 rows: too few for the floored bound)
+# the model grows over-confident: its logits triple (x2 is 0.154 nats on 3000 rows: too few
+# for the floored 36-nat bound)
+DRIFT = 3.0
 
 
 def _serve(client, logits: np.ndarray, start: int, expected_version: str) -> list[str]:
