@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
+from calibration_client import Client
 from tests.helpers import DATA, REPO
 from tests.service.conftest import create_postgres_database
 from tests.service.live import live_server
@@ -78,3 +79,18 @@ def keyed_server(url: str, log_file, env: dict | None = None):
                           headers={"X-API-Key": admin}, timeout=30)
         assert made.status_code == 201, made.text
         yield Service(base, {"admin": admin, "read": made.json()["key"]})
+
+
+# a live server with keys per test module (both databases), and an admin client of it; a module
+# that needs other settings defines its own `service`
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def service(request, tmp_path_factory):
+    with database(request.param, tmp_path_factory) as url, \
+            keyed_server(url, tmp_path_factory.mktemp("log") / "server.log") as running:
+        yield running
+
+
+@pytest.fixture
+def client(service):
+    with Client(service.url, api_key=service.keys["admin"], retries=0) as client:
+        yield client

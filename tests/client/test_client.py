@@ -25,21 +25,8 @@ from calibration_client import (
     Unauthorized,
     Version,
 )
-from tests.client.conftest import MAX_BODY_BYTES, database, keyed_server
+from tests.client.conftest import MAX_BODY_BYTES
 from tests.helpers import REPO
-
-
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def service(request, tmp_path_factory):
-    with database(request.param, tmp_path_factory) as url, \
-            keyed_server(url, tmp_path_factory.mktemp("log") / "server.log") as running:
-        yield running
-
-
-@pytest.fixture
-def client(service):
-    with Client(service.url, api_key=service.keys["admin"], retries=0) as client:
-        yield client
 
 
 def test_the_client_imports_neither_the_service_nor_the_core():

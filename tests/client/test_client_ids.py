@@ -13,24 +13,10 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from calibration_client import AsyncClient, Calibrated, Client, InvalidInput
+from calibration_client import AsyncClient, Calibrated, InvalidInput
 from calibration_client._protocol import MAX_ID_HEADER_BYTES
-from tests.client.conftest import database, keyed_server
 
 GENERATED = re.compile(r"[0-9a-f]{16}-(\d+)")
-
-
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def service(request, tmp_path_factory):
-    with database(request.param, tmp_path_factory) as url, \
-            keyed_server(url, tmp_path_factory.mktemp("log") / "server.log") as running:
-        yield running
-
-
-@pytest.fixture
-def client(service):
-    with Client(service.url, api_key=service.keys["admin"], retries=0) as client:
-        yield client
 
 
 def generated(ids: list[str], n: int) -> bool:
