@@ -17,8 +17,13 @@ shifts", JMLR 25(162), Algorithm 1): experts ``i = 1..m`` run ACI with steps ``g
 ``beta_t = sup{b : y_t in C_t(b)}`` (here ``1 - c_t/(n + 1)``, ``c_t = #{S_j < s(x_t, y_t)}``) and the
 pinball loss ``l(beta, theta) = alpha (beta - theta) - min(0, beta - theta)``, the weights follow
 ``wbar_i = w_i exp(-eta l(beta_t, alpha_t^i))``, ``w_i <- (1 - sigma) wbar_i + sigma sum_j wbar_j / m``,
-and the served level is ``alpha_t = sum_i w_i alpha_t^i / sum_i w_i`` (the paper's weighted average; its
-Algorithm 1 may also draw one expert). Defaults as the paper: ``gammas = 0.001 * 2^(0..7)``,
+and the served level is that of one expert drawn with probabilities ``w_i / sum_j w_j`` (the paper's
+Algorithm 1; ``choice="draw"``, the uniform of step ``t`` from ``numpy.random.default_rng((seed, t))``, so
+the state stays plain data), or their weighted average ``sum_i w_i alpha_t^i / sum_i w_i``
+(``choice="mean"``). Only the draw carries the paper's long-run coverage bound: the miscoverage is not
+linear in the level, and where the scores of the labels pile up at one end (a class swap puts many
+labels at the bottom of the ranking) the average of levels covers more than the average expert.
+Defaults as the paper: ``gammas = 0.001 * 2^(0..7)``,
 ``sigma = 1/(2I)``, ``eta = sqrt(3/I) sqrt((log(m I) + 2) / ((1 - alpha)^2 alpha^3 + alpha^2 (1 - alpha)^3))``
 with ``I`` the interval length of its regret bound (``interval``).
 """
@@ -154,8 +159,14 @@ class DtACI(_OnlineConformal):
     """DtACI: ACI experts with steps ``gammas`` under exponential weights (see the module)."""
 
     def __init__(self, alpha: float = 0.1, gammas=DEFAULT_GAMMAS, interval: int = 100, score: str = "aps",
-                 k_reg: int = 0, lam: float = 0.0, eta: float | None = None, sigma: float | None = None):
+                 k_reg: int = 0, lam: float = 0.0, eta: float | None = None, sigma: float | None = None,
+                 choice: str = "draw", seed: int = 0):
         super().__init__(alpha, score, k_reg, lam)
+        if choice not in ("draw", "mean"):
+            raise ValueError(f"choice must be 'draw' or 'mean', got {choice!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self.choice, self.seed = choice, seed
         g = np.asarray(gammas, dtype=np.float64)
         if g.ndim != 1 or not 1 <= len(g) <= MAX_EXPERTS or not np.all((g > 0) & (g <= 1)):
             raise ValueError(f"gammas must be 1 to {MAX_EXPERTS} steps in (0, 1]")
@@ -172,7 +183,15 @@ class DtACI(_OnlineConformal):
     def _start(self) -> None:
         self.expert_levels = np.full(len(self.gammas), self.alpha)
         self.weights = np.full(len(self.gammas), 1.0 / len(self.gammas))
-        self.level = self.alpha
+        self.steps = 0
+        self.level = self._served_level()
+
+    def _served_level(self) -> float:
+        if self.choice == "mean":
+            return float(self.weights @ self.expert_levels)
+        u = np.random.default_rng((self.seed, self.steps)).random()
+        index = min(int(np.searchsorted(np.cumsum(self.weights), u, side="right")), len(self.weights) - 1)
+        return float(self.expert_levels[index])
 
     def _step(self, label_score: float, beta: float) -> None:
         difference = beta - self.expert_levels
@@ -182,20 +201,23 @@ class DtACI(_OnlineConformal):
         self.weights = w / w.sum()
         err = np.array([0.0 if self._covered_at(a, label_score) else 1.0 for a in self.expert_levels])
         self.expert_levels = self.expert_levels + self.gammas * (self.alpha - err)
-        self.level = float(self.weights @ self.expert_levels)
+        self.steps += 1
+        self.level = self._served_level()
 
     def to_dict(self) -> dict:
         return {"method": "dtaci", **self._base_dict(), "gammas": self.gammas.tolist(), "interval": self.interval,
-                "eta": self.eta, "sigma": self.sigma, "expert_levels": self.expert_levels.tolist(),
-                "weights": self.weights.tolist(), "level": self.level}
+                "eta": self.eta, "sigma": self.sigma, "choice": self.choice, "seed": self.seed,
+                "expert_levels": self.expert_levels.tolist(), "weights": self.weights.tolist(),
+                "steps": self.steps, "level": self.level}
 
     @classmethod
     def from_dict(cls, data: dict) -> DtACI:
         out = cls(data["alpha"], data["gammas"], data["interval"], data["score"], data["k_reg"], data["lam"],
-                  data["eta"], data["sigma"])
+                  data["eta"], data["sigma"], data["choice"], data["seed"])
         out._load_base(data)
         levels, weights = (np.asarray(data[name], dtype=np.float64) for name in ("expert_levels", "weights"))
         if levels.shape != out.gammas.shape or weights.shape != out.gammas.shape or not (weights >= 0).all():
             raise ValueError("stored expert_levels and weights need one entry per gamma (weights >= 0)")
         out.expert_levels, out.weights, out.level = levels, weights / weights.sum(), float(data["level"])
+        out.steps = int(data["steps"])
         return out
