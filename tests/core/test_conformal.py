@@ -213,3 +213,19 @@ def test_coverage_alarm_false_alarms_and_delay():
     assert shifted.alarmed.all() and (shifted.alarm_at > 1000).all() and (shifted.alarm_at - 1000 < 1500).all()
     with pytest.raises(ValueError, match="0/1"):
         cal.CoverageAlarm().update(np.array([0.5]))
+
+
+def test_dtaci_mean_choice_serves_the_weighted_level_and_bad_settings_are_value_errors():
+    rng = np.random.default_rng(9)
+    pc, yc, stream, labels = _shifted_stream(rng, 500, 400, 4)
+    dtaci = cal.DtACI(0.1, score="lac", choice="mean").fit(pc, yc)
+    dtaci.update(stream, labels)
+    assert dtaci.level == pytest.approx(float(dtaci.weights @ dtaci.expert_levels), abs=1e-15)
+    assert cal.DtACI.from_dict(json.loads(json.dumps(dtaci.to_dict()))).choice == "mean"
+    for bad in ({"choice": "vote"}, {"gammas": []}, {"interval": 0}, {"seed": -1}):
+        with pytest.raises(ValueError):
+            cal.DtACI(0.1, **bad)
+    with pytest.raises(ValueError, match="fit"):
+        cal.AdaptiveConformal(0.1).update(stream[:2], labels[:2])
+    with pytest.raises(ValueError, match="tolerance"):
+        cal.CoverageAlarm(alpha=0.5, tolerance=0.6)
