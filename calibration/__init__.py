@@ -8,6 +8,14 @@ from .backend import to_host
 from .base import Calibrator, ConvergenceWarning, FitDiagnostics
 from .candidates import candidate, default_candidates
 from .comparison import Comparison, MethodResult, compare, prepare_comparison
+from .conformal import (
+    AdaptiveConformal,
+    CoverageAlarm,
+    DtACI,
+    SetPredictor,
+    conformal_quantile,
+    coverage_and_size,
+)
 from .inputs import (
     INPUT_KINDS,
     PROBABILITY_FLOOR,
@@ -76,13 +84,16 @@ __all__ = [
     "SERIES_COLOURS",
     "WEAK_COUNT",
     "WEAK_OPACITY",
+    "AdaptiveConformal",
     "AutoCalibrator",
     "Calibrator",
     "ClassTemperatureScaling",
     "Comparison",
     "Composition",
     "ConvergenceWarning",
+    "CoverageAlarm",
     "DirichletCalibration",
+    "DtACI",
     "EnsembleTemperatureScaling",
     "ExpectationConsistency",
     "FitDiagnostics",
@@ -98,6 +109,7 @@ __all__ = [
     "ReliabilityBins",
     "ReliabilityDiagram",
     "Selection",
+    "SetPredictor",
     "TemperatureScaling",
     "TrackingCalibeater",
     "ValidatedMetrics",
@@ -113,6 +125,8 @@ __all__ = [
     "classwise_ece",
     "compare",
     "compare_losses",
+    "conformal_quantile",
+    "coverage_and_size",
     "create",
     "default_candidates",
     "describe_methods",

@@ -45,6 +45,17 @@ def load_split(name: str, split: str) -> tuple[str, np.ndarray, np.ndarray]:
         return "probabilities", data["probs"], data["labels"]
 
 
+def conformal_probabilities(name: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 probabilities of one split for the conformal references: the max-shifted softmax of
+    stored logits, or stored probabilities divided by their row sums; and the labels."""
+    kind, x, labels = load_split(name, split)
+    x = np.asarray(x, dtype=np.float64)
+    if kind == "logits":
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True), labels
+    return x / x.sum(axis=1, keepdims=True), labels
+
+
 def synthetic_binary(rng, n, b0, b1):
     """Mix-n-Match Appendix E: P(Y=1) = P(Y=2) = 1/2, x | y ~ N(-1, 1) / N(+1, 1),
     model z1 = sigmoid(b0 + b1 x) for class 1 (index 0 here)."""
