@@ -1,8 +1,9 @@
 """Every example of the README and the docs runs: each ```bash, ```sh and ```python block of
-README.md and docs/*.md is executed, in order, file by file, against a live server (SQLite and
-Postgres; the scheduler off, so that each step the text shows happens when it says), from a
-directory holding the repository's ``examples/`` and ``.venv``, with ``calibration`` on the PATH
-resolving to the venv's command and ``$CALIBRATION_URL`` set to the server.
+README.md and docs/*.md is executed, in order, file by file, against a live server (SQLite, and
+Postgres with a job worker beside it; the scheduler off, so that each step the text shows happens
+when it says), from a directory holding the repository's ``examples/`` and ``.venv``, with
+``calibration`` on the PATH resolving to the venv's command and ``$CALIBRATION_URL`` set to the
+server.
 
 - Addresses: ``http://127.0.0.1:8000`` and ``localhost:8000`` in a block (the address ``make
   serve`` listens on, as a reader types it) are replaced by the live server's.
@@ -69,7 +70,8 @@ def server(request, tmp_path_factory):
     else:
         url, drop = create_postgres_database()
     try:
-        with live_server(url, env={"CALIBRATION_SCHEDULE_SECONDS": "0"},
+        # on Postgres jobs (a comparison, an `auto` fit) go to the queue: a worker runs beside, as compose starts one
+        with live_server(url, env={"CALIBRATION_SCHEDULE_SECONDS": "0"}, worker=request.param == "postgres",
                          log_file=tmp_path_factory.mktemp("log") / "server.log") as base:
             yield base
     finally:
