@@ -21,7 +21,7 @@ import calibration as cal
 
 from .errors import InvalidInput
 
-# Defaults of the request budgets (settings CALIBRATION_MAX_*; README "Configuration").
+# Defaults of the request budgets (settings CALIBRATION_MAX_*; docs/operations.md "Configuration").
 # 256 MiB of decoded arrays: four times the 64 MiB body limit, so that any honest .npz (whose
 # compression rarely beats 4:1 on float data) passes, while a zip bomb's declared size is refused.
 MAX_ARRAY_BYTES = 256 << 20

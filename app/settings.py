@@ -15,7 +15,7 @@ DEVICE_PATTERN = re.compile(r"^(cpu|torch-cpu|cuda(:\d+)?)$")
 
 
 class Settings(BaseSettings):
-    """Every setting the service reads; the README's configuration table lists the same."""
+    """Every setting the service reads; the configuration table of docs/operations.md lists the same."""
 
     model_config = SettingsConfigDict(env_prefix="CALIBRATION_", extra="ignore")
 

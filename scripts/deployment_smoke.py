@@ -7,7 +7,7 @@
    the end). ``migrate``, ``serve`` and ``worker`` run with the commands and environment variables
    of docker-compose.yml over the runtime stage's ``ENV`` (host ``postgres`` -> the local server,
    the API on a free port of 127.0.0.1), from an empty working folder so only the installed
-   packages can be imported; an admin key is made with ``keys create`` as the README says. Added
+   packages can be imported; an admin key is made with ``keys create`` as docs/operations.md says. Added
    for the run: the scheduler at ``CALIBRATION_SCHEDULE_SECONDS=1`` and a local webhook receiver.
 3. Through the installed ``calibration_client`` (and plain HTTP where the client has no call): fit
    -> alias (gated) -> calibrate with logging and ids -> labels -> a scheduled ``alarms`` job
