@@ -5,7 +5,7 @@ from threadpoolctl import threadpool_limits
 
 from tests.helpers import DATA, make_reference_input
 
-# one BLAS thread per test process: pytest-xdist runs two processes on this 2-core machine, and
+# one BLAS thread per test process: pytest-xdist runs four processes on this 2-core machine, and
 # OpenBLAS's own threads on top of them thrash (a k = 40 Dirichlet fit test: 32 s against 0.9 s
 # at a load average of 2). numpy is already loaded here, so the limit is set through
 # threadpoolctl; the environment variables reach the servers and workers the tests start.
