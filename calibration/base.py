@@ -146,7 +146,7 @@ class Calibrator:
     def _floor_counts(self, scores: InputBatch, labels: np.ndarray) -> tuple[int, int]:
         """``probability_floor.fit_floor_counts`` of the fitted rows' predictions, in row blocks of
         ``FLOOR_COUNT_ENTRIES`` entries (a fit holds no extra ``(n, k)`` matrix for it)."""
-        rows, floored, zero = getattr(scores, scores.source), 0, 0
+        rows, floored, zero = scores.given if scores.xp is np else getattr(scores, scores.source), 0, 0
         for block in row_blocks(scores.n, scores.k, FLOOR_COUNT_ENTRIES):
             with np.errstate(over="ignore", invalid="ignore"):
                 probabilities = self._predict(InputBatch(**{scores.source: rows[block, ...]}))

@@ -31,14 +31,17 @@ LOOKALIKE_TOLERANCE = 1e-6
 FINITE_BLOCK = 1 << 17  # entries check_finite tests at once
 
 
-def as_float_array(x, name: str) -> np.ndarray:
-    """``x`` as a float64 array, refusing ragged, boolean, non-numeric, complex and object input."""
+def as_float_array(x, name: str, keep_float32: bool = False) -> np.ndarray:
+    """``x`` as a float64 array (float32 kept as it is with ``keep_float32``: see
+    ``InputBatch``), refusing ragged, boolean, non-numeric, complex and object input."""
     try:
         array = np.asarray(x)
     except ValueError as exc:  # numpy refuses ragged nested lists
         raise ValueError(f"{name} is ragged: its rows have different lengths") from exc
     if array.dtype == object or array.dtype.kind not in "fiu":
         raise ValueError(f"{name} must hold real numbers, got dtype {array.dtype}")
+    if keep_float32 and array.dtype == np.float32:
+        return array
     return array.astype(np.float64, copy=False)
 
 
@@ -126,6 +129,12 @@ class InputBatch:
 
     Built from logits: probabilities are their max-shifted softmax. Built from probabilities:
     those are used as given, and logits are ``log(max(p, PROBABILITY_FLOOR))``.
+
+    A float32 numpy array is kept as it came (``given``); ``logits``/``probabilities`` read it as
+    a float64 copy made the first time they are read. Readers that accumulate in float64 a block
+    of rows at a time (temperature scaling's sums, ``shifted_logits``) read ``given`` instead and
+    hold no float64 copy of the whole batch; widening float32 to float64 is exact, so they compute
+    the same numbers.
     """
 
     def __init__(self, *, logits=None, probabilities=None):
@@ -135,14 +144,20 @@ class InputBatch:
         array = logits if logits is not None else probabilities
         self.xp = namespace(array)
         self.n, self.k = array.shape
-        self.__dict__[self.source] = array
+        self.given = array
+        if not (self.xp is np and array.dtype == np.float32):
+            self.__dict__[self.source] = array
 
     @cached_property
     def logits(self):
+        if self.source == "logits":  # float32 on the host: widened once, a copy the core may reorder
+            return allow_reordering(self.given.astype(np.float64))
         return self.xp.log(self.xp.clip(self.probabilities, min=PROBABILITY_FLOOR))
 
     @cached_property
     def probabilities(self):
+        if self.source == "probabilities":
+            return allow_reordering(self.given.astype(np.float64))
         return softmax(self.logits)
 
     def on_host(self) -> InputBatch:
@@ -158,14 +173,15 @@ class InputBatch:
 
 
 def validate_inputs(x, kind: str, name: str | None = None) -> InputBatch:
-    """Validate ``x`` as an input of the given kind and wrap it (numpy input as float64; other
-    Array API arrays stay in their namespace, on their device, in their floating dtype)."""
+    """Validate ``x`` as an input of the given kind and wrap it (numpy input as float64, float32
+    kept as ``InputBatch.given``; other Array API arrays stay in their namespace, on their device,
+    in their floating dtype)."""
     if kind not in INPUT_KINDS:
         raise ValueError(f"input kind must be one of {', '.join(INPUT_KINDS)}, got {kind!r}")
     name = name or kind
     if not is_numpy(x):
         return _device_batch(x, kind, name)
-    array = as_float_array(x, name)
+    array = as_float_array(x, name, keep_float32=True)
     _check_shape(array.shape, kind, name)
     if not (isinstance(x, np.ndarray) and np.may_share_memory(array, x)):
         allow_reordering(array)  # a copy made here: no one else holds it

@@ -5,7 +5,7 @@ from threadpoolctl import threadpool_limits
 
 from tests.helpers import DATA, make_reference_input
 
-# one BLAS thread per test process: pytest-xdist runs two processes on this 2-core machine, and
+# one BLAS thread per test process: pytest-xdist runs four processes on this 2-core machine, and
 # OpenBLAS's own threads on top of them thrash (a k = 40 Dirichlet fit test: 32 s against 0.9 s
 # at a load average of 2). numpy is already loaded here, so the limit is set through
 # threadpoolctl; the environment variables reach the servers and workers the tests start.
@@ -25,3 +25,22 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def reference():
     return make_reference_input()
+
+
+# The longest test files, longest first (sums of their tests' durations in a whole run). pytest-xdist's
+# ``--dist loadfile`` hands whole files to idle workers in collection order, so these go first and
+# the short files fill in at the end instead of one long file running alone on one worker.
+LONGEST_FIRST = (
+    "tests/service/test_live.py", "tests/service/test_jobs.py", "tests/service/test_online_loop.py",
+    "tests/service/test_faults.py", "tests/service/test_compare.py", "tests/service/test_fan_out.py",
+    "tests/service/test_dashboard.py", "tests/service/test_promotion.py", "tests/client/test_cli.py",
+    "tests/core/test_selection_guard.py", "tests/core/test_selection.py", "tests/service/test_quality.py",
+    "tests/client/test_client.py", "tests/service/test_isolation.py", "tests/service/test_request_budgets.py",
+    "tests/service/test_prediction_log_pipe.py", "tests/service/test_fuzz.py",
+    "tests/core/test_probability_floor.py", "tests/core/test_fold_memory.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..base import FitDiagnostics
 from .shifted_logits import DeviceShiftedLogits, ShiftedLogits
+from .shifted_logits import row_sums as add_rows
 from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature, solve_nll_temperature
 
 STEP_TOLERANCE = 1e-6
@@ -61,33 +62,32 @@ class BrierSums:
         row_sums = np.empty((12 if quadratic else 8, n))
         block_rows = max(1, BLOCK_ELEMENTS // k)
         e, q = np.empty((block_rows, k)), np.empty((block_rows, k))
-        ones = shifted.ones
         for rows, d in shifted.blocks(block_rows):
             eb, qb = e[: len(d)], q[: len(d)]
             np.multiply(d, beta, out=eb)
             np.exp(eb, out=eb)
-            np.matmul(eb, ones, out=row_sums[0, rows])
+            add_rows(eb, row_sums[0, rows])
             np.multiply(eb, eb, out=qb)
-            np.matmul(qb, ones, out=row_sums[4, rows])
+            add_rows(qb, row_sums[4, rows])
             if loss_only:
                 continue
             for j in (5, 6, 7):  # a1, a2, a3
                 np.multiply(qb, d, out=qb)
-                np.matmul(qb, ones, out=row_sums[j, rows])
+                add_rows(qb, row_sums[j, rows])
             np.multiply(eb, d, out=qb)
-            np.matmul(qb, ones, out=row_sums[1, rows])
+            add_rows(qb, row_sums[1, rows])
             for j in (2, 3):  # s2, s3
                 np.multiply(qb, d, out=qb)
-                np.matmul(qb, ones, out=row_sums[j, rows])
+                add_rows(qb, row_sums[j, rows])
             if quadratic:  # e is not needed any more: it becomes exp(d), q its products
                 np.exp(d, out=qb)
-                np.matmul(qb, ones, out=row_sums[8, rows])
+                add_rows(qb, row_sums[8, rows])
                 np.multiply(eb, qb, out=eb)
-                np.matmul(eb, ones, out=row_sums[10, rows])
+                add_rows(eb, row_sums[10, rows])
                 np.multiply(qb, qb, out=qb)
-                np.matmul(qb, ones, out=row_sums[9, rows])
+                add_rows(qb, row_sums[9, rows])
                 np.multiply(eb, d, out=eb)
-                np.matmul(eb, ones, out=row_sums[11, rows])
+                add_rows(eb, row_sums[11, rows])
         s0 = row_sums[0]
         d_y = shifted.d_label
         p_y = np.exp(beta * d_y) / s0

@@ -55,11 +55,12 @@ def _retry_until_answered(client, body: bytes, seconds: float = 30.0) -> tuple[h
 
 def test_a_claim_of_a_process_killed_with_sigkill_is_taken_over_after_its_lease(database_url, tmp_path):
     body = _body()
-    # a real process claims the key as a request would, and is killed before it answers
+    # a real process claims the key as a request would (with the server's lease of 1 s), and is
+    # killed before it answers
     script = ("import os, signal, sys\n"
               "from app.db import Database\n"
               "from app.idempotency import IdempotencyKeys, request_digest\n"
-              "keys = IdempotencyKeys(Database(sys.argv[1]), 86400)\n"
+              "keys = IdempotencyKeys(Database(sys.argv[1]), 86400, lease_seconds=1)\n"
               f"digest = request_digest('application/json', '', open(sys.argv[2], 'rb').read())\n"
               f"assert keys.claim({SCOPE!r}, {KEY!r}, digest) is None\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")
