@@ -31,7 +31,8 @@ def reference():
 # ``--dist loadfile`` hands whole files to idle workers in collection order, so these go first and
 # the short files fill in at the end instead of one long file running alone on one worker.
 LONGEST_FIRST = (
-    "tests/service/test_live.py", "tests/service/test_jobs.py", "tests/service/test_online_loop.py",
+    "tests/service/test_live.py", "tests/service/test_jobs.py", "tests/test_examples.py",
+    "tests/service/test_online_loop.py",
     "tests/service/test_faults.py", "tests/service/test_compare.py", "tests/service/test_fan_out.py",
     "tests/service/test_dashboard.py", "tests/service/test_promotion.py", "tests/client/test_cli.py",
     "tests/core/test_selection_guard.py", "tests/core/test_selection.py", "tests/service/test_quality.py",
