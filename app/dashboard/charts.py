@@ -150,6 +150,10 @@ def evalue_chart(trajectories: list[dict], title: str) -> str:
     return _svg(width, height, title, body, "evalue-chart")
 
 
+def _version(value) -> str:
+    return f"v{value}" if isinstance(value, int) else text(value)
+
+
 def evaluation_chart(evaluations: list[dict], title: str) -> str:
     """Each evaluation's mean loss difference (challenger minus champion, on the loss it decided
     on) with its confidence sequence at the end, and zero: left of zero the challenger is better."""
@@ -176,7 +180,7 @@ def evaluation_chart(evaluations: list[dict], title: str) -> str:
                     f'data-high="{hi!r}"><title>{text(e.get("decided_on", "nll"))} difference {p["difference"]:.4g}, '
                     f'confidence sequence [{lo:.4g}, {hi:.4g}] at alpha {e["alpha"]}</title>'
                     f'<text x="{left - 8}" y="{cy + 4}" text-anchor="end">v{e["challenger"]} vs '
-                    f'{text(e["champion"])}: {text(e["verdict"])}</text>'
+                    f'{_version(e["champion"])}: {text(e["verdict"])}</text>'
                     f'<line x1="{x(max(lo, -span)):.1f}" y1="{cy}" x2="{x(min(hi, span)):.1f}" y2="{cy}" '
                     f'stroke="{CALIBRATED}" stroke-width="2"/><line x1="{x(max(lo, -span)):.1f}" y1="{cy - 5}" '
                     f'x2="{x(max(lo, -span)):.1f}" y2="{cy + 5}" stroke="{CALIBRATED}"/><line '

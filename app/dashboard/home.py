@@ -22,7 +22,7 @@ def badge(state: str, detail: str) -> str:
 def _serving(calibrator: dict) -> str:
     moved = [f'<span class="alias">{text(a)} → v{v}</span>' for a, v in calibrator["aliases"].items()]
     latest = calibrator["latest_version"]
-    return "".join(moved) + (f'<span class="muted">latest v{latest}</span>' if latest else "")
+    return " ".join(moved + ([f'<span class="muted">latest v{latest}</span>'] if latest else []))
 
 
 def _row(facts: dict) -> str:

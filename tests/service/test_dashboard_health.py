@@ -142,6 +142,7 @@ def test_evaluations_are_drawn_and_the_alias_history_links_its_evidence(api):
     low, high = part["confidence_sequence"]
     assert f'<g class="evaluation-interval" data-evaluation="{eid}" data-low="{low!r}" data-high="{high!r}">' in html
     assert f'<tr id="evaluation-{eid}" data-evaluation="{eid}">' in html
+    assert f"v2 vs v1: {evaluation['verdict']}</text>" in html
     assert f'<a href="#evaluation-{eid}">{eid[:12]}</a>' in html
     assert f"{part['difference']:.4f} [{low:.4f}, {high:.4f}]" in html
     jobs = _ok(client.get("/v1/jobs", params={"calibrator": NAME}))["jobs"]
@@ -155,3 +156,24 @@ def test_empty_states_say_the_next_command(api):
                     f"calibration evaluate {QUIET} 2 production", f"calibration alias {QUIET} production 1"):
         assert f"<code>{command}</code>" in html, command
     assert 'data-state="no labels"' in html
+
+
+def test_the_reliability_diagram_is_larger_and_its_legend_covers_no_interval_bar():
+    import app.reports as reports
+    import calibration as cal
+    from app.dashboard.svg import reliability_svg
+
+    _, logits, labels = load_split("cifar10_resnet50_cross_entropy", "val")
+    report = cal.json_safe(reports.comparison(cal.softmax(logits), cal.softmax(logits / 2.5), labels))
+    svg = reliability_svg(report, "diagram")
+    width = int(re.search(r'<svg [^>]*width="(\d+)"', svg).group(1))
+    legend = re.search(r'<g class="legend"><rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"', svg)
+    left, top, w, h = (float(v) for v in legend.groups())
+    assert width >= 900 and left + w <= width
+    marks = [(float(x1), float(y1), float(y2)) for x1, y1, y2 in
+             re.findall(r'<line x1="([\d.]+)" y1="([\d.]+)" x2="\1" y2="([\d.]+)" stroke="#[0-9a-f]+" '
+                        r'stroke-width="1.2"/>', svg)]
+    assert len(marks) == sum(c > 0 for c in report["before"]["reliability_diagram"]["count"]) + \
+        sum(c > 0 for c in report["after"]["reliability_diagram"]["count"])
+    for x, y1, y2 in marks:      # no interval bar passes through the legend's box
+        assert not (left <= x <= left + w and min(y1, y2) <= top + h and max(y1, y2) >= top), (x, y1, y2)
