@@ -18,6 +18,7 @@ from app.main import create_app
 from app.migrate import upgrade
 from app.settings import Settings
 from tests.helpers import load_split
+from tests.service.conftest import create_postgres_database
 
 NAME, QUIET = "drifting", "quiet"
 
@@ -27,14 +28,26 @@ def _ok(response, status: int = 200) -> dict:
     return response.json()
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def api(request, tmp_path_factory):
     """``drifting``: v1 fitted on 2000 validation rows, 2000 test rows served and labelled as
     fitted, then 2000 with logits x4 (over-confident) and its labelled monitor evaluated (it
     alarms); v2 fitted on the first 4000 labelled rows, 600 rows observed after it, an evaluation
     of v2 against v1, and ``production`` moved to v2 with it as evidence. ``quiet``: fitted only."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('health') / 'calibration.db'}"
+    drop = None
+    if request.param == "postgres":
+        url, drop = create_postgres_database()
+    else:
+        url = f"sqlite:///{tmp_path_factory.mktemp('health') / 'calibration.db'}"
     upgrade(url)
+    try:
+        yield from _filled(url)
+    finally:
+        if drop is not None:
+            drop()
+
+
+def _filled(url: str):
     _, val, val_labels = load_split("cifar10_resnet50_cross_entropy", "val")
     _, test, test_labels = load_split("cifar10_resnet50_cross_entropy", "test")
     with TestClient(create_app(Settings(database_url=url, job_engine="embedded", schedule_seconds=0))) as client:
@@ -156,6 +169,9 @@ def test_empty_states_say_the_next_command(api):
                     f"calibration evaluate {QUIET} 2 production", f"calibration alias {QUIET} production 1"):
         assert f"<code>{command}</code>" in html, command
     assert 'data-state="no labels"' in html
+    for window in ("week", "0", "-5"):       # a window the quality API refuses is a 422 page, not a 500
+        refused = client.get(f"/ui/calibrators/{NAME}/online", params={"window": window})
+        assert refused.status_code == 422 and "window must be" in refused.text, window
 
 
 def test_the_reliability_diagram_is_larger_and_its_legend_covers_no_interval_bar():
