@@ -92,8 +92,8 @@ def online_page(name: str, facts: dict, signed_in: bool = False) -> str:
     quality, alarms, summary = facts["quality"], facts["alarms"], facts["summary"]
     label_it = next_step(f"calibration logging {name} 1", f"calibration calibrate {name} batch.npy --out served.csv",
                          f"calibration label {name} labels.csv",
-                         why="No labelled observations yet: log served predictions and label them (or upload a "
-                             f"labelled batch with `calibration observe {name} labelled.npz`).")
+                         why="No labelled observations yet: log served predictions and label them.") \
+        + next_step(f"calibration observe {name} labelled.npz", why="Or upload a labelled batch (logits and labels):")
     body = crumbs(("/ui", "Calibrators"), (url("calibrators", name), name), (None, "Online"))
     body += f'<p id="health">Health: {badge(facts["state"], facts["detail"])}</p>'
     body += "<h2>Calibration over time</h2>" + window_selector(name, quality["window"], facts["automatic"])

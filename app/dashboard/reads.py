@@ -83,11 +83,13 @@ def trajectories(service, name: str, max_rows: int) -> list[dict]:
         if not entry["skipped"] and chunks:
             test = monitoring.DriftTest(**{k: row.state[k] for k in monitoring.OPTIONS})
             path = []
-            for chunk in chunks:
+            parts = [(chunk.kind, part) for chunk in chunks
+                     for part in observation_store.pieces(chunk.index_entry(), service.max_read_entries)]
+            for kind, part in parts:  # one read at a time, each within the read budget
                 with service.db.read() as session:
-                    inputs, labels = observation_store.load(session, [chunk.index_entry()])
+                    inputs, labels = observation_store.load(session, [part])
                 versions = np.full(len(labels), row.version, dtype=np.int64)
-                _, probs, usable = quality.calibrated_groups(service, name, chunk.kind, inputs, versions)
+                _, probs, usable = quality.calibrated_groups(service, name, kind, inputs, versions)
                 labels = labels[usable]
                 if len(labels):
                     test.update(monitoring.top_label_residuals(probs, labels),

@@ -193,3 +193,22 @@ def test_the_reliability_diagram_is_larger_and_its_legend_covers_no_interval_bar
         sum(c > 0 for c in report["after"]["reliability_diagram"]["count"])
     for x, y1, y2 in marks:      # no interval bar passes through the legend's box
         assert not (left <= x <= left + w and min(y1, y2) <= top + h and max(y1, y2) >= top), (x, y1, y2)
+
+
+def test_every_command_an_empty_state_names_is_a_command_of_the_cli_with_those_options(api):
+    from typer.testing import CliRunner
+
+    from app.dashboard.home import home_page
+    from calibration_client.cli import app
+
+    client, _ = api
+    shown = client.get(f"/ui/calibrators/{QUIET}/online").text + home_page({"calibrators": []}, [])
+    commands = re.findall(r"<code>calibration ([^<]+)</code>", shown)
+    assert len(commands) >= 8, commands
+    for command in commands:
+        words = command.split()
+        path = words[:2] if words[0] == "policy" else words[:1]
+        said = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert said.exit_code == 0, (command, said.stdout)
+        for option in (w for w in words if w.startswith("--")):
+            assert option in said.stdout, (command, option)
