@@ -25,6 +25,12 @@ def _serving(calibrator: dict) -> str:
     return " ".join(moved + ([f'<span class="muted">latest v{latest}</span>'] if latest else []))
 
 
+def _ece(newest: float | None, spark: list, window: str) -> str:
+    if newest is None:
+        return '<span class="muted">—</span>'
+    return f'{number(newest)} {sparkline(spark)}<br><span class="muted">per {window} rows</span>'
+
+
 def _row(facts: dict) -> str:
     c, summary, log = facts["calibrator"], facts["summary"], facts["summary"]["prediction_log"]
     name = c["name"]
@@ -38,8 +44,7 @@ def _row(facts: dict) -> str:
             f'<th scope="row">{link(url("calibrators", name, "online"), name)}<br><span class="muted">'
             f'{link(url("calibrators", name), str(c["n_versions"]) + " version(s)")}</span></th>'
             f"<td>{_serving(c)}</td><td>{badge(facts['state'], facts['detail'])}</td>"
-            f'<td class="ece"{exact}>{number(newest)} {sparkline(spark)}<br>'
-            f'<span class="muted">per {facts["window"]} rows</span></td>'
+            f'<td class="ece"{exact}>{_ece(newest, spark, facts["window"])}</td>'
             f'<td>{when(summary["last_at"]) or "—"}</td><td data-logged="{log["logged"]}" '
             f'data-labelled="{log["labelled"]}">{share}</td><td>{rate}</td>{num_cell(log["dropped"], 0)}</tr>')
 

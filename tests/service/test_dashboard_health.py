@@ -104,7 +104,7 @@ def test_the_home_shows_the_alarm_with_its_monitor_the_ece_sparkline_and_labels(
     assert f'<td class="ece" data-value="{newest!r}">{newest:.4f} ' in drifting
     assert f'data-points="{len(windows)}"' in drifting and len(windows) == 10
     assert 'data-logged="4000" data-labelled="4000">100% of 4000 logged' in drifting
-    assert "quiet" in quiet and "<td>—</td>" in quiet
+    assert "quiet" in quiet and "<td>—</td>" in quiet and '<td class="ece"><span class="muted">—</span></td>' in quiet
 
 
 def _points(html: str, series: str = "calibrated") -> list[tuple[str, float]]:
