@@ -1,6 +1,7 @@
-"""The dashboard at ``/ui`` (issue #22): server-rendered HTML pages of calibrators, versions
-(metrics and the reliability diagram of the stored validation report), a calibrator's online
-loop (observations, quality over time, drift alarms, alias history), and jobs. The pages
+"""The dashboard at ``/ui``: server-rendered HTML pages of the calibrators' health (serving
+aliases, drift alarms, ECE sparkline, label freshness, logging), versions (metrics and the
+reliability diagram of the stored validation report), a calibrator's online loop (quality over
+time per window, e-values against their threshold, evaluations, alias history, jobs), and jobs. The pages
 are built by ``app.dashboard``; these routes read through the service and answer.
 
 Access is the API's read scope. With keys off (the default) the pages are open. With keys on,
