@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     api_keys_enabled: bool = Field(False, description="Require API keys with scopes (see `keys create`).")
     ui_form_max_bytes: int = Field(4096, ge=256, le=1 << 20, description="Largest body of a dashboard form "
                                    "post (/ui/login, /ui/logout); 413 above it.")
+    ui_trajectory_rows: int = Field(200_000, ge=0, description="Most labelled rows of one version whose drift "
+                                    "monitor the dashboard replays to draw its e-value over time (more: not drawn).")
     api_key_cache_seconds: float = Field(5.0, ge=0, description="How long a process trusts a looked-up key "
                                                                 "(a revocation takes effect within this).")
     device: str = Field("cpu", pattern=DEVICE_PATTERN.pattern,

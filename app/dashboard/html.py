@@ -24,6 +24,12 @@ margin:0 .2em .1em 0;font-size:.85em}
 .status-succeeded{color:#176f2c}.status-failed{color:#b42318}.status-running{color:#0b5cad}
 figure{margin:.5em 0}figcaption{font-size:.9em;color:#59636e;max-width:40em}
 progress{width:8em;vertical-align:middle}form.login input{font:inherit;padding:.3em;width:28em;max-width:100%}
+.badge{display:inline-block;border-radius:.8em;padding:.05em .6em;font-size:.85em;font-weight:600;white-space:nowrap}
+.badge-ok{background:#dcf5e3;color:#176f2c;border:1px solid #8fd3a2}
+.badge-alarmed{background:#fde2e0;color:#b42318;border:1px solid #f0a19a}
+.badge-no-labels{background:#eef1f4;color:#59636e;border:1px solid #c3cad2}
+.next{background:#f6f8fa;border-left:3px solid #9cc3e8;padding:.4em .8em}.next code{white-space:nowrap}
+nav.windows a,nav.windows strong{margin-right:.6em}svg.chart{max-width:100%;height:auto}
 """
 
 
@@ -53,6 +59,18 @@ def number(value, digits: int = 4) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return f"{value:.{digits}f}"
+
+
+def evalue(value) -> str:
+    """An e-value as read: 4 significant digits between 0.001 and 10 000 (``3.142``, ``812.4``),
+    else a mantissa of 3 digits and a plain exponent (``1.24e17``, ``3.1e-5``); ``None`` or not
+    finite as an em dash."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    if value == 0 or 1e-3 <= abs(value) < 1e4:
+        return f"{value:.4g}"
+    mantissa, exponent = f"{value:.3g}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def num_cell(value, digits: int = 4) -> str:

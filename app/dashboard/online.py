@@ -1,12 +1,11 @@
-"""The dashboard's page of a calibrator's online loop: its observations (and whether its
-prediction log is full, ``CALIBRATION_MAX_LOGGED_ROWS``), calibration quality per
-window (ECE calibrated and not, with intervals), drift monitors and alarms with their webhook
-deliveries, challenger evaluations, and the history of every alias, from the dicts the service
-returns (the API's JSON, before encoding)."""
+"""The tables of a calibrator's page (``app.dashboard.calibrator``): its observations (and whether
+its prediction log is full, ``CALIBRATION_MAX_LOGGED_ROWS``), calibration quality per window (ECE
+calibrated and not, with intervals), drift monitors (e-values as ``html.evalue`` writes them) and
+their webhook deliveries, from the dicts the service returns (the API's JSON, before encoding)."""
 
 from __future__ import annotations
 
-from .html import crumbs, link, num_cell, page, table, text, url, when
+from .html import evalue, num_cell, table, text, when
 
 
 def _interval(metric: dict | None) -> str:
@@ -52,12 +51,19 @@ def _quality(quality: dict) -> str:
 
 def _monitors(alarms: dict) -> str:
     rows = [f'<tr data-version="{m["version"]}" data-signal="{text(m["signal"])}"><th scope="row" class="num">'
-            f'{m["version"]}</th><td>{text(m["signal"])}</td>{num_cell(m["n_rows"], 0)}{num_cell(m["e_value"])}'
-            f'{num_cell(1 / m["alpha"], 0)}<td>{"alarm at row " + str(m["alarm_rows"]) if m["alarm"] else "no"}'
-            f'</td><td>{when(m["alarmed_at"]) if m["alarm"] else ""}</td></tr>' for m in alarms["monitors"]]
+            f'{m["version"]}</th><td>{text(m["signal"])}</td>{num_cell(m["n_rows"], 0)}'
+            f'<td class="num evalue" data-value="{m["e_value"]!r}">{evalue(m["e_value"])}</td>'
+            f'<td class="num">{evalue(1 / m["alpha"])}</td><td>{_alarm(m)}</td>'
+            f'<td>{when(m["alarmed_at"]) if m["alarm"] else ""}</td></tr>' for m in alarms["monitors"]]
     return table("Drift monitors (an alarm when the e-value reaches 1/alpha)",
                  ["Version", "Signal", "Rows", "E-value", "Threshold", "Alarm", "Raised"], rows, {0, 2, 3, 4},
                  "monitors")
+
+
+def _alarm(monitor: dict) -> str:
+    if not monitor["alarm"]:
+        return "no"
+    return f'<span class="badge badge-alarmed">alarm</span> at row {monitor["alarm_rows"]}'
 
 
 def _deliveries(listing: dict) -> str:
@@ -67,36 +73,3 @@ def _deliveries(listing: dict) -> str:
             '</tr>' for d in listing["deliveries"]]
     return table("Webhook deliveries of the alarms, newest first", ["Raised", "Version", "Signal", "State",
                  "Attempts", "Last error", "Webhook-Id"], rows, {1, 4}, "deliveries")
-
-
-def _evaluations(listing: dict) -> str:
-    rows = [f'<tr data-evaluation="{text(e["id"])}"><td>{when(e["created_at"])}</td>{num_cell(e["challenger"], 0)}'
-            f'{num_cell(e["champion"], 0)}{num_cell(e["n_rows"], 0)}{num_cell(e["alpha"], 2)}'
-            f'<td>{text(e["verdict"])}</td></tr>' for e in listing["evaluations"]]
-    return table("Evaluations, newest first (challenger against champion on held-out rows)",
-                 ["When", "Challenger", "Champion", "Rows", "Alpha", "Verdict"], rows, {1, 2, 3, 4}, "evaluations")
-
-
-def _history(history: dict) -> str:
-    rows = [f'<tr><td>{when(m["moved_at"])}</td><td>{text(m["action"])}</td>{num_cell(m["from_version"], 0)}'
-            f'{num_cell(m["to_version"], 0)}<td>{text(m["actor"] or "")}</td>'
-            f'<td>{text(m["evaluation"] or "")}</td></tr>' for m in history["moves"]]
-    gate = " (moves need an evaluation's evidence)" if history.get("require_evaluation") else ""
-    return table(f"Alias {history['alias']} → v{history['version']}{gate}: moves, newest first",
-                 ["When", "Action", "From", "To", "Who", "Evidence"], rows, {2, 3}, f"alias-{history['alias']}")
-
-
-def online_page(name: str, summary: dict, quality: dict, alarms: dict, histories: list[dict], evaluations: dict,
-                signed_in: bool = False, deliveries: dict | None = None) -> str:
-    body = (crumbs(("/ui", "Calibrators"), (url("calibrators", name), name), (None, "Online"))
-            + "<h2>Observations</h2>" + _observations(summary)
-            + "<h2>Calibration over time</h2>" + (_quality(quality) if quality["windows"] else
-                                                  "<p>No labelled observations yet.</p>")
-            + "<h2>Drift alarms</h2>" + (_monitors(alarms) if alarms["monitors"] else
-                                         "<p>No monitor has been evaluated yet.</p>")
-            + (_deliveries(deliveries) if deliveries and deliveries["deliveries"] else "")
-            + "<h2>Evaluations</h2>" + (_evaluations(evaluations) if evaluations["evaluations"] else
-                                        "<p>No evaluation yet.</p>")
-            + "<h2>Alias history</h2>" + ("".join(_history(h) for h in histories) or "<p>No aliases.</p>")
-            + f'<p>{link(url("calibrators", name), "Versions")} · {link(url("jobs", calibrator=name), "Jobs")}</p>')
-    return page(f"Calibrator {name}: online", body, signed_in=signed_in)

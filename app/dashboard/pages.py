@@ -17,21 +17,6 @@ def _more(listing: dict, href) -> str:
     return f'<p><a rel="next" href="{href(token)}">Next page</a></p>' if token else ""
 
 
-def calibrators_page(listing: dict, signed_in: bool = False) -> str:
-    rows = []
-    for c in listing["calibrators"]:
-        latest = c["latest_version"]
-        rows.append(
-            f'<tr data-name="{text(c["name"])}"><th scope="row">{link(url("calibrators", c["name"]), c["name"])}</th>'
-            f'{num_cell(c["n_versions"])}<td class="num">'
-            f'{link(url("calibrators", c["name"], "versions", latest), latest) if latest else "—"}</td>'
-            f'<td>{aliases(f"{a} → v{v}" for a, v in c["aliases"].items())}</td><td>{when(c["created_at"])}</td></tr>')
-    body = (table("Calibrators, by name", ["Name", "Versions", "Latest", "Aliases", "Created"], rows, {1, 2},
-                  "calibrators")
-            + _more(listing, lambda token: url(page_token=token)))
-    return page("Calibrators", body, signed_in=signed_in)
-
-
 def _ece_pair(report: dict | None) -> tuple[float | None, float | None]:
     if not report:
         return None, None

@@ -12,8 +12,8 @@ import calibration as cal
 
 from .html import attr, text
 
-LEFT, RIGHT, TOP = 64, 20, 16
-PLOT = 440                                  # the square panel's side
+LEFT, RIGHT, TOP = 64, 330, 16              # the legend stands right of the panels, over no mark
+PLOT = 560                                  # the square panel's side
 BARS_TOP, BARS_HEIGHT = TOP + PLOT + 24, 96  # the counts' panel below it
 WIDTH, HEIGHT = LEFT + PLOT + RIGHT, BARS_TOP + BARS_HEIGHT + 44
 GREY = "#6b7280"
@@ -113,16 +113,17 @@ def _bars(all_bins: list[tuple[str, cal.ReliabilityBins, str]]) -> list[str]:
 
 
 def _legend(entries: list[tuple[str, str]]) -> list[str]:
-    out = [f'<g class="legend"><rect x="{LEFT + 8}" y="{TOP + 8}" width="{PLOT * 0.78:.0f}" '
-           f'height="{22 + 18 * (len(entries) + 1)}" fill="#fff" fill-opacity="0.9" stroke="#d6dbe1"/>',
-           f'<text x="{LEFT + 16}" y="{TOP + 24}" font-size="11" fill="{GREY}">marker area ∝ count; '
+    x0 = LEFT + PLOT + 16
+    out = [f'<g class="legend"><rect x="{x0}" y="{TOP}" width="{RIGHT - 24}" '
+           f'height="{22 + 18 * (len(entries) + 1)}" fill="#fff" stroke="#d6dbe1"/>',
+           f'<text x="{x0 + 8}" y="{TOP + 16}" font-size="11" fill="{GREY}">marker area ∝ count; '
            f"light: &lt; {cal.WEAK_COUNT} samples</text>",
-           f'<line x1="{LEFT + 16}" y1="{TOP + 38}" x2="{LEFT + 34}" y2="{TOP + 38}" stroke="{GREY}" '
-           f'stroke-dasharray="5 4"/><text x="{LEFT + 42}" y="{TOP + 42}">perfect calibration</text>']
+           f'<line x1="{x0 + 8}" y1="{TOP + 30}" x2="{x0 + 26}" y2="{TOP + 30}" stroke="{GREY}" '
+           f'stroke-dasharray="5 4"/><text x="{x0 + 34}" y="{TOP + 34}">perfect calibration</text>']
     for i, (label, colour) in enumerate(entries):
-        y = TOP + 56 + 18 * i
-        out.append(f'<circle cx="{LEFT + 25}" cy="{y}" r="5" fill="{colour}"/>'
-                   f'<text class="legend-entry" x="{LEFT + 42}" y="{y + 4}">{text(label)}</text>')
+        y = TOP + 48 + 18 * i
+        out.append(f'<circle cx="{x0 + 17}" cy="{y}" r="5" fill="{colour}"/>'
+                   f'<text class="legend-entry" x="{x0 + 34}" y="{y + 4}">{text(label)}</text>')
     out.append("</g>")
     return out
 

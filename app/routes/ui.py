@@ -1,6 +1,7 @@
-"""The dashboard at ``/ui`` (issue #22): server-rendered HTML pages of calibrators, versions
-(metrics and the reliability diagram of the stored validation report), a calibrator's online
-loop (observations, quality over time, drift alarms, alias history), and jobs. The pages
+"""The dashboard at ``/ui``: server-rendered HTML pages of the calibrators' health (serving
+aliases, drift alarms, ECE sparkline, label freshness, logging), versions (metrics and the
+reliability diagram of the stored validation report), a calibrator's online loop (quality over
+time per window, e-values against their threshold, evaluations, alias history, jobs), and jobs. The pages
 are built by ``app.dashboard``; these routes read through the service and answer.
 
 Access is the API's read scope. With keys off (the default) the pages are open. With keys on,
@@ -22,10 +23,11 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import drift_alarms, evaluations, promotion, quality, webhooks
-from ..dashboard import pages
+from .. import drift_alarms, promotion, quality, webhooks
+from ..dashboard import pages, reads
+from ..dashboard.calibrator import online_page
+from ..dashboard.home import home_page
 from ..dashboard.html import CONTENT_SECURITY_POLICY
-from ..dashboard.online import online_page
 from ..errors import ServiceError
 from ..schemas import JOB_STATES
 from .auth import presented_key
@@ -37,6 +39,7 @@ COOKIE = "calibration_ui_key"
 PAGE_SIZE = 50
 JOBS_SHOWN = 100
 QUALITY_BOOTSTRAP = 100  # resamples of the online page's quality intervals
+CALIBRATOR_JOBS = 10  # the newest jobs listed on a calibrator's page
 HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
            "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
@@ -85,9 +88,15 @@ def service_of(request: Request):
 
 @router.get("", response_class=HTMLResponse)
 async def calibrators(request: Request, page_token: str | None = Query(None, max_length=1000)):
+    """One row per calibrator: serving aliases, health, ECE sparkline, label freshness, logging."""
     service = service_of(request)
-    return await render(request, lambda: pages.calibrators_page(service.list_calibrators(PAGE_SIZE, page_token),
-                                                                signed_in(request)))
+
+    def build() -> str:
+        listing = service.list_calibrators(PAGE_SIZE, page_token)
+        healths = [reads.health(service, c) for c in listing["calibrators"]]
+        return home_page(listing, healths, signed_in(request))
+
+    return await render(request, build)
 
 
 @router.get("/calibrators/{name}", response_class=HTMLResponse)
@@ -108,18 +117,28 @@ async def version(request: Request, name: str, version: int = Path(ge=1, le=2**3
 
 
 @router.get("/calibrators/{name}/online", response_class=HTMLResponse)
-async def online(request: Request, name: str, window: str = Query("day", max_length=20)):
-    """Observations, quality per window, drift monitors and alias history of one calibrator."""
+async def online(request: Request, name: str, window: str | None = Query(None, max_length=20)):
+    """A calibrator's health: quality over time (``window``: rows per window, ``hour`` or ``day``;
+    by default the round number of rows that shows its labelled rows in 12 windows), drift
+    monitors and their e-values, evaluations, alias history and jobs."""
     service = service_of(request)
+    max_rows = request.app.state.settings.ui_trajectory_rows
 
     def build() -> str:
         calibrator = service.get_calibrator(name)
-        query = quality.QualityQuery(window=window, bootstrap=QUALITY_BOOTSTRAP)
-        histories = [promotion.history(service.db, name, alias) for alias in calibrator["aliases"]]
-        return online_page(name, service.observations.summary(name), quality.quality(service, name, query),
-                           drift_alarms.alarms(service.db, name), histories,
-                           evaluations.list_evaluations(service.db, name), signed_in(request),
-                           webhooks.deliveries(service.db, name))
+        summary = service.observations.summary(name)
+        automatic = reads.row_window(summary["total_rows"])
+        chosen = window.strip() if window and window.strip() else automatic
+        answer = quality.quality(service, name, quality.QualityQuery(window=chosen, bootstrap=QUALITY_BOOTSTRAP))
+        alarms = drift_alarms.alarms(service.db, name)
+        state, detail = reads.state_of(summary, alarms)
+        facts = {"summary": summary, "quality": answer, "alarms": alarms, "state": state, "detail": detail,
+                 "histories": [promotion.history(service.db, name, alias) for alias in calibrator["aliases"]],
+                 "evaluations": reads.evaluations(service, name), "deliveries": webhooks.deliveries(service.db, name),
+                 "trajectories": reads.trajectories(service, name, max_rows),
+                 "markers": reads.alarm_windows(service, name, chosen, alarms),
+                 "jobs": service.jobs.list(name, None, CALIBRATOR_JOBS), "automatic": automatic}
+        return online_page(name, facts, signed_in(request))
 
     return await render(request, build)
 
