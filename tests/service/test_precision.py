@@ -124,3 +124,17 @@ def test_v2_unknown_dtype_is_a_400(client, fitted):
                                        "data": [X_TEST[0].tolist()]}]})
     answer = client.post("/v2/models/resnet/infer?dtype=FP16", content=header)
     assert answer.status_code == 400 and "dtype" in answer.json()["error"]
+
+
+def test_the_openapi_document_says_how_to_ask_for_a_precision(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/calibrators/{ref}/calibrate", "/v1/calibrators/{name}/versions/{version}/calibrate",
+                 "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
+        operation = paths[path]["post"]
+        (dtype,) = [p for p in operation["parameters"] if p["name"] == "dtype"]
+        assert dtype["in"] == "query" and dtype["schema"]["enum"] == ["float32", "float64"]
+        assert "float64" in dtype["description"]
+    calibrate = paths["/v1/calibrators/{ref}/calibrate"]["post"]
+    assert "float32" in calibrate["responses"]["200"]["description"]
+    schema = calibrate["requestBody"]["content"]["application/json"]["schema"]
+    assert "dtype" in schema["properties"]
