@@ -35,7 +35,7 @@ from benchmarks._common import RESULTS, environment  # noqa: E402
 
 def old_read_npy(data: bytes) -> np.ndarray:
     """``read_npy`` as it was: the header parsed from a copy of the first 64 KiB."""
-    shape, fortran, dtype, offset = codecs._npy_header(bytes(data[:codecs.MAX_HEADER_BYTES + 12]))
+    shape, _, dtype, offset = codecs._npy_header(bytes(data[:codecs.MAX_HEADER_BYTES + 12]))
     return np.frombuffer(data, dtype=dtype, offset=offset, count=int(np.prod(shape))).reshape(shape)
 
 
@@ -64,28 +64,32 @@ def per_call(fn, rows: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=5)) / number
 
 
+def cases(rows: int, rng) -> list:
+    """``(step, reference, before, after)`` calls for a batch of ``rows`` x 1000 float32 logits."""
+    logits = (3 * rng.standard_normal((rows, 1000))).astype(np.float32)
+    buffer = io.BytesIO()
+    np.save(buffer, logits, allow_pickle=False)
+    body = buffer.getvalue()
+    probabilities = np.exp(logits.astype(np.float64) - logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    header = b'{"outputs": []}'
+    return [
+        ("decode .npy", lambda: np.load(io.BytesIO(body), allow_pickle=False), lambda: old_read_npy(body),
+         lambda: codecs.read_npy(body)),
+        ("encode float32 .npy", None, lambda: codecs.write_npy(probabilities.astype(np.float32)),
+         lambda: codecs.npy_parts(probabilities, np.float32)),
+        ("encode float64 .npy", None, lambda: codecs.write_npy(probabilities),
+         lambda: codecs.npy_parts(probabilities)),
+        ("encode /v2 FP32", None, lambda: old_v2_body(header, probabilities),
+         lambda: new_v2_body(header, probabilities)),
+    ]
+
+
 def main():
     rng = np.random.default_rng(0)
     rows_out = []
     for rows in (64, 4096, 16384):
-        logits = (3 * rng.standard_normal((rows, 1000))).astype(np.float32)
-        buffer = io.BytesIO()
-        np.save(buffer, logits, allow_pickle=False)
-        body = buffer.getvalue()
-        probabilities = np.exp(logits.astype(np.float64) - logits.max(axis=1, keepdims=True))
-        probabilities /= probabilities.sum(axis=1, keepdims=True)
-        header = b'{"outputs": []}'
-        cases = [
-            ("decode .npy", lambda: np.load(io.BytesIO(body), allow_pickle=False), lambda: old_read_npy(body),
-             lambda: codecs.read_npy(body)),
-            ("encode float32 .npy", None, lambda: codecs.write_npy(probabilities.astype(np.float32)),
-             lambda: codecs.npy_parts(probabilities, np.float32)),
-            ("encode float64 .npy", None, lambda: codecs.write_npy(probabilities),
-             lambda: codecs.npy_parts(probabilities)),
-            ("encode /v2 FP32", None, lambda: old_v2_body(header, probabilities),
-             lambda: new_v2_body(header, probabilities)),
-        ]
-        for name, reference, before, after in cases:
+        for name, reference, before, after in cases(rows, rng):
             row = [f"{rows} x 1000", name]
             for fn in (reference, before, after):
                 row.append("" if fn is None else f"{peak(fn) / 2**20:.3f} MiB, {1e6 * per_call(fn, rows):.1f} µs")
