@@ -37,6 +37,16 @@ class CalibratedBatch:
     inputs: np.ndarray  # the validated input (logits or probabilities): argmax ties follow it
     class_names: list[str] | None
     served: Served | None = None  # what the prediction log did with the batch (None: logging off)
+    question: np.dtype | None = None  # the dtype the input arrived in (None: JSON lists)
+
+    def answer_dtype(self, asked: str | None, binary: bool) -> np.dtype:
+        """The probabilities' dtype in the answer: ``asked`` if given; else float32 for a binary
+        answer to a float32 or float16 question, float64 otherwise (JSON answers keep float64's
+        numbers). The probabilities themselves are computed in float64."""
+        if asked is not None:
+            return np.dtype(asked)
+        small = self.question is not None and self.question.kind == "f" and self.question.itemsize <= 4
+        return np.dtype(np.float32 if binary and small else np.float64)
 
     def predicted_class(self) -> np.ndarray:
         return cal.predicted_class(self.probabilities, self.inputs)

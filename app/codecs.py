@@ -48,16 +48,17 @@ SIMPLE_HEADER = re.compile(r"\{'descr': '([<>|=]?[a-z]\d{1,2})', 'fortran_order'
                            r"'shape': \(((?:\d{1,18}, )*(?:\d{1,18},?)?)\), \} *\n")
 
 
-def _npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """Shape, Fortran order, dtype and data offset of an .npy body."""
-    if data[:6] == b"\x93NUMPY" and data[6:8] == b"\x01\x00" and len(data) >= 10:
+def _npy_header(data: bytes | memoryview) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """Shape, Fortran order, dtype and data offset of an .npy body; only the header's bytes are
+    copied (to be parsed), never the data's."""
+    if bytes(data[:8]) == b"\x93NUMPY\x01\x00" and len(data) >= 10:
         end = 10 + int.from_bytes(data[8:10], "little")
-        match = SIMPLE_HEADER.fullmatch(data[10:end].decode("latin-1"))
+        match = SIMPLE_HEADER.fullmatch(bytes(data[10:end]).decode("latin-1"))
         if match:
             descr, fortran, dims = match.groups()
             shape = tuple(int(d) for d in dims.split(",") if d.strip())
             return shape, fortran == "True", np.dtype(descr), end
-    stream = io.BytesIO(data)
+    stream = io.BytesIO(bytes(data[:MAX_HEADER_BYTES + 12]))  # a header numpy parses itself
     version = np.lib.format.read_magic(stream)
     if version == (1, 0):
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
@@ -83,7 +84,7 @@ def _check_shape(name: str, shape: tuple, dtype: np.dtype, limits: RequestLimits
 
 def _checked_header(data: bytes | memoryview, name: str, limits: RequestLimits | None):
     try:
-        shape, fortran, dtype, offset = _npy_header(bytes(data[:MAX_HEADER_BYTES + 12]))
+        shape, fortran, dtype, offset = _npy_header(data)
     except (ValueError, EOFError, SyntaxError, TypeError) as exc:
         raise InvalidInput(f"{name} is not a valid .npy array: {exc}") from exc
     if dtype.hasobject or dtype.kind not in ALLOWED_KINDS or dtype.fields is not None:
@@ -180,14 +181,22 @@ def _stored_member(data: bytes, member: zipfile.ZipInfo) -> memoryview | None:
     return raw
 
 
-def write_npy(array: np.ndarray) -> bytes:
-    """``.npy`` bytes (format 1.0) in one copy of the data."""
-    array = np.ascontiguousarray(array)
+def npy_parts(array: np.ndarray, dtype: np.dtype | None = None) -> tuple[bytes, memoryview]:
+    """An ``.npy`` (format 1.0) of ``array`` cast to ``dtype`` as two parts: its header and a
+    byte view of the data. The data is the array's own buffer when it is already C-contiguous in
+    ``dtype``, else the one cast or copy that makes it so; the caller sends both parts as they
+    are, with no joined copy."""
+    array = np.ascontiguousarray(array, dtype=dtype)
     header = (f"{{'descr': {np.lib.format.dtype_to_descr(array.dtype)!r}, 'fortran_order': False, "
               f"'shape': {array.shape!r}, }}")
     header += " " * (-(10 + len(header) + 1) % 64) + "\n"  # data aligned to 64 bytes
     prefix = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin-1")
-    return b"".join((prefix, array.reshape(-1).view(np.uint8)))
+    return prefix, memoryview(array.reshape(-1).view(np.uint8))
+
+
+def write_npy(array: np.ndarray) -> bytes:
+    """``.npy`` bytes (format 1.0) in one copy of the data."""
+    return b"".join(npy_parts(array))
 
 
 def dump_json(value) -> bytes:

@@ -1,12 +1,16 @@
 """Typed results → response bodies: ``Accept`` negotiation, calibrated batches as JSON or
-``.npy``, and JSON bytes (``codecs.dump_json``: numpy arrays natively, non-finite as null)."""
+``.npy``, and JSON bytes (``codecs.dump_json``: numpy arrays natively, non-finite as null).
+
+A body is ``bytes`` or a tuple of buffers (``Parts``: an ``.npy`` header and a view of the
+probabilities' own buffer) that the route sends one after another, never joined."""
 
 from __future__ import annotations
 
 from .batches import CalibratedBatch
-from .codecs import dump_json, write_npy
+from .codecs import dump_json, npy_parts
 from .decoding import JSON_TYPE, NPY_TYPE
 
+Parts = tuple[bytes | memoryview, ...]
 IMAGE_FORMATS = {"image/png": "png", "image/svg+xml": "svg"}
 
 
@@ -35,21 +39,24 @@ def calibrated_headers(result: CalibratedBatch) -> dict[str, str]:
     return headers
 
 
-def calibrated_body(result: CalibratedBatch, outputs: list[str], accept: str | None) -> tuple[bytes, str]:
-    """A calibrated batch as ``.npy`` probabilities (``Accept: application/x-npy``)
-    or as JSON with the requested ``outputs``."""
+def calibrated_body(result: CalibratedBatch, outputs: list[str], accept: str | None,
+                    dtype: str | None = None) -> tuple[bytes | Parts, str]:
+    """A calibrated batch as ``.npy`` probabilities (``Accept: application/x-npy``), in the
+    question's precision unless ``dtype`` asks (``CalibratedBatch.answer_dtype``), or as JSON
+    with the requested ``outputs``."""
     if wants(accept, NPY_TYPE):
-        return write_npy(result.probabilities), NPY_TYPE
+        return npy_parts(result.probabilities, result.answer_dtype(dtype, binary=True)), NPY_TYPE
+    probabilities = result.probabilities.astype(result.answer_dtype(dtype, binary=False), copy=False)
     out: dict = {"name": result.name, "version": result.version}
     if "probabilities" in outputs:
-        out["probabilities"] = result.probabilities
+        out["probabilities"] = probabilities
     if "predicted_class" in outputs:
         predicted = result.predicted_class()
         out["predicted_class"] = predicted
         if result.class_names:
             out["predicted_class_name"] = [result.class_names[i] for i in predicted]
     if "confidence" in outputs:
-        out["confidence"] = result.confidence()
+        out["confidence"] = probabilities.max(axis=1)
     if result.served is not None:
         out["ids"], out["logged"] = result.served.ids, result.served.logged
     return dump_json(out), JSON_TYPE

@@ -4,10 +4,12 @@ the binary tensor data extension, and the inference call.
 A calibrator name is a model name and its versions are model versions. Inputs are FP16, FP32 or
 FP64, given as JSON ``data`` (nested or flat, row-major) or as binary data after the JSON header
 (``Inference-Header-Content-Length``, ``binary_data_size`` per input). Outputs are the
-probabilities (FP64 for FP64 input, else FP32), and on request the predicted class (INT64) and
-the confidence; each is returned as JSON ``data`` or as binary data (``binary_data`` per output,
-or ``binary_data_output`` for all). Logits that look like probabilities (every row non-negative,
-summing to 1) are refused unless the request parameter ``input_check`` is false.
+probabilities (FP64 for FP64 input, else FP32, or as the query parameter ``dtype`` asks; computed
+in float64, only the answer is cast), and on request the predicted class (INT64) and the
+confidence; each as JSON ``data`` or binary data (``binary_data`` per output, or
+``binary_data_output`` for all), sent from the outputs' own buffers after the JSON header. Logits
+that look like probabilities (rows non-negative, summing to 1) are refused unless the request
+parameter ``input_check`` is false.
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ from .errors import MalformedRequest, TooLarge
 HEADER_LENGTH = "inference-header-content-length"
 DTYPES = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
 OUTPUT_DTYPES = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8")}
+ANSWER_DATATYPES = {"float32": "FP32", "float64": "FP64"}  # the query parameter ``dtype``
+
+
+def answer_datatype(dtype: str | None, input_datatype: str) -> str:
+    """The probabilities' datatype: as ``dtype`` asks, else FP64 for FP64 input, FP32 otherwise."""
+    if dtype is None:
+        return "FP64" if input_datatype == "FP64" else "FP32"
+    if dtype not in ANSWER_DATATYPES:
+        raise bad(f"query parameter 'dtype' must be float32 or float64, got {_short(dtype)}")
+    return ANSWER_DATATYPES[dtype]
 
 
 def bad(detail: str) -> MalformedRequest:
@@ -219,9 +231,12 @@ def accepted_inputs(tensor_names: dict | None) -> list[str] | None:
 
 
 def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: dict | None,
-          model_name: str, model_version: int, predict=None, log=None) -> tuple[bytes, dict[str, str]]:
+          model_name: str, model_version: int, predict=None, log=None,
+          dtype: str | None = None) -> tuple[list[bytes | memoryview], dict[str, str]]:
     """Run the calibrator (through ``predict(calibrator, scores)``, the service's device, when
-    given) and encode the response (JSON, plus binary outputs if asked). ``log(array, ids)`` hands
+    given) and encode the response: the JSON header, then the binary outputs if asked, as parts
+    to send one after another (``answer_datatype`` says the probabilities' datatype from
+    ``dtype``). ``log(array, ids)`` hands
     the input to the prediction log and returns what it did (``app.prediction_log.Served``), or
     ``None`` when the calibrator does not log; with logging on the response's ``parameters`` carry
     ``ids`` and ``logged``."""
@@ -246,7 +261,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
     names = output_names(tensor_names)
     by_name = {name: kind for kind, name in names.items()}
     wanted = request.outputs if request.outputs else [RequestedOutput(names["probabilities"], None)]
-    probability_type = "FP64" if request.datatype == "FP64" else "FP32"
+    probability_type = answer_datatype(dtype, request.datatype)
     outputs, binary = [], []
     for spec in wanted:
         kind = by_name.get(spec.name)
@@ -261,9 +276,8 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         value = np.ascontiguousarray(value, dtype=OUTPUT_DTYPES[datatype])
         entry = {"name": spec.name, "datatype": datatype, "shape": list(value.shape)}
         if request.binary_default if spec.binary is None else spec.binary:
-            data = value.tobytes()
-            entry["parameters"] = {"binary_data_size": len(data)}
-            binary.append(data)
+            entry["parameters"] = {"binary_data_size": value.nbytes}
+            binary.append(memoryview(value.reshape(-1).view(np.uint8)))
         else:
             entry["data"] = value.ravel()
         outputs.append(entry)
@@ -274,9 +288,9 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         response["parameters"] = {"ids": served.ids, "logged": served.logged}
     header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not binary:
-        return header, {"content-type": "application/json"}
-    return header + b"".join(binary), {"content-type": "application/octet-stream",
-                                       "inference-header-content-length": str(len(header))}
+        return [header], {"content-type": "application/json"}
+    return [header, *binary], {"content-type": "application/octet-stream",
+                               "inference-header-content-length": str(len(header))}
 
 
 def model_metadata(name: str, versions: list[int], method: str, input_kind: str, n_classes: int,

@@ -75,6 +75,9 @@ class CalibrateFields(Strict):
                                                               "(logging on); without them ids are generated")
     priors: list[float] | None = Field(None, description="Production class priors: posteriors re-weighted to them")
     source_priors: list[float] | None = Field(None, description="Priors to re-weight from (default: the fit's)")
+    dtype: Literal["float32", "float64"] | None = Field(None, description=(
+        "Precision of the probabilities (computed in float64; only the answer is cast). Default: an .npy "
+        "answer in the question's (float32 for a float32/float16 .npy or .npz), JSON float64. `?dtype=`"))
 
 
 class CalibrateRequest(CalibrateFields, Arrays):

@@ -247,7 +247,7 @@ class CalibrationService:
                                                  batch.fields.source_priors)
         served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
         return CalibratedBatch(loaded.name, loaded.version, probabilities, getattr(inputs, inputs.source),
-                               loaded.class_names, served)
+                               loaded.class_names, served, getattr(batch.values, "dtype", None))
 
     def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):
         inputs, labels = self._checked_inputs(loaded, batch)

@@ -242,8 +242,10 @@ def _prediction_ids(ids, n: int) -> list[str] | None:
     return ids
 
 
-def calibrate(ref, values, version, input, with_version, binary, ids=None) -> Operation:
-    """One calibrate call. Prediction ids go in the JSON body, or with a binary body in the
+def calibrate(ref, values, version, input, with_version, binary, ids=None, dtype=None) -> Operation:
+    """One calibrate call. A binary answer comes in the batch's precision (float32 for float32 or
+    float16 values, else float64) unless ``dtype`` (``float32``/``float64``) asks; a JSON answer
+    is read as float64, or as ``dtype``. Prediction ids go in the JSON body, or with a binary body in the
     ``Prediction-Ids`` header (a JSON call when they are longer than ``MAX_ID_HEADER_BYTES`` or
     not what a header can carry as they are).
     The ids the service used come back as ``ids`` in JSON, or for a binary answer as the
@@ -259,12 +261,13 @@ def calibrate(ref, values, version, input, with_version, binary, ids=None) -> Op
     as_json = header is not None and (len(header) > MAX_ID_HEADER_BYTES or not header.isascii()
                                       or not header.isprintable() or header != header.strip())
     if with_version or not binary or as_json:
-        body = _json_body({kind: array}, outputs=["probabilities"], ids=sent)
+        body = _json_body({kind: array}, outputs=["probabilities"], ids=sent, dtype=dtype)
         answer = (yield Call("POST", path, json=body)).json()
-        return Calibrated(np.asarray(answer["probabilities"], dtype=np.float64).reshape(len(array), -1),
+        return Calibrated(np.asarray(answer["probabilities"], dtype=dtype or np.float64).reshape(len(array), -1),
                           answer.get("name"), answer.get("version"), answer.get("ids"), answer.get("logged"))
     headers = {"Content-Type": NPY, "Accept": NPY} | ({"Prediction-Ids": header} if header is not None else {})
-    response = yield Call("POST", path, params={"input": kind}, content=encode_npy(array), headers=headers)
+    query = {"input": kind} | ({"dtype": dtype} if dtype is not None else {})
+    response = yield Call("POST", path, params=query, content=encode_npy(array), headers=headers)
     served = response.headers.get("x-calibrator-version")  # the version that served the binary answer
     logged = response.headers.get("prediction-logged")  # only when the calibrator logs
     prefix = response.headers.get("prediction-id-prefix")  # only for generated ids

@@ -50,14 +50,17 @@ class _Methods(OnlineLoop):
                                       description, tags, tensor_names, wait, progress, poll))
 
     def calibrate(self, ref: str, logits, *, version: int | None = None, input: str = "logits",
-                  with_version: bool = False, binary: bool = True, ids: Sequence[str] | None = None) -> Calibrated:
+                  with_version: bool = False, binary: bool = True, ids: Sequence[str] | None = None,
+                  dtype: str | None = None) -> Calibrated:
         """Calibrated probabilities of a batch from ``ref`` (``name`` for the latest version,
         ``name@alias``, or ``name`` with ``version=`` pinned), as a ``Calibrated`` array.
 
         ``input`` says what ``logits`` holds (``logits``, ``probabilities`` or ``scores``). The
         batch travels as ``.npy`` both ways; the binary answer names the version that served it in
         its ``X-Calibrator-Version`` header (``.version``). ``with_version=True`` (or
-        ``binary=False``) asks in JSON instead.
+        ``binary=False``) asks in JSON instead. The probabilities come in the batch's precision
+        (float32 for float32 or float16 logits, else float64; the service computes in float64 and
+        casts the answer) unless ``dtype`` (``"float32"`` or ``"float64"``) asks for the other.
 
         ``ids`` (one per row, no commas) are your prediction ids, to post labels with later
         (``label``) when the calibrator logs what it serves (``set_logging``); they travel in the
@@ -65,7 +68,7 @@ class _Methods(OnlineLoop):
         are the ids the service used: yours, or without them the ones it generated; ``.logged``
         how many rows it kept (0: this request was not sampled). Both are ``None`` when the
         calibrator does not log."""
-        return self._run(protocol.calibrate(ref, logits, version, input, with_version, binary, ids))
+        return self._run(protocol.calibrate(ref, logits, version, input, with_version, binary, ids, dtype))
 
     def report(self, ref: str, logits, labels, *, version: int | None = None, input: str = "logits",
                n_bins: int = 15, bootstrap: int = 0, confidence: float = 0.95, seed: int = 0,

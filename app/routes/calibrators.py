@@ -9,7 +9,7 @@ from starlette.responses import Response
 from .. import keys, store
 from ..codecs import dump_json
 from ..decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from ..encoding import calibrated_body, calibrated_headers, image_format
+from ..encoding import Parts, calibrated_body, calibrated_headers, image_format
 from ..names import Reference, check_alias, check_name, check_servable
 from ..promotion_schemas import AliasMoveRequest
 from ..schemas import (
@@ -33,6 +33,7 @@ from . import admission, hot_path
 from .auth import ADMIN, READ, WRITE, presented_key
 from .idempotent import idempotent
 from .openapi import body, problems
+from .parts import PartsResponse
 
 router = APIRouter(prefix="/v1", tags=["calibrators"])
 
@@ -76,12 +77,12 @@ def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async:
 
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
-               accept: str | None) -> tuple[bytes, str, dict]:
+               accept: str | None) -> tuple[bytes | Parts, str, dict]:
     loaded = service.serving(check_servable(reference))
     batch = decode_batch(body, CalibrateFields, need_labels=False, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
     result = service.calibrate(loaded, batch)
-    return *calibrated_body(result, batch.fields.outputs, accept), calibrated_headers(result)
+    return *calibrated_body(result, batch.fields.outputs, accept, batch.fields.dtype), calibrated_headers(result)
 
 
 async def calibrate_body(request: Request) -> RequestBody:
@@ -220,10 +221,18 @@ async def delete_alias(request: Request, name: str = NAME, alias: str = ALIAS):
 
 CALIBRATE_DOC = dict(
     response_model=CalibrateOut,
-    responses={200: {"content": {NPY_TYPE: {}}, "description": "Calibrated probabilities (JSON or .npy "
-                                                                "with `Accept: application/x-npy`)"},
+    responses={200: {"content": {NPY_TYPE: {}},
+                     "description": "Calibrated probabilities (JSON, or .npy with `Accept: application/x-npy`). "
+                                    "An .npy answer is in the question's precision: float32 for a float32 (or "
+                                    "float16) .npy/.npz body, float64 otherwise; `dtype` (`?dtype=float64`) asks "
+                                    "for the other. Computed in float64 either way; only the answer is cast."},
                **problems(400, 404, 413, 415, 422)},
-    openapi_extra=body(CalibrateRequest, NPY_TYPE),
+    openapi_extra={**body(CalibrateRequest, NPY_TYPE),
+                   "parameters": [{"name": "dtype", "in": "query", "required": False,
+                                   "schema": {"type": "string", "enum": ["float32", "float64"]},
+                                   "description": "Precision of the probabilities (with a binary body; in a "
+                                                  "JSON body, the `dtype` field). Default: the question's for "
+                                                  "an .npy answer, float64 for JSON."}]},
 )
 REPORT_DOC = dict(
     response_model=ReportOut,
@@ -240,7 +249,7 @@ REPORT_DOC = dict(
 async def calibrate(request: Request, ref: str = REF):
     content, media, headers = await hot_path.run(request, _calibrate, _service(request), Reference.parse(ref),
                                                  await calibrate_body(request), request.headers.get("accept"))
-    return Response(content, media_type=media, headers=headers)
+    return PartsResponse(content, media_type=media, headers=headers)
 
 
 @router.post("/calibrators/{name}/versions/{version}/calibrate", summary="Calibrate a batch (pinned version)",
@@ -249,7 +258,7 @@ async def calibrate_version(request: Request, name: str = NAME, version: int = V
     content, media, headers = await hot_path.run(request, _calibrate, _service(request),
                                                  Reference.pinned(name, version), await calibrate_body(request),
                                                  request.headers.get("accept"))
-    return Response(content, media_type=media, headers=headers)
+    return PartsResponse(content, media_type=media, headers=headers)
 
 
 @router.post("/calibrators/{ref}/report", summary="Report on a labelled batch (latest or alias)", **REPORT_DOC,

@@ -17,6 +17,7 @@ from ..service import CalibrationService
 from . import hot_path
 from .auth import READ
 from .health import readiness
+from .parts import PartsResponse
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 MODEL = Path(description="Calibrator name, or `name@alias`", examples=["demo", "demo@production"])
@@ -115,7 +116,8 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
     return await run_in_threadpool(_ready, request.app.state.service, name, version)
 
 
-def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None):
+def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None,
+           dtype: str | None = None):
     loaded = _serving(service, check_servable(_reference(name, version)), version)
     request = oip.parse_request(body, header_length, service.limits)
 
@@ -123,7 +125,7 @@ def _infer(service: CalibrationService, name: str, version: str | None, body: by
         return log_served(service.prediction_log, loaded, loaded.calibrator.input, array, ids)
 
     return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, loaded.version,
-                     service.device.predict, log)
+                     service.device.predict, log, dtype)
 
 
 INFER_DOC = {
@@ -134,7 +136,12 @@ INFER_DOC = {
             "outputs": [{"name": "probabilities"}, {"name": "predicted_class"}]}},
         "application/octet-stream": {"schema": {"type": "string", "format": "binary",
                                                 "description": "JSON header (Inference-Header-Content-Length "
-                                                               "bytes) followed by binary tensors"}}}}
+                                                               "bytes) followed by binary tensors"}}}},
+    "parameters": [{"name": "dtype", "in": "query", "required": False,
+                    "schema": {"type": "string", "enum": ["float32", "float64"]},
+                    "description": "Datatype of the probabilities and confidence: FP32 or FP64. Default: FP64 "
+                                   "for an FP64 input, FP32 for FP32 and FP16. Computed in float64 either way; "
+                                   "only the answer is cast."}],
 }
 
 
@@ -144,8 +151,9 @@ INFER_DOC = {
 async def infer(request: Request, name: str = MODEL):
     body = await request.body()
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, None, body,
-                                          request.headers.get(oip.HEADER_LENGTH))
-    return Response(content, headers=headers, media_type=headers["content-type"])
+                                          request.headers.get(oip.HEADER_LENGTH),
+                                          request.query_params.get("dtype"))
+    return PartsResponse(content, headers=headers, media_type=headers["content-type"])
 
 
 @router.post("/models/{name}/versions/{version}/infer", summary="Inference (pinned version or alias)",
@@ -154,5 +162,6 @@ async def infer(request: Request, name: str = MODEL):
 async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
     body = await request.body()
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, version,
-                                          body, request.headers.get(oip.HEADER_LENGTH))
-    return Response(content, headers=headers, media_type=headers["content-type"])
+                                          body, request.headers.get(oip.HEADER_LENGTH),
+                                          request.query_params.get("dtype"))
+    return PartsResponse(content, headers=headers, media_type=headers["content-type"])

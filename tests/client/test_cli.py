@@ -79,7 +79,9 @@ def test_fit_calibrate_report_alias_versions(run, files, cifar, tmp_path):
     assert served.exit_code == 0, served.output
     said = "".join(served.stdout.split())  # rich wraps long lines (a long temporary path) at the console's width
     assert "".join(f"wrote 100 × 10 probabilities from cli version 1 to {out}".split()) in said
-    assert np.array_equal(np.load(out), local.predict_proba(logits[300:]))
+    # float32 logits in the file: float32 probabilities, the float64 ones cast once
+    assert np.load(out).dtype == np.float32
+    assert np.array_equal(np.load(out), local.predict_proba(logits[300:]).astype(np.float32))
 
     alias = run("alias", "cli", "production", "1")
     assert alias.exit_code == 0 and "cli@production → version 1" in alias.stdout

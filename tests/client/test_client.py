@@ -50,12 +50,12 @@ def test_fit_and_calibrate_equal_the_core_in_process(client, cifar):
     assert version.diagnostics["converged"] is True
     expected = local.predict_proba(batch)
 
-    served = client.calibrate("resnet", batch)  # .npy both ways
-    assert isinstance(served, Calibrated) and served.dtype == np.float64
-    assert np.array_equal(served, expected)
+    served = client.calibrate("resnet", batch)  # .npy both ways: float32 logits, float32 probabilities
+    assert isinstance(served, Calibrated) and batch.dtype == served.dtype == np.float32
+    assert np.array_equal(served, expected.astype(np.float32))
     assert served.name == "resnet" and served.version == 1  # the binary answer's X-Calibrator-Version
     pinned = client.calibrate("resnet", batch, version=1)
-    assert np.array_equal(pinned, expected) and pinned.version == 1
+    assert np.array_equal(pinned, expected.astype(np.float32)) and pinned.version == 1
     named = client.calibrate("resnet", batch, with_version=True)  # JSON, which names the version
     assert np.array_equal(named, expected) and (named.name, named.version) == ("resnet", 1)
 
@@ -67,6 +67,23 @@ def test_fit_and_calibrate_equal_the_core_in_process(client, cifar):
     batch_p = cal.softmax(batch.astype(np.float64))
     assert np.array_equal(client.calibrate("resnet-probs", batch_p, input="probabilities"),
                           local.predict_proba(batch_p))
+
+
+def test_calibrate_answers_in_the_precision_sent_or_asked(client, cifar):
+    """float32 logits get float32 probabilities (the float64 ones, cast), float64 logits float64;
+    ``dtype=`` asks for either."""
+    logits, labels = cifar
+    client.fit("precise", logits[:300], labels[:300])
+    expected = cal.create("temperature").fit(logits[:300], labels[:300]).predict_proba(logits[300:])
+    single = client.calibrate("precise", logits[300:])
+    assert single.dtype == np.float32 and np.array_equal(single, expected.astype(np.float32))
+    assert np.max(np.abs(single - expected)) <= 1e-6
+    double = client.calibrate("precise", logits[300:].astype(np.float64))
+    assert double.dtype == np.float64 and np.array_equal(double, expected)
+    asked = client.calibrate("precise", logits[300:], dtype="float64")
+    assert asked.dtype == np.float64 and np.array_equal(asked, expected) and asked.version == 1
+    narrowed = client.calibrate("precise", logits[300:].astype(np.float64), dtype="float32")
+    assert narrowed.dtype == np.float32 and np.array_equal(narrowed, expected.astype(np.float32))
 
 
 def test_report_and_metrics_equal_the_core(client, cifar):
@@ -186,7 +203,9 @@ def test_the_async_client_does_the_same(service, cifar):
     version, served, comparison, seen = asyncio.run(scenario())
     local = cal.create("temperature").fit(logits, labels)
     assert version.parameters["temperature"] == local.temperature_
-    assert np.array_equal(served, local.predict_proba(logits[:7])) and served.version == version.version
+    assert served.dtype == np.float32  # float32 logits: float32 probabilities, the float64 ones cast
+    assert np.array_equal(served, local.predict_proba(logits[:7]).astype(np.float32))
+    assert served.version == version.version
     assert comparison["selection"]["chosen"]["name"] == "temperature"
     assert seen == sorted(seen) and seen[-1] == 100.0
 
