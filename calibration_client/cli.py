@@ -163,8 +163,8 @@ def _write_calibrated(path: Path, probabilities: np.ndarray, ids: list[str] | No
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow((["id"] if ids is not None else []) + [f"p_{name}" for name in names])
-            for row, values in enumerate(np.asarray(probabilities).tolist()):
-                writer.writerow(([ids[row]] if ids is not None else []) + [repr(v) for v in values])
+            for row, values in enumerate(np.asarray(probabilities)):  # numpy's shortest repr in its dtype
+                writer.writerow(([ids[row]] if ids is not None else []) + [str(v) for v in values])
         return "ids and probabilities" if ids is not None else "probabilities"
     save_npy(path, probabilities)
     if ids is not None:

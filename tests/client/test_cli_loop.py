@@ -80,8 +80,9 @@ def test_calibrate_writes_the_ids_and_label_and_quality_count_them(run, client, 
         rows = list(csv.reader(handle))
     assert rows[0] == ["id"] + [f"p_{k}" for k in range(10)]
     assert [row[0] for row in rows[1:]] == ids
-    # float32 logits in the file: float32 probabilities (the float64 ones cast), written exactly
-    assert np.array_equal(np.array([[float(v) for v in row[1:]] for row in rows[1:]]),
+    # float32 logits in the file: float32 probabilities (the float64 ones cast), written exactly in
+    # float32's shortest repr (read back as float32)
+    assert np.array_equal(np.array([row[1:] for row in rows[1:]], dtype=np.float32),
                           local.predict_proba(logits[200:280]).astype(np.float32))
 
     np.savez(tmp_path / "b.npz", logits=logits[280:360], request_id=np.arange(280, 360))
