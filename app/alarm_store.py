@@ -13,8 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .alarm_models import DriftMonitorRow
-from .models import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 from .observation_store import byte_range, from_raw
+from .platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 
 
 @dataclass(frozen=True)

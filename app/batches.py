@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 import calibration as cal
 
-from .errors import InvalidInput
+from .platform.errors import InvalidInput
 from .prediction_log import Served
 
 

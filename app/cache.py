@@ -27,7 +27,7 @@ import orjson
 from calibration import Calibrator, from_dict
 
 from . import integrity
-from .errors import IntegrityFailure
+from .platform.errors import IntegrityFailure
 from .store import ResolvedVersion
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from .costs import RequestLimits
-from .errors import InvalidInput, MalformedRequest, TooLarge
+from .platform.errors import InvalidInput, MalformedRequest, TooLarge
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"

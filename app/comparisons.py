@@ -9,9 +9,9 @@ import calibration as cal
 
 from .batches import ArrayBatch, validated
 from .costs import check_fit_parameters, estimated_fit_seconds
-from .errors import InvalidInput
 from .job_inputs import job_input
 from .jobs import JobProgress
+from .platform.errors import InvalidInput
 from .schemas import CompareFields
 
 

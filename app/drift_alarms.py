@@ -27,10 +27,10 @@ from calibration import label_free, monitoring
 
 from . import alarm_store, observation_store, store, webhooks
 from .alarm_models import DriftMonitorRow
-from .db import Database
-from .errors import InvalidInput, NotFound
-from .models import utcnow
 from .names import Reference, check_name
+from .platform.db import Database
+from .platform.errors import InvalidInput, NotFound
+from .platform.rows import utcnow
 from .quality import calibrated_groups
 
 FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor

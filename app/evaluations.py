@@ -31,11 +31,11 @@ import numpy as np
 import calibration as cal
 
 from . import promotion_store, store
-from .errors import InvalidInput, NotFound, TooLarge
-from .models import utcnow
 from .names import Reference, check_alias, check_name
 from .observation_schemas import ObservationQuery
 from .observations import shape_of_index
+from .platform.errors import InvalidInput, NotFound, TooLarge
+from .platform.rows import utcnow
 from .promotion_models import EvaluationRow
 from .promotion_schemas import EvaluationRequest
 

@@ -33,10 +33,10 @@ import calibration as cal
 
 from . import job_store
 from .costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
-from .db import Database
-from .errors import InvalidInput, ServiceError
 from .jobs import JobCancelled, JobProgress
-from .models import utcnow
+from .platform.db import Database
+from .platform.errors import InvalidInput, ServiceError
+from .platform.rows import utcnow
 
 PART = "compare-part"
 POLL_SECONDS = 0.1

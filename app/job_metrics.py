@@ -13,7 +13,7 @@ from collections import defaultdict
 from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
 
 from . import job_store
-from .db import Database
+from .platform.db import Database
 
 
 class JobCollector:

@@ -18,8 +18,8 @@ from datetime import datetime
 
 from sqlalchemy import select, update
 
-from .db import Database
-from .models import ApiKeyRow, utcnow
+from .platform.db import Database
+from .platform.rows import ApiKeyRow, utcnow
 from .store import checksum
 
 SCOPES = ("read", "write", "admin")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client.core import CounterMetricFamily
 
 from . import prediction_log_store
-from .db import Database
+from .platform.db import Database
 
 
 class LogCapCollector:

@@ -13,7 +13,7 @@ use ``create_app``: frozen objects are never collected, so each would leave its 
 import gc
 from contextlib import asynccontextmanager
 
-from . import allocator
+from .platform import allocator
 from .routes import application
 from .settings import Settings
 

@@ -18,13 +18,13 @@ import calibration as cal
 
 from . import observation_store, prediction_log_lookup, prediction_log_store, store
 from .batches import ArrayBatch, validated
-from .db import Database
-from .errors import InvalidInput, NotFound, TooLarge
-from .models import CalibratorRow
 from .names import check_name
 from .observation_schemas import ObservationQuery
 from .observation_store import Selection
 from .online_updates import OnlineUpdates
+from .platform.db import Database
+from .platform.errors import InvalidInput, NotFound, TooLarge
+from .platform.rows import CalibratorRow
 from .prediction_epochs import EpochFilters
 from .prediction_log import PredictionLog
 

@@ -22,7 +22,7 @@ import calibration as cal
 
 from .codecs import parse_json
 from .costs import RequestLimits
-from .errors import MalformedRequest, TooLarge
+from .platform.errors import MalformedRequest, TooLarge
 
 HEADER_LENGTH = "inference-header-content-length"
 DTYPES = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}

@@ -32,7 +32,7 @@ import calibration as cal
 
 from . import integrity, observation_store, online_store, store
 from .cache import load_calibrator
-from .models import VersionRow
+from .platform.rows import VersionRow
 
 logger = logging.getLogger("calibration.online")
 

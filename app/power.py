@@ -18,8 +18,8 @@ import calibration as cal
 from calibration import power as core
 
 from . import observation_store, store
-from .errors import Conflict, InvalidInput, NotFound, TooLarge
 from .names import Reference, check_name
+from .platform.errors import Conflict, InvalidInput, NotFound, TooLarge
 from .power_schemas import PowerRequest
 
 

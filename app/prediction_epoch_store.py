@@ -12,8 +12,8 @@ from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from . import bloom
-from .models import LoggedPredictionRow, PredictionEpochRow, utcnow
 from .observation_store import IN_LIST
+from .platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
 
 EPOCHS = PredictionEpochRow.__table__
 

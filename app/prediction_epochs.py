@@ -23,8 +23,8 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from . import bloom, prediction_epoch_store
-from .db import Database
-from .logs import first_line
+from .platform.db import Database
+from .platform.logs import first_line
 
 logger = logging.getLogger(__name__)
 

@@ -33,10 +33,10 @@ from datetime import timedelta
 import numpy as np
 
 from . import observation_store, prediction_epoch_store, prediction_log_store
-from .db import Database
-from .errors import InvalidInput
-from .logs import first_line
-from .models import utcnow
+from .platform.db import Database
+from .platform.errors import InvalidInput
+from .platform.logs import first_line
+from .platform.rows import utcnow
 from .prediction_epochs import EpochFilters, EpochWriter
 from .prediction_log_buffer import LogBuffer, LogStats, Pending, name_thread
 from .prediction_log_pipe import PipeWriter

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import prediction_log_store
-from .db import Database
-from .logs import first_line
+from .platform.db import Database
+from .platform.logs import first_line
 from .prediction_epochs import EpochWriter
 
 logger = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from .models import LoggedPredictionRow
 from .observation_store import IN_LIST
+from .platform.rows import LoggedPredictionRow
 from .prediction_epochs import EpochFilters
 from .prediction_log_store import BATCH_MARK, GENERATED
 from .store import dialect_insert

@@ -27,8 +27,8 @@ import time
 
 import orjson
 
-from . import logs
-from .db import Database
+from .platform import logs
+from .platform.db import Database
 from .prediction_epochs import EpochWriter
 from .prediction_log_buffer import LogBuffer, Pending, name_thread
 from .prediction_log_pipe import ACK, BACK, CONFIG_VARIABLE, CONTROL, MARK, PREFIX, TAIL

@@ -19,7 +19,7 @@ from calibration import label_shift
 
 from . import store
 from .cache import LoadedVersion
-from .errors import InvalidInput
+from .platform.errors import InvalidInput
 
 
 def fitted_frequencies(db, loaded: LoadedVersion) -> list[float] | None:

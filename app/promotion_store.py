@@ -12,8 +12,8 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from .errors import NotFound
-from .models import AliasRow, CalibratorRow, ObservationChunkRow, utcnow
+from .platform.errors import NotFound
+from .platform.rows import AliasRow, CalibratorRow, ObservationChunkRow, utcnow
 from .promotion_models import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
 from .store import calibrator_row, dialect_insert, get_version, version_by_id
 

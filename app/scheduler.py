@@ -23,9 +23,9 @@ import threading
 from sqlalchemy import func, select
 
 from . import policies, webhooks
-from .errors import ServiceError
-from .logs import first_line
-from .models import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from .platform.errors import ServiceError
+from .platform.logs import first_line
+from .platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 from .promotion_models import RefitPolicyRow
 from .settings import get_settings
 

@@ -29,14 +29,14 @@ from .costs import (
     check_fit_parameters,
     estimated_fit_seconds,
 )
-from .db import Database
 from .device import Device
-from .errors import InvalidInput, NotAcceptable
 from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
 from .names import Reference, check_name
 from .observations import Observations, shape_of_index
 from .online_updates import OnlineUpdates
+from .platform.db import Database
+from .platform.errors import InvalidInput, NotAcceptable
 from .prediction_log import PredictionLog, log_served
 from .schemas import EvaluationFields, FitFields
 from .views import version_view

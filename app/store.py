@@ -18,10 +18,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from . import integrity
-from .db import Database
-from .errors import Conflict, InvalidInput, NotFound
-from .models import AliasRow, CalibratorRow, VersionRow, utcnow
 from .names import Reference
+from .platform.db import Database
+from .platform.errors import Conflict, InvalidInput, NotFound
+from .platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
 from .promotion_models import CalibratorSettingRow
 
 MAX_PAGE_SIZE = 1000

@@ -15,11 +15,11 @@ from calibration import json_safe
 
 from . import drift_alarms, fan_out, job_store, policies, power
 from .batches import validated
-from .db import Database
-from .errors import ServiceError
 from .job_inputs import batch_of_job
 from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
-from .logs import first_line
+from .platform.db import Database
+from .platform.errors import ServiceError
+from .platform.logs import first_line
 from .schemas import CompareFields, FitFields
 from .service import CalibrationService
 from .settings import get_settings
@@ -179,8 +179,8 @@ def procrastinate_app():
     """The Procrastinate app of ``calibration-service worker``: one task, ``run_job``."""
     import procrastinate
 
-    from .db import libpq_url
     from .jobs import PROCRASTINATE_QUEUE, PROCRASTINATE_TASK
+    from .platform.db import libpq_url
 
     database_url = get_settings().database_url
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=libpq_url(database_url)))

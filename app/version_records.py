@@ -16,9 +16,9 @@ from sqlalchemy import String, Text, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
 from . import integrity, store
-from .errors import IntegrityFailure, InvalidInput, NotFound
 from .integrity import JSON_COLUMNS, VersionRecord
-from .models import CalibratorRow, VersionRow
+from .platform.errors import IntegrityFailure, InvalidInput, NotFound
+from .platform.rows import CalibratorRow, VersionRow
 from .views import version_view
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from .alarm_models import WebhookDeliveryRow
-from .models import utcnow
+from .platform.rows import utcnow
 
 STATES = ("pending", "delivered", "failed")
 

@@ -33,10 +33,10 @@ from sqlalchemy.orm import Session
 
 from . import store, webhook_store
 from .alarm_models import DriftMonitorRow
-from .db import Database
-from .logs import first_line
-from .models import utcnow
 from .names import check_name
+from .platform.db import Database
+from .platform.logs import first_line
+from .platform.rows import utcnow
 
 logger = logging.getLogger(__name__)
 ANSWER_BYTES = 65536  # of a receiver's answer read at most (its body is not used)

@@ -14,9 +14,9 @@ import os
 import signal
 import sys
 
-from . import allocator
-from .db import normalise_url
 from .jobs import PROCRASTINATE_QUEUE, limit_blas_threads
+from .platform import allocator
+from .platform.db import normalise_url
 from .settings import get_settings
 
 

@@ -33,7 +33,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.db import SQLITE_PAGE_SIZE
+from app.platform.db import SQLITE_PAGE_SIZE
 from benchmarks._common import environment, write
 
 IDS_PER_FLUSH = 4096

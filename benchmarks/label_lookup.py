@@ -29,9 +29,9 @@ from sqlalchemy import insert
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app import prediction_epoch_store
-from app.db import Database
-from app.migrate import upgrade
-from app.models import CalibratorRow
+from app.platform.db import Database
+from app.platform.migrate import upgrade
+from app.platform.rows import CalibratorRow
 from app.prediction_epochs import EpochFilters
 from app.prediction_log_lookup import find_logged
 from app.prediction_log_store import log_predictions

@@ -11,14 +11,14 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
-from .. import logs
-from ..db import Database
 from ..drift_alarms import QualityCollector
 from ..idempotency import IdempotencyKeys
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from ..log_caps import LogCapCollector
-from ..main_info import server_version
+from ..platform import logs
+from ..platform.db import Database
+from ..platform.info import server_version
 from ..prediction_epochs import EpochFilters, EpochWriter
 from ..prediction_log import PredictionLog
 from ..prediction_log_pipe import PipeWriter

@@ -21,7 +21,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
 from .. import keys
-from ..db import Database
+from ..platform.db import Database
 from .problems import Problem
 
 SECURITY_SCHEMES = {

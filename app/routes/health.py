@@ -9,9 +9,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import JSONResponse, Response
 
-from ..logs import first_line
-from ..migrate import current_revision, head_revision
 from ..online_schemas import HealthOut, ReadyOut
+from ..platform.logs import first_line
+from ..platform.migrate import current_revision, head_revision
 
 router = APIRouter(tags=["operations"])
 

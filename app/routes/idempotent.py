@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from ..decoding import RequestBody
 from ..idempotency import IdempotencyKeys, StoredAnswer, request_digest
-from ..logs import first_line
+from ..platform.logs import first_line
 
 logger = logging.getLogger(__name__)
 REPLAYED_HEADERS = ("content-type", "location", "etag", "preference-applied")

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from .. import keys
 from ..codecs import dump_json
 from ..decoding import JSON_TYPE
-from ..errors import InvalidInput, NotFound
+from ..platform.errors import InvalidInput, NotFound
 from ..schemas import KeyCreated, KeyList, KeyRequest
 from .auth import ADMIN
 from .openapi import problems

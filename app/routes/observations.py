@@ -10,7 +10,6 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from ..errors import InvalidInput
 from ..names import check_name
 from ..observation_schemas import (
     DeletedObservations,
@@ -23,6 +22,7 @@ from ..observation_schemas import (
     ObservationsAppended,
     ObservationSummary,
 )
+from ..platform.errors import InvalidInput
 from ..service import CalibrationService
 from . import admission
 from .auth import ADMIN, READ, WRITE

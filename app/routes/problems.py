@@ -17,10 +17,10 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, Program
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ..errors import Conflict, ServiceError
-from ..logs import first_line
+from ..platform.errors import Conflict, ServiceError
+from ..platform.logs import first_line
 
-log = logging.getLogger("app.errors")
+log = logging.getLogger("app.platform.errors")
 PROBLEM_TYPE = "about:blank"
 
 

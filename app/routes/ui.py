@@ -26,7 +26,7 @@ from .. import drift_alarms, evaluations, promotion, quality, webhooks
 from ..dashboard import pages
 from ..dashboard.html import CONTENT_SECURITY_POLICY
 from ..dashboard.online import online_page
-from ..errors import ServiceError
+from ..platform.errors import ServiceError
 from ..schemas import JOB_STATES
 from .auth import presented_key
 from .forms import FormRefused, read_form

@@ -8,10 +8,10 @@ from starlette.responses import JSONResponse, Response
 
 from .. import oip
 from ..codecs import dump_json
-from ..errors import NotFound
-from ..main_info import SERVER_NAME, server_version
 from ..names import Reference, check_servable, is_alias, is_name
 from ..online_schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
+from ..platform.errors import NotFound
+from ..platform.info import SERVER_NAME, server_version
 from ..prediction_log import log_served
 from ..service import CalibrationService
 from . import hot_path

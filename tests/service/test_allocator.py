@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from app import allocator
+from app.platform import allocator
 
 PROBE = """
 import ctypes, ctypes.util, json, sys

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.migrate import head_revision
+from app.platform.migrate import head_revision
 from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 

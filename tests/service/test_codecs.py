@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from app.codecs import read_npy, read_npz, write_npy
 from app.costs import RequestLimits
-from app.errors import InvalidInput
+from app.platform.errors import InvalidInput
 
 LIMITS = RequestLimits(1 << 24, 1 << 24, 1 << 24, 1 << 24)
 

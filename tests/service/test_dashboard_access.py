@@ -13,7 +13,7 @@ import calibration as cal
 from app import keys
 from app.dashboard.svg import reliability_svg
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.routes.ui import COOKIE
 from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from app.costs import RequestLimits
 from app.decoding import RequestBody, decode_batch, decode_fields, media_type
-from app.errors import InvalidInput, MalformedRequest, TooLarge, UnsupportedMediaType
+from app.platform.errors import InvalidInput, MalformedRequest, TooLarge, UnsupportedMediaType
 from app.schemas import AliasRequest, CalibrateFields, FitFields
 
 LOGITS = np.array([[2.0, 0.5, -1.0], [0.3, 1.8, -0.2]])

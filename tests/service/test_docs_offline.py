@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from starlette.testclient import TestClient
 
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.routes.docs import ASSETS_DIRECTORY, ASSETS_URL
 from app.settings import Settings
 from tests.service.live import live_server

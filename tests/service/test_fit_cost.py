@@ -15,7 +15,7 @@ from app import job_store, reports
 from app.batches import ArrayBatch, validated
 from app.job_inputs import batch_of_job, job_input
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.schemas import FitFields
 from app.settings import Settings
 

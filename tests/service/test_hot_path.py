@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.settings import Settings
 from tests.service.test_api import LOGITS, fit
 

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from app import cli
 from app.main import create_app
-from app.migrate import downgrade, upgrade
+from app.platform.migrate import downgrade, upgrade
 from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings, get_settings
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from sqlalchemy import insert, select, text, update
 
 from app import bloom, prediction_epoch_store
-from app.db import Database, make_engine
-from app.migrate import downgrade, upgrade
-from app.models import CalibratorRow, PredictionEpochRow, utcnow
+from app.platform.db import Database, make_engine
+from app.platform.migrate import downgrade, upgrade
+from app.platform.rows import CalibratorRow, PredictionEpochRow, utcnow
 from app.prediction_epochs import EpochFilters, EpochWriter
 from app.prediction_log import PredictionLog
 from app.prediction_log_lookup import claim_labels, find_logged

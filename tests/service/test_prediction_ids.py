@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from app.errors import InvalidInput
+from app.platform.errors import InvalidInput
 from app.prediction_log import MAX_ID_LENGTH, _check_each, check_ids, new_prefix
 
 GENERATED_LIKE = st.builds(lambda digits, number, tail: digits + "-" + number + tail,

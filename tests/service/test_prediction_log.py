@@ -12,9 +12,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
 
-from app.db import Database, make_engine
 from app.main import create_app
-from app.migrate import downgrade, downgrade_losses, upgrade
+from app.platform.db import Database, make_engine
+from app.platform.migrate import downgrade, downgrade_losses, upgrade
 from app.prediction_log import PredictionLog
 from app.prediction_log_lookup import claim_labels, find_logged
 from app.prediction_log_store import log_predictions, logged_counts, prediction_chunks

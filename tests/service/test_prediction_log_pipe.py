@@ -26,9 +26,9 @@ from sqlalchemy import insert, text
 from starlette.testclient import TestClient
 
 from app import prediction_log_pipe
-from app.db import Database
 from app.main import create_app
-from app.models import CalibratorRow
+from app.platform.db import Database
+from app.platform.rows import CalibratorRow
 from app.prediction_log import PredictionLog
 from app.prediction_log_lookup import find_logged
 from app.prediction_log_pipe import PipeWriter

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from sqlalchemy import insert
 
-from app.db import Database
-from app.models import CalibratorRow
+from app.platform.db import Database
+from app.platform.rows import CalibratorRow
 from app.prediction_log import PredictionLog, name_thread
 from app.prediction_log_lookup import find_logged
 from app.prediction_log_store import logged_counts, prediction_chunks

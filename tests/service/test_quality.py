@@ -201,7 +201,7 @@ def test_the_label_shift_estimate_from_the_prediction_log(client, data):
 
 
 def test_scopes(sqlite_url):
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
 
     upgrade(sqlite_url)
     app = create_app(Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0))

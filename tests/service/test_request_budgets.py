@@ -266,7 +266,7 @@ def test_label_shift_over_the_read_budget_is_a_422_naming_the_setting_for_a_read
 
     from app import keys
     from app.main import create_app
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
     from app.settings import Settings
     upgrade(sqlite_url)
     settings = Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0)
@@ -358,7 +358,7 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
 
 def test_quality_and_evaluations_over_the_read_budget_are_413s_naming_the_setting(big_chunks):
     from app import evaluations, quality
-    from app.errors import TooLarge
+    from app.platform.errors import TooLarge
     from app.promotion_schemas import EvaluationRequest
     big_chunks.max_read_entries = ASKED * K
     assert quality.quality(big_chunks, SHIFT, quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0))
@@ -438,7 +438,7 @@ def test_a_power_analysis_reads_its_rows_within_the_read_budget(sqlite_url, monk
     from fastapi.testclient import TestClient
 
     from app.main import create_app
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
     from app.settings import Settings, get_settings
     upgrade(sqlite_url)
     monkeypatch.setenv("CALIBRATION_MAX_READ_ENTRIES", str(200 * K))  # jobs read the settings from the environment

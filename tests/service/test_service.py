@@ -10,9 +10,9 @@ import pytest
 import calibration as cal
 from app import integrity, store
 from app.batches import ArrayBatch
-from app.db import Database
-from app.errors import Conflict, InvalidInput, NotFound
 from app.names import Reference
+from app.platform.db import Database
+from app.platform.errors import Conflict, InvalidInput, NotFound
 from app.schemas import CalibrateFields, CompareFields, EvaluationFields, FitFields
 from app.service import CalibrationService
 from tests.helpers import load_split

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from app import keys
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.routes import auth
 from app.routes.shortcut import Shortcut
 from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS

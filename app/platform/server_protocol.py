@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .settings import get_settings
+from ..settings import get_settings
 
 try:  # the parser uvicorn's "auto" picks: much faster than h11
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as BaseProtocol
