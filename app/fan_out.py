@@ -32,11 +32,11 @@ from datetime import timedelta
 import calibration as cal
 
 from . import job_store
-from .costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
 from .jobs import JobCancelled, JobProgress
 from .platform.db import Database
 from .platform.errors import InvalidInput, ServiceError
 from .platform.rows import utcnow
+from .wire.costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
 
 PART = "compare-part"
 POLL_SECONDS = 0.1

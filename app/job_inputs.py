@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import job_store
-from .batches import ArrayBatch
+from .wire.batches import ArrayBatch
 
 
 def job_input(batch: ArrayBatch, labels: np.ndarray) -> tuple[dict, bytes]:

@@ -17,7 +17,6 @@ from sqlalchemy.exc import NoResultFound
 import calibration as cal
 
 from . import observation_store, prediction_log_lookup, prediction_log_store, store
-from .batches import ArrayBatch, validated
 from .names import check_name
 from .observation_schemas import ObservationQuery
 from .observation_store import Selection
@@ -27,6 +26,7 @@ from .platform.errors import InvalidInput, NotFound, TooLarge
 from .platform.rows import CalibratorRow
 from .prediction_epochs import EpochFilters
 from .prediction_log import PredictionLog
+from .wire.batches import ArrayBatch, validated
 
 FLOAT_DTYPES = ("f2", "f4", "f8")
 

@@ -16,19 +16,8 @@ import numpy as np
 import calibration as cal
 
 from . import prior_shift, promotion, reports, store, version_records
-from .batches import ArrayBatch, CalibratedBatch, validated
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .comparisons import Comparisons
-from .costs import (
-    MAX_ARRAY_BYTES,
-    MAX_ENTRIES,
-    MAX_JSON_BYTES,
-    MAX_PARAMETERS,
-    RequestLimits,
-    affordable_auto_options,
-    check_fit_parameters,
-    estimated_fit_seconds,
-)
 from .device import Device
 from .job_inputs import job_input
 from .jobs import JobProgress, JobRunner
@@ -40,6 +29,17 @@ from .platform.errors import InvalidInput, NotAcceptable
 from .prediction_log import PredictionLog, log_served
 from .schemas import EvaluationFields, FitFields
 from .views import version_view
+from .wire.batches import ArrayBatch, CalibratedBatch, validated
+from .wire.costs import (
+    MAX_ARRAY_BYTES,
+    MAX_ENTRIES,
+    MAX_JSON_BYTES,
+    MAX_PARAMETERS,
+    RequestLimits,
+    affordable_auto_options,
+    check_fit_parameters,
+    estimated_fit_seconds,
+)
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
 MAX_READ_ENTRIES = 1 << 23  # CALIBRATION_MAX_READ_ENTRIES's default

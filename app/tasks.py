@@ -14,7 +14,6 @@ import threading
 from calibration import json_safe
 
 from . import drift_alarms, fan_out, job_store, policies, power
-from .batches import validated
 from .job_inputs import batch_of_job
 from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
 from .platform.db import Database
@@ -23,6 +22,7 @@ from .platform.logs import first_line
 from .schemas import CompareFields, FitFields
 from .service import CalibrationService
 from .settings import get_settings
+from .wire.batches import validated
 
 logger = logging.getLogger(__name__)
 INTERNAL_ERROR = {"status": 500, "title": "Internal Server Error", "detail": "the job failed unexpectedly"}

@@ -7,9 +7,6 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from .. import keys, store
-from ..codecs import dump_json
-from ..decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from ..encoding import calibrated_body, calibrated_headers, image_format
 from ..names import Reference, check_alias, check_name, check_servable
 from ..promotion_schemas import AliasMoveRequest
 from ..schemas import (
@@ -29,6 +26,9 @@ from ..schemas import (
 )
 from ..service import CalibrationService
 from ..version_schemas import VersionList
+from ..wire.codecs import dump_json
+from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
+from ..wire.encoding import calibrated_body, calibrated_headers, image_format
 from . import admission, hot_path
 from .auth import ADMIN, READ, WRITE, presented_key
 from .idempotent import idempotent

@@ -11,8 +11,6 @@ from starlette.responses import Response
 
 import calibration as cal
 
-from ..codecs import dump_json
-from ..decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
 from ..jobs import JobRunner
 from ..schemas import (
     JOB_STATES,
@@ -27,6 +25,8 @@ from ..schemas import (
     MetricsRequest,
 )
 from ..service import CalibrationService
+from ..wire.codecs import dump_json
+from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
 from . import admission
 from .auth import READ, WRITE
 from .calibrators import job_accepted, prefers_async, request_body

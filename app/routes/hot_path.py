@@ -71,7 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 
-from ..decoding import JSON_TYPE, RequestBody, media_type
+from ..wire.decoding import JSON_TYPE, RequestBody, media_type
 
 WINDOW = 8  # runs a kind of call remembers
 MAX_KINDS = 4096  # kinds remembered (paths name calibrators): forgotten all at once beyond it

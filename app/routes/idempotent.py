@@ -13,9 +13,9 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..decoding import RequestBody
 from ..idempotency import IdempotencyKeys, StoredAnswer, request_digest
 from ..platform.logs import first_line
+from ..wire.decoding import RequestBody
 
 logger = logging.getLogger(__name__)
 REPLAYED_HEADERS = ("content-type", "location", "etag", "preference-applied")

@@ -8,10 +8,10 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from .. import keys
-from ..codecs import dump_json
-from ..decoding import JSON_TYPE
 from ..platform.errors import InvalidInput, NotFound
 from ..schemas import KeyCreated, KeyList, KeyRequest
+from ..wire.codecs import dump_json
+from ..wire.decoding import JSON_TYPE
 from .auth import ADMIN
 from .openapi import problems
 

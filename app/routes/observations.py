@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
 from ..names import check_name
 from ..observation_schemas import (
     DeletedObservations,
@@ -24,6 +23,7 @@ from ..observation_schemas import (
 )
 from ..platform.errors import InvalidInput
 from ..service import CalibrationService
+from ..wire.decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
 from . import admission
 from .auth import ADMIN, READ, WRITE
 from .calibrators import NAME, _json, request_body

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ..decoding import NPY_TYPE, NPZ_TYPE
 from ..schemas import ProblemOut
+from ..wire.decoding import NPY_TYPE, NPZ_TYPE
 from .auth import CHECKS, SECURITY_SCHEMES
 
 

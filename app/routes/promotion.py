@@ -7,7 +7,6 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from .. import evaluations, policies, promotion
-from ..decoding import decode_fields
 from ..online_schemas import (
     AliasHistoryOut,
     AliasMoveOut,
@@ -21,6 +20,7 @@ from ..online_schemas import (
 from ..promotion_schemas import EvaluationRequest, GateRequest, RefitPolicy, ServingRequest
 from ..schemas import JobOut
 from ..service import CalibrationService
+from ..wire.decoding import decode_fields
 from . import admission
 from .auth import READ, WRITE
 from .calibrators import ALIAS, NAME, _json, actor_of, job_accepted, request_body

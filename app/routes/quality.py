@@ -9,12 +9,12 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from .. import drift_alarms, power, quality, webhooks
-from ..decoding import decode_fields
-from ..encoding import image_format
 from ..online_schemas import AlarmsOut, DeliveriesOut, LabelShiftOut, QualityOut
 from ..power_schemas import PowerRequest
 from ..schemas import JobOut
 from ..service import CalibrationService
+from ..wire.decoding import decode_fields
+from ..wire.encoding import image_format
 from . import admission
 from .auth import READ, WRITE
 from .calibrators import NAME, _json, job_accepted, request_body

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.costs import estimated_fit_seconds, fitted_parameters, isotonic_blocks, solver_entries
+from app.wire.costs import estimated_fit_seconds, fitted_parameters, isotonic_blocks, solver_entries
 from tests.service.live import LiveServer
 from tests.service.test_hostile_input import zip_bomb
 

@@ -20,8 +20,8 @@ import zlib
 import numpy as np
 import orjson
 
+from ..platform.errors import InvalidInput, MalformedRequest, TooLarge
 from .costs import RequestLimits
-from .platform.errors import InvalidInput, MalformedRequest, TooLarge
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"

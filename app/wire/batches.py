@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 import calibration as cal
 
-from .platform.errors import InvalidInput
-from .prediction_log import Served
+from ..platform.errors import InvalidInput
+from ..prediction_log import Served
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import calibration as cal
 
-from .platform.errors import InvalidInput
+from ..platform.errors import InvalidInput
 
 # Defaults of the request budgets (settings CALIBRATION_MAX_*; README "Configuration").
 # 256 MiB of decoded arrays: four times the 64 MiB body limit, so that any honest .npz (whose

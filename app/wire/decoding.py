@@ -17,10 +17,10 @@ from pydantic import BaseModel, ValidationError
 
 from calibration import INPUT_KINDS
 
+from ..platform.errors import InvalidInput, TooLarge, UnsupportedMediaType
 from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
 from .costs import MAX_JSON_BYTES, RequestLimits
-from .platform.errors import InvalidInput, TooLarge, UnsupportedMediaType
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
