@@ -98,7 +98,7 @@ def keys_list(args: argparse.Namespace) -> int:
 
 
 def sign_versions(args: argparse.Namespace) -> int:
-    from .version_records import sign_versions as sign
+    from .registry.version_records import sign_versions as sign
 
     settings = get_settings()
     if settings.integrity_key is None:

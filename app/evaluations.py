@@ -30,14 +30,15 @@ import numpy as np
 
 import calibration as cal
 
-from . import promotion_store, store
-from .names import Reference, check_alias, check_name
+from . import promotion_store
 from .observation_schemas import ObservationQuery
 from .observations import shape_of_index
 from .platform.errors import InvalidInput, NotFound, TooLarge
 from .platform.rows import utcnow
 from .promotion_models import EvaluationRow
 from .promotion_schemas import EvaluationRequest
+from .registry import store
+from .registry.names import Reference, check_alias, check_name
 
 
 def _reference(name: str, value: int | str) -> Reference:

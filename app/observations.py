@@ -16,8 +16,7 @@ from sqlalchemy.exc import NoResultFound
 
 import calibration as cal
 
-from . import observation_store, prediction_log_lookup, prediction_log_store, store
-from .names import check_name
+from . import observation_store, prediction_log_lookup, prediction_log_store
 from .observation_schemas import ObservationQuery
 from .observation_store import Selection
 from .online_updates import OnlineUpdates
@@ -26,6 +25,8 @@ from .platform.errors import InvalidInput, NotFound, TooLarge
 from .platform.rows import CalibratorRow
 from .prediction_epochs import EpochFilters
 from .prediction_log import PredictionLog
+from .registry import store
+from .registry.names import check_name
 from .wire.batches import ArrayBatch, validated
 
 FLOAT_DTYPES = ("f2", "f4", "f8")

@@ -30,9 +30,10 @@ from sqlalchemy.orm import Session
 
 import calibration as cal
 
-from . import integrity, observation_store, online_store, store
-from .cache import load_calibrator
+from . import observation_store, online_store
 from .platform.rows import VersionRow
+from .registry import integrity, store
+from .registry.cache import load_calibrator
 
 logger = logging.getLogger("calibration.online")
 

@@ -26,13 +26,13 @@ import calibration as cal
 from . import evaluations, promotion
 from . import promotion_store as ps
 from .alarm_models import DriftMonitorRow
-from .names import Reference, check_alias, check_name
 from .observation_schemas import DataSource, ObservationQuery
 from .platform.errors import Conflict, InvalidInput, NotFound
 from .platform.rows import ObservationChunkRow, utcnow
 from .promotion_models import RefitPolicyRow
 from .promotion_schemas import EvaluationRequest, RefitPolicy
-from .schemas import FitFields
+from .registry.names import Reference, check_alias, check_name
+from .registry.schemas import FitFields
 
 
 def _view(name: str, row: RefitPolicyRow) -> dict:

@@ -17,10 +17,11 @@ import numpy as np
 import calibration as cal
 from calibration import power as core
 
-from . import observation_store, store
-from .names import Reference, check_name
+from . import observation_store
 from .platform.errors import Conflict, InvalidInput, NotFound, TooLarge
 from .power_schemas import PowerRequest
+from .registry import store
+from .registry.names import Reference, check_name
 
 
 def _index(session, calibrator_id: int, rows: int, budget: int) -> list:

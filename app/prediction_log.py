@@ -40,7 +40,7 @@ from .platform.rows import utcnow
 from .prediction_epochs import EpochFilters, EpochWriter
 from .prediction_log_buffer import LogBuffer, LogStats, Pending, name_thread
 from .prediction_log_pipe import PipeWriter
-from .store import ResolvedVersion
+from .registry.store import ResolvedVersion
 
 logger = logging.getLogger(__name__)
 MAX_ID_LENGTH = 128

@@ -22,7 +22,7 @@ from .observation_store import IN_LIST
 from .platform.rows import LoggedPredictionRow
 from .prediction_epochs import EpochFilters
 from .prediction_log_store import BATCH_MARK, GENERATED
-from .store import dialect_insert
+from .registry.store import dialect_insert
 
 # a batch of generated ids that an earlier release sampled row by row (migration 0010): the sorted
 # numbers of the ids it kept, the j-th at row first + j; still read, no longer written

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from .platform.errors import NotFound
 from .platform.rows import AliasRow, CalibratorRow, ObservationChunkRow, utcnow
 from .promotion_models import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
-from .store import calibrator_row, dialect_insert, get_version, version_by_id
+from .registry.store import calibrator_row, dialect_insert, get_version, version_by_id
 
 
 def locked_calibrator(session: Session, name: str) -> CalibratorRow:

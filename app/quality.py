@@ -19,11 +19,12 @@ import calibration as cal
 from calibration import label_shift as shift
 from calibration import prior_shift, quality_plot
 
-from . import alarm_store, observation_store, store
-from .names import Reference, check_name
+from . import alarm_store, observation_store
 from .observation_store import Selection
 from .platform.db import Database
 from .platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge
+from .registry import store
+from .registry.names import Reference, check_name
 
 METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
            "brier": cal.brier, "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}

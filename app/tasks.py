@@ -19,8 +19,8 @@ from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, p
 from .platform.db import Database
 from .platform.errors import ServiceError
 from .platform.logs import first_line
-from .schemas import CompareFields, FitFields
-from .service import CalibrationService
+from .registry.schemas import CompareFields, FitFields
+from .registry.service import CalibrationService
 from .settings import get_settings
 from .wire.batches import validated
 

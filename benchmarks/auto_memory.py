@@ -42,7 +42,7 @@ def case(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
 
     sys.path.insert(0, str(REPO))
     import calibration as cal
-    from app import reports
+    from app.registry import reports
     from calibration.candidates import candidate
 
     baseline = status("VmRSS")

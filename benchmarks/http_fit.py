@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import calibration as cal  # noqa: E402
-from app import reports  # noqa: E402
+from app.registry import reports  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.observations_scale import npz, rss, synthetic  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402

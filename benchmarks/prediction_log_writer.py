@@ -37,7 +37,7 @@ from app.platform.db import SQLITE_PAGE_SIZE, Database
 from app.platform.migrate import upgrade
 from app.platform.rows import CalibratorRow
 from app.prediction_log import PredictionLog
-from app.store import ResolvedVersion
+from app.registry.store import ResolvedVersion
 from benchmarks._common import environment, postgres_database, write
 
 FLUSH_EVERY = 64  # requests: 4096 rows of 64

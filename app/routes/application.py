@@ -22,12 +22,13 @@ from ..platform.info import server_version
 from ..prediction_epochs import EpochFilters, EpochWriter
 from ..prediction_log import PredictionLog
 from ..prediction_log_pipe import PipeWriter
+from ..registry import routes as calibrators
+from ..registry.service import CalibrationService
 from ..scheduler import Scheduler
-from ..service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
 from ..webhooks import WebhookPolicy
-from . import admission, calibrators, docs, evaluation, health, hot_path, keys, observations, problems, shortcut, ui, v2
+from . import admission, docs, evaluation, health, hot_path, keys, observations, problems, shortcut, ui, v2
 from . import promotion as promotion_routes
 from . import quality as quality_routes
 from .auth import KeyVerifier

@@ -12,7 +12,8 @@ from starlette.responses import Response
 import calibration as cal
 
 from ..jobs import JobRunner
-from ..schemas import (
+from ..registry.routes import job_accepted, prefers_async, request_body
+from ..registry.schemas import (
     JOB_STATES,
     CompareFields,
     CompareOut,
@@ -24,12 +25,11 @@ from ..schemas import (
     MetricsOut,
     MetricsRequest,
 )
-from ..service import CalibrationService
+from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
 from . import admission
 from .auth import READ, WRITE
-from .calibrators import job_accepted, prefers_async, request_body
 from .idempotent import idempotent
 from .openapi import body, problems
 

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from .. import keys
 from ..platform.errors import InvalidInput, NotFound
-from ..schemas import KeyCreated, KeyList, KeyRequest
+from ..registry.schemas import KeyCreated, KeyList, KeyRequest
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE
 from .auth import ADMIN

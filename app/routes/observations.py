@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..names import check_name
 from ..observation_schemas import (
     DeletedObservations,
     LabelsOut,
@@ -22,11 +21,12 @@ from ..observation_schemas import (
     ObservationSummary,
 )
 from ..platform.errors import InvalidInput
-from ..service import CalibrationService
+from ..registry.names import check_name
+from ..registry.routes import NAME, _json, request_body
+from ..registry.service import CalibrationService
 from ..wire.decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
 from . import admission
 from .auth import ADMIN, READ, WRITE
-from .calibrators import NAME, _json, request_body
 from .idempotent import idempotent
 from .openapi import body, problems
 

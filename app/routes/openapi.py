@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ..schemas import ProblemOut
+from ..registry.schemas import ProblemOut
 from ..wire.decoding import NPY_TYPE, NPZ_TYPE
 from .auth import CHECKS, SECURITY_SCHEMES
 

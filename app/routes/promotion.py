@@ -18,12 +18,12 @@ from ..online_schemas import (
     ServingOut,
 )
 from ..promotion_schemas import EvaluationRequest, GateRequest, RefitPolicy, ServingRequest
-from ..schemas import JobOut
-from ..service import CalibrationService
+from ..registry.routes import ALIAS, NAME, _json, actor_of, job_accepted, request_body
+from ..registry.schemas import JobOut
+from ..registry.service import CalibrationService
 from ..wire.decoding import decode_fields
 from . import admission
 from .auth import READ, WRITE
-from .calibrators import ALIAS, NAME, _json, actor_of, job_accepted, request_body
 from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["promotion"])

@@ -11,13 +11,13 @@ from starlette.responses import Response
 from .. import drift_alarms, power, quality, webhooks
 from ..online_schemas import AlarmsOut, DeliveriesOut, LabelShiftOut, QualityOut
 from ..power_schemas import PowerRequest
-from ..schemas import JobOut
-from ..service import CalibrationService
+from ..registry.routes import NAME, _json, job_accepted, request_body
+from ..registry.schemas import JobOut
+from ..registry.service import CalibrationService
 from ..wire.decoding import decode_fields
 from ..wire.encoding import image_format
 from . import admission
 from .auth import READ, WRITE
-from .calibrators import NAME, _json, job_accepted, request_body
 from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["quality"])

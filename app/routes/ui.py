@@ -27,7 +27,7 @@ from ..dashboard import pages
 from ..dashboard.html import CONTENT_SECURITY_POLICY
 from ..dashboard.online import online_page
 from ..platform.errors import ServiceError
-from ..schemas import JOB_STATES
+from ..registry.schemas import JOB_STATES
 from .auth import presented_key
 from .forms import FormRefused, read_form
 from .problems import Problem

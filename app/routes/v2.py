@@ -7,12 +7,12 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
 from .. import oip
-from ..names import Reference, check_servable, is_alias, is_name
 from ..online_schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
 from ..platform.errors import NotFound
 from ..platform.info import SERVER_NAME, server_version
 from ..prediction_log import log_served
-from ..service import CalibrationService
+from ..registry.names import Reference, check_servable, is_alias, is_name
+from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
 from . import hot_path
 from .auth import READ

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from app import keys
 from app.main import create_app
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
 from tests.helpers import REPO
 from tests.service.live import live_server

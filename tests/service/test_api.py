@@ -9,7 +9,7 @@ import pytest
 
 import calibration as cal
 from app.platform.migrate import head_revision
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 
 LOGITS, LABELS = make_reference_input(n=400, k=4, seed=21)

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from app.main import create_app
 from app.platform.migrate import upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
 
 FIT = {"method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS,

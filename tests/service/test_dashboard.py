@@ -21,7 +21,7 @@ import pytest
 
 import calibration as cal
 from app.platform.migrate import upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 from tests.service.live import live_server
 

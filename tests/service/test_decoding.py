@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.platform.errors import InvalidInput, MalformedRequest, TooLarge, UnsupportedMediaType
-from app.schemas import AliasRequest, CalibrateFields, FitFields
+from app.registry.schemas import AliasRequest, CalibrateFields, FitFields
 from app.wire.costs import RequestLimits
 from app.wire.decoding import RequestBody, decode_batch, decode_fields, media_type
 

@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, text
 
 import calibration as cal
 from app.platform.migrate import upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
 from tests.service.conftest import _postgres_unavailable
 from tests.service.live import LiveServer, free_port

@@ -11,11 +11,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app import job_store, reports
+from app import job_store
 from app.job_inputs import batch_of_job, job_input
 from app.main import create_app
 from app.platform.migrate import upgrade
-from app.schemas import FitFields
+from app.registry import reports
+from app.registry.schemas import FitFields
 from app.settings import Settings
 from app.wire.batches import ArrayBatch, validated
 

@@ -72,7 +72,7 @@ def test_serve_threads_must_be_positive():
 
 
 def test_calibrate_is_matched_first_but_docs_list_the_routes_as_written():
-    from app.routes.calibrators import DOCS_ORDER, router
+    from app.registry.routes import DOCS_ORDER, router
 
     assert [route.path.endswith("/calibrate") for route in router.routes[:2]] == [True, True]
     schema = create_app(Settings(database_url="sqlite://")).openapi()

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from app import cli
 from app.main import create_app
 from app.platform.migrate import downgrade, upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings, get_settings
 
 KEY = "a-long-random-integrity-key"

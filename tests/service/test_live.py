@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
 from tests.service.live import live_server
 

@@ -22,7 +22,7 @@ from app.prediction_epochs import EpochFilters, EpochWriter
 from app.prediction_log import PredictionLog
 from app.prediction_log_lookup import claim_labels, find_logged
 from app.prediction_log_store import log_predictions, logged_counts, prediction_chunks
-from app.store import ResolvedVersion
+from app.registry.store import ResolvedVersion
 
 KEYS = st.lists(st.text(min_size=1, max_size=40).filter(lambda s: "," not in s), min_size=0, max_size=300,
                 unique=True)

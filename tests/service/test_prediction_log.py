@@ -18,8 +18,8 @@ from app.platform.migrate import downgrade, downgrade_losses, upgrade
 from app.prediction_log import PredictionLog
 from app.prediction_log_lookup import claim_labels, find_logged
 from app.prediction_log_store import log_predictions, logged_counts, prediction_chunks
+from app.registry.store import ResolvedVersion
 from app.settings import Settings
-from app.store import ResolvedVersion
 from tests.service.test_api import LOGITS, fit, npy
 
 

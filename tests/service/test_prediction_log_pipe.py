@@ -34,9 +34,9 @@ from app.prediction_log_lookup import find_logged
 from app.prediction_log_pipe import PipeWriter
 from app.prediction_log_ring import KINDS
 from app.prediction_log_store import logged_counts, prediction_chunks
+from app.registry.store import ResolvedVersion
 from app.routes.application import log_writer_process
 from app.settings import Settings
-from app.store import ResolvedVersion
 from calibration import INPUT_KINDS
 from tests.service.test_api import fit
 

@@ -18,7 +18,7 @@ from app.platform.rows import CalibratorRow
 from app.prediction_log import PredictionLog, name_thread
 from app.prediction_log_lookup import find_logged
 from app.prediction_log_store import logged_counts, prediction_chunks
-from app.store import ResolvedVersion
+from app.registry.store import ResolvedVersion
 
 
 def test_a_flush_of_many_requests_writes_each_batch_at_its_rows(database_url):

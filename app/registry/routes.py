@@ -6,10 +6,18 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import keys, store
-from ..names import Reference, check_alias, check_name, check_servable
+from .. import keys
 from ..promotion_schemas import AliasMoveRequest
-from ..schemas import (
+from ..routes import admission, hot_path
+from ..routes.auth import ADMIN, READ, WRITE, presented_key
+from ..routes.idempotent import idempotent
+from ..routes.openapi import body, problems
+from ..wire.codecs import dump_json
+from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
+from ..wire.encoding import calibrated_body, calibrated_headers, image_format
+from . import store
+from .names import Reference, check_alias, check_name, check_servable
+from .schemas import (
     AliasOut,
     CalibrateFields,
     CalibrateOut,
@@ -24,15 +32,8 @@ from ..schemas import (
     ReportRequest,
     VersionOut,
 )
-from ..service import CalibrationService
-from ..version_schemas import VersionList
-from ..wire.codecs import dump_json
-from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from ..wire.encoding import calibrated_body, calibrated_headers, image_format
-from . import admission, hot_path
-from .auth import ADMIN, READ, WRITE, presented_key
-from .idempotent import idempotent
-from .openapi import body, problems
+from .service import CalibrationService
+from .version_schemas import VersionList
 
 router = APIRouter(prefix="/v1", tags=["calibrators"])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from .platform.rows import VersionRow
+from ..platform.rows import VersionRow
 
 
 def version_view(name: str, row: VersionRow, aliases: list[str]) -> dict:

@@ -14,7 +14,7 @@ import numpy as np
 
 import calibration as cal
 
-from .settings import DEVICE_PATTERN
+from ..settings import DEVICE_PATTERN
 
 
 class Device:

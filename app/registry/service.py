@@ -15,22 +15,17 @@ import numpy as np
 
 import calibration as cal
 
-from . import prior_shift, promotion, reports, store, version_records
-from .cache import CalibratorCache, LoadedVersion, load_calibrator
-from .comparisons import Comparisons
-from .device import Device
-from .job_inputs import job_input
-from .jobs import JobProgress, JobRunner
-from .names import Reference, check_name
-from .observations import Observations, shape_of_index
-from .online_updates import OnlineUpdates
-from .platform.db import Database
-from .platform.errors import InvalidInput, NotAcceptable
-from .prediction_log import PredictionLog, log_served
-from .schemas import EvaluationFields, FitFields
-from .views import version_view
-from .wire.batches import ArrayBatch, CalibratedBatch, validated
-from .wire.costs import (
+from .. import promotion
+from ..comparisons import Comparisons
+from ..job_inputs import job_input
+from ..jobs import JobProgress, JobRunner
+from ..observations import Observations, shape_of_index
+from ..online_updates import OnlineUpdates
+from ..platform.db import Database
+from ..platform.errors import InvalidInput, NotAcceptable
+from ..prediction_log import PredictionLog, log_served
+from ..wire.batches import ArrayBatch, CalibratedBatch, validated
+from ..wire.costs import (
     MAX_ARRAY_BYTES,
     MAX_ENTRIES,
     MAX_JSON_BYTES,
@@ -40,6 +35,12 @@ from .wire.costs import (
     check_fit_parameters,
     estimated_fit_seconds,
 )
+from . import prior_shift, reports, store, version_records
+from .cache import CalibratorCache, LoadedVersion, load_calibrator
+from .device import Device
+from .names import Reference, check_name
+from .schemas import EvaluationFields, FitFields
+from .views import version_view
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
 MAX_READ_ENTRIES = 1 << 23  # CALIBRATION_MAX_READ_ENTRIES's default

@@ -26,8 +26,8 @@ import orjson
 
 from calibration import Calibrator, from_dict
 
+from ..platform.errors import IntegrityFailure
 from . import integrity
-from .platform.errors import IntegrityFailure
 from .store import ResolvedVersion
 
 

@@ -17,12 +17,12 @@ from sqlalchemy import bindparam, delete, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from ..platform.db import Database
+from ..platform.errors import Conflict, InvalidInput, NotFound
+from ..platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
+from ..promotion_models import CalibratorSettingRow
 from . import integrity
 from .names import Reference
-from .platform.db import Database
-from .platform.errors import Conflict, InvalidInput, NotFound
-from .platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
-from .promotion_models import CalibratorSettingRow
 
 MAX_PAGE_SIZE = 1000
 

@@ -17,9 +17,9 @@ import numpy as np
 
 from calibration import label_shift
 
+from ..platform.errors import InvalidInput
 from . import store
 from .cache import LoadedVersion
-from .platform.errors import InvalidInput
 
 
 def fitted_frequencies(db, loaded: LoadedVersion) -> list[float] | None:

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from calibration import INPUT_KINDS, METHODS
 
-from .keys import NAME_PATTERN as KEY_NAME_PATTERN
-from .observation_schemas import DataSource, PredictionId
+from ..keys import NAME_PATTERN as KEY_NAME_PATTERN
+from ..observation_schemas import DataSource, PredictionId
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
 

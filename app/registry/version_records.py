@@ -15,10 +15,10 @@ from datetime import datetime
 from sqlalchemy import String, Text, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
+from ..platform.errors import IntegrityFailure, InvalidInput, NotFound
+from ..platform.rows import CalibratorRow, VersionRow
 from . import integrity, store
 from .integrity import JSON_COLUMNS, VersionRecord
-from .platform.errors import IntegrityFailure, InvalidInput, NotFound
-from .platform.rows import CalibratorRow, VersionRow
 from .views import version_view
 
 

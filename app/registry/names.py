@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .platform.errors import InvalidInput, NotFound
+from ..platform.errors import InvalidInput, NotFound
 
 MAX_NAME_LENGTH = 128  # calibrators.name is VARCHAR(128)
 MAX_ALIAS_LENGTH = 64  # aliases.alias is VARCHAR(64)
