@@ -16,7 +16,7 @@ import numpy as np
 import calibration as cal
 
 from .. import promotion
-from ..comparisons import Comparisons
+from ..comparisons.service import Comparisons
 from ..job_inputs import job_input
 from ..jobs import JobProgress, JobRunner
 from ..observations import Observations, shape_of_index

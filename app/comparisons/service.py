@@ -7,12 +7,12 @@ import numpy as np
 
 import calibration as cal
 
-from .job_inputs import job_input
-from .jobs import JobProgress
-from .platform.errors import InvalidInput
-from .registry.schemas import CompareFields
-from .wire.batches import ArrayBatch, validated
-from .wire.costs import check_fit_parameters, estimated_fit_seconds
+from ..job_inputs import job_input
+from ..jobs import JobProgress
+from ..platform.errors import InvalidInput
+from ..registry.schemas import CompareFields
+from ..wire.batches import ArrayBatch, validated
+from ..wire.costs import check_fit_parameters, estimated_fit_seconds
 
 
 class Comparisons:

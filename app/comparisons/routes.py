@@ -26,12 +26,12 @@ from ..registry.schemas import (
     MetricsRequest,
 )
 from ..registry.service import CalibrationService
+from ..routes import admission
+from ..routes.auth import READ, WRITE
+from ..routes.idempotent import idempotent
+from ..routes.openapi import body, problems
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
-from . import admission
-from .auth import READ, WRITE
-from .idempotent import idempotent
-from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
 METHODS_BODY = dump_json({"methods": cal.describe_methods()})
