@@ -65,7 +65,7 @@ def _database():
 
 
 def keys_create(args: argparse.Namespace) -> int:
-    from .keys import create_key
+    from .access.keys import create_key
 
     try:
         info, key = create_key(_database(), args.name, args.scope)
@@ -79,7 +79,7 @@ def keys_create(args: argparse.Namespace) -> int:
 
 
 def keys_revoke(args: argparse.Namespace) -> int:
-    from .keys import revoke_key
+    from .access.keys import revoke_key
 
     if not revoke_key(_database(), args.id):
         print(f"error: no active key {args.id!r}", file=sys.stderr)
@@ -89,7 +89,7 @@ def keys_revoke(args: argparse.Namespace) -> int:
 
 
 def keys_list(args: argparse.Namespace) -> int:
-    from .keys import list_keys
+    from .access.keys import list_keys
 
     for info in list_keys(_database()):
         state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "active"

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import keys
+from ..access import keys
 from ..promotion_schemas import AliasMoveRequest
 from ..routes import admission, hot_path
 from ..routes.auth import ADMIN, READ, WRITE, presented_key

@@ -11,9 +11,10 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
+from ..access import routes as keys
+from ..access.idempotency import IdempotencyKeys
 from ..comparisons import routes as evaluation
 from ..drift_alarms import QualityCollector
-from ..idempotency import IdempotencyKeys
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from ..log_caps import LogCapCollector
@@ -29,7 +30,7 @@ from ..scheduler import Scheduler
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
 from ..webhooks import WebhookPolicy
-from . import admission, docs, health, hot_path, keys, observations, problems, shortcut, ui, v2
+from . import admission, docs, health, hot_path, observations, problems, shortcut, ui, v2
 from . import promotion as promotion_routes
 from . import quality as quality_routes
 from .auth import KeyVerifier

@@ -20,7 +20,7 @@ import time
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
-from .. import keys
+from ..access import keys
 from ..platform.db import Database
 from .problems import Problem
 

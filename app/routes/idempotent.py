@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..idempotency import IdempotencyKeys, StoredAnswer, request_digest
+from ..access.idempotency import IdempotencyKeys, StoredAnswer, request_digest
 from ..platform.logs import first_line
 from ..wire.decoding import RequestBody
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 from starlette.testclient import TestClient
 
-from app import keys
+from app.access import keys
 from app.main import create_app
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings

@@ -305,7 +305,7 @@ def test_try_it_out_fits_then_calibrates_from_the_docs(page, server, shots):
 def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, tmp_path, shots):
     """A server with API keys on: the dashboard answers the sign-in form, a read key typed into
     it is kept in the cookie, the pages then show, and signing out ends it."""
-    from app import keys
+    from app.access import keys
     from app.platform.db import Database
 
     url = f"sqlite:///{tmp_path / 'calibration.db'}"

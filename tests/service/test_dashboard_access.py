@@ -10,7 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import calibration as cal
-from app import keys
+from app.access import keys
 from app.dashboard.svg import reliability_svg
 from app.main import create_app
 from app.platform.migrate import upgrade

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from app import keys
+from app.access import keys
 from app.platform.db import Database
 from app.platform.migrate import upgrade
 from tests.service.fuzz import fuzz, seed_calibrator

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import inspect, text
 from starlette.testclient import TestClient
 
-from app import cli, keys
+from app import cli
+from app.access import keys
 from app.main import create_app
 from app.platform.db import Database, make_engine
 from app.platform.migrate import current_revision, head_revision, upgrade

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app import keys
+from app.access import keys
 from app.routes.application import create_app
 from app.settings import Settings
 from tests.helpers import load_split, make_reference_input

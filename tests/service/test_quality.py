@@ -10,7 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import calibration as cal
-from app import keys
+from app.access import keys
 from app.main import create_app
 from app.settings import Settings
 from calibration.label_free import rows_needed

@@ -264,7 +264,7 @@ def test_label_shift_over_the_read_budget_is_a_422_naming_the_setting_for_a_read
     nothing read (main read every chunk: 450 MiB -> 6.5 GiB)."""
     from starlette.testclient import TestClient
 
-    from app import keys
+    from app.access import keys
     from app.main import create_app
     from app.platform.migrate import upgrade
     from app.settings import Settings

@@ -11,7 +11,7 @@ import pytest
 from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.testclient import TestClient
 
-from app import keys
+from app.access import keys
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS

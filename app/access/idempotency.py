@@ -27,9 +27,9 @@ from datetime import timedelta
 from sqlalchemy import and_, delete, or_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from .platform.db import Database
-from .platform.errors import Conflict, InvalidInput
-from .platform.rows import IdempotencyRow, utcnow
+from ..platform.db import Database
+from ..platform.errors import Conflict, InvalidInput
+from ..platform.rows import IdempotencyRow, utcnow
 
 MAX_KEY_LENGTH = 255
 

@@ -7,13 +7,13 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import keys
 from ..platform.errors import InvalidInput, NotFound
 from ..registry.schemas import KeyCreated, KeyList, KeyRequest
+from ..routes.auth import ADMIN
+from ..routes.openapi import problems
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE
-from .auth import ADMIN
-from .openapi import problems
+from . import keys
 
 router = APIRouter(prefix="/v1/keys", tags=["access"], dependencies=[ADMIN])
 KEY_ID = Path(description="The key's id (the 12 hex digits after `cal_`)", pattern="^[0-9a-f]{12}$")
