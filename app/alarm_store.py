@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .alarm_models import DriftMonitorRow
-from .observation_store import byte_range, from_raw
+from .observations.store import byte_range, from_raw
 from .platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 
 

@@ -25,8 +25,9 @@ from sqlalchemy.exc import IntegrityError
 import calibration as cal
 from calibration import label_free, monitoring
 
-from . import alarm_store, observation_store, webhooks
+from . import alarm_store, webhooks
 from .alarm_models import DriftMonitorRow
+from .observations import store as observation_store
 from .platform.db import Database
 from .platform.errors import InvalidInput, NotFound
 from .platform.rows import utcnow

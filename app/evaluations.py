@@ -31,8 +31,8 @@ import numpy as np
 import calibration as cal
 
 from . import promotion_store
-from .observation_schemas import ObservationQuery
-from .observations import shape_of_index
+from .observations.schemas import ObservationQuery
+from .observations.service import shape_of_index
 from .platform.errors import InvalidInput, NotFound, TooLarge
 from .platform.rows import utcnow
 from .promotion_models import EvaluationRow

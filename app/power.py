@@ -17,7 +17,7 @@ import numpy as np
 import calibration as cal
 from calibration import power as core
 
-from . import observation_store
+from .observations import store as observation_store
 from .platform.errors import Conflict, InvalidInput, NotFound, TooLarge
 from .power_schemas import PowerRequest
 from .registry import store

@@ -12,7 +12,7 @@ from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from . import bloom
-from .observation_store import IN_LIST
+from .observations.store import IN_LIST
 from .platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
 
 EPOCHS = PredictionEpochRow.__table__

@@ -32,7 +32,8 @@ from datetime import timedelta
 
 import numpy as np
 
-from . import observation_store, prediction_epoch_store, prediction_log_store
+from . import prediction_epoch_store, prediction_log_store
+from .observations import store as observation_store
 from .platform.db import Database
 from .platform.errors import InvalidInput
 from .platform.logs import first_line

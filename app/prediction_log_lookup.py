@@ -18,7 +18,7 @@ import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from .observation_store import IN_LIST
+from .observations.store import IN_LIST
 from .platform.rows import LoggedPredictionRow
 from .prediction_epochs import EpochFilters
 from .prediction_log_store import BATCH_MARK, GENERATED

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import orjson
 
-from .observation_store import raw_view
+from .observations.store import raw_view
 from .prediction_log_buffer import Pending
 from .prediction_log_ring import CLIENT_IDS, PREFIX, RING_BYTES, RingWriter, record_header
 

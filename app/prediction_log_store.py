@@ -16,7 +16,7 @@ from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from . import prediction_epoch_store
-from .observation_store import byte_range, from_raw, raw_view
+from .observations.store import byte_range, from_raw, raw_view
 from .platform.rows import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids

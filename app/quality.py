@@ -19,8 +19,9 @@ import calibration as cal
 from calibration import label_shift as shift
 from calibration import prior_shift, quality_plot
 
-from . import alarm_store, observation_store
-from .observation_store import Selection
+from . import alarm_store
+from .observations import store as observation_store
+from .observations.store import Selection
 from .platform.db import Database
 from .platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge
 from .registry import store

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from calibration import INPUT_KINDS, METHODS
 
 from ..access.keys import NAME_PATTERN as KEY_NAME_PATTERN
-from ..observation_schemas import DataSource, PredictionId
+from ..observations.schemas import DataSource, PredictionId
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
 

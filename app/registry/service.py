@@ -19,8 +19,8 @@ from .. import promotion
 from ..comparisons.service import Comparisons
 from ..job_inputs import job_input
 from ..jobs import JobProgress, JobRunner
-from ..observations import Observations, shape_of_index
-from ..online_updates import OnlineUpdates
+from ..observations.online_updates import OnlineUpdates
+from ..observations.service import Observations, shape_of_index
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable
 from ..prediction_log import PredictionLog, log_served

@@ -18,6 +18,7 @@ from ..drift_alarms import QualityCollector
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from ..log_caps import LogCapCollector
+from ..observations import routes as observations
 from ..platform import logs
 from ..platform.db import Database
 from ..platform.info import server_version
@@ -30,7 +31,7 @@ from ..scheduler import Scheduler
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
 from ..webhooks import WebhookPolicy
-from . import admission, docs, health, hot_path, observations, problems, shortcut, ui, v2
+from . import admission, docs, health, hot_path, problems, shortcut, ui, v2
 from . import promotion as promotion_routes
 from . import quality as quality_routes
 from .auth import KeyVerifier

@@ -227,7 +227,7 @@ def test_a_fit_s_observations_are_its_own_to_reorder_unless_shared(api):
     """Issue #19: the array a fit loads from the log may be laid out fold by fold in place by the
     core (``calibration.allow_reordering``: views, not copies, of each fold's rows); a worker's
     cached arrays, read by several parts of a fanned-out job, may not."""
-    from app.observation_schemas import ObservationQuery
+    from app.observations.schemas import ObservationQuery
     from calibration.inputs import may_reorder
 
     assert _append(api, "own", 0, 300).status_code == 201

@@ -308,7 +308,8 @@ def _peak(call) -> tuple[object, int]:
 def big_chunks(client):
     """``SHIFT`` fitted on 10 classes, with one uploaded observation chunk and one logged chunk of
     BIG_ROWS rows each (written by the stores, as an upload and a flush write them)."""
-    from app import observation_store, prediction_log_store
+    from app import prediction_log_store
+    from app.observations import store as observation_store
     from app.registry import store
     rng = np.random.default_rng(34)
     labels = rng.integers(0, K, BIG_ROWS)
@@ -344,7 +345,7 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
     of ``last=1000``, out of one 100000-row chunk: peak memory within the bound (main read the
     whole chunk's blob)."""
     from app import quality
-    from app.observation_schemas import ObservationQuery
+    from app.observations.schemas import ObservationQuery
     query = quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0)
     answer, peak = _peak(lambda: quality.quality(big_chunks, SHIFT, query))
     assert [w["n_rows"] for w in answer["windows"]] == [ASKED]
@@ -424,7 +425,7 @@ def test_labels_read_only_the_logged_rows_they_label(client):
         tracemalloc.stop()
     assert answer["labelled"] == 2
     with client.app.state.db.read() as session:
-        from app import observation_store
+        from app.observations import store as observation_store
         index = observation_store.chunk_index(session, calibrator_id, observation_store.Selection(source="feedback"))
         stored, stored_labels = observation_store.load(session, index)
     np.testing.assert_array_equal(stored, logits[[0, 1, -1]])

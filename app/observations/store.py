@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy import LargeBinary, delete, func, select
 from sqlalchemy.orm import Session
 
-from .platform.rows import ObservationChunkRow, VersionRow, utcnow
+from ..platform.rows import ObservationChunkRow, VersionRow, utcnow
 
 LABEL_DTYPE = np.dtype("<i4")
 IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters

@@ -16,18 +16,19 @@ from sqlalchemy.exc import NoResultFound
 
 import calibration as cal
 
-from . import observation_store, prediction_log_lookup, prediction_log_store
-from .observation_schemas import ObservationQuery
-from .observation_store import Selection
+from .. import prediction_log_lookup, prediction_log_store
+from ..platform.db import Database
+from ..platform.errors import InvalidInput, NotFound, TooLarge
+from ..platform.rows import CalibratorRow
+from ..prediction_epochs import EpochFilters
+from ..prediction_log import PredictionLog
+from ..registry import store
+from ..registry.names import check_name
+from ..wire.batches import ArrayBatch, validated
+from . import store as observation_store
 from .online_updates import OnlineUpdates
-from .platform.db import Database
-from .platform.errors import InvalidInput, NotFound, TooLarge
-from .platform.rows import CalibratorRow
-from .prediction_epochs import EpochFilters
-from .prediction_log import PredictionLog
-from .registry import store
-from .registry.names import check_name
-from .wire.batches import ArrayBatch, validated
+from .schemas import ObservationQuery
+from .store import Selection
 
 FLOAT_DTYPES = ("f2", "f4", "f8")
 

@@ -30,10 +30,11 @@ from sqlalchemy.orm import Session
 
 import calibration as cal
 
-from . import observation_store, online_store
-from .platform.rows import VersionRow
-from .registry import integrity, store
-from .registry.cache import load_calibrator
+from ..platform.rows import VersionRow
+from ..registry import integrity, store
+from ..registry.cache import load_calibrator
+from . import online_store
+from . import store as observation_store
 
 logger = logging.getLogger("calibration.online")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from .platform.rows import CalibratorRow, ObservationChunkRow, VersionRow
+from ..platform.rows import CalibratorRow, ObservationChunkRow, VersionRow
 
 
 def lock_calibrator(session: Session, calibrator_id: int) -> None:

@@ -9,7 +9,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..observation_schemas import (
+from ..platform.errors import InvalidInput
+from ..registry.names import check_name
+from ..registry.routes import NAME, _json, request_body
+from ..registry.service import CalibrationService
+from ..routes import admission
+from ..routes.auth import ADMIN, READ, WRITE
+from ..routes.idempotent import idempotent
+from ..routes.openapi import body, problems
+from ..wire.decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
+from .schemas import (
     DeletedObservations,
     LabelsOut,
     LabelsRequest,
@@ -20,15 +29,6 @@ from ..observation_schemas import (
     ObservationsAppended,
     ObservationSummary,
 )
-from ..platform.errors import InvalidInput
-from ..registry.names import check_name
-from ..registry.routes import NAME, _json, request_body
-from ..registry.service import CalibrationService
-from ..wire.decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from . import admission
-from .auth import ADMIN, READ, WRITE
-from .idempotent import idempotent
-from .openapi import body, problems
 
 router = APIRouter(prefix="/v1", tags=["observations"])
 BEFORE = Query(description="Delete rows observed before this time (ISO 8601 with a UTC offset)")
