@@ -16,12 +16,13 @@ from sqlalchemy.exc import NoResultFound
 
 import calibration as cal
 
-from .. import prediction_log_lookup, prediction_log_store
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, TooLarge
 from ..platform.rows import CalibratorRow
-from ..prediction_epochs import EpochFilters
-from ..prediction_log import PredictionLog
+from ..prediction_log import lookup as prediction_log_lookup
+from ..prediction_log import store as prediction_log_store
+from ..prediction_log.epochs import EpochFilters
+from ..prediction_log.service import PredictionLog
 from ..registry import store
 from ..registry.names import check_name
 from ..wire.batches import ArrayBatch, validated

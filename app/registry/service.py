@@ -23,7 +23,7 @@ from ..observations.online_updates import OnlineUpdates
 from ..observations.service import Observations, shape_of_index
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable
-from ..prediction_log import PredictionLog, log_served
+from ..prediction_log.service import PredictionLog, log_served
 from ..wire.batches import ArrayBatch, CalibratedBatch, validated
 from ..wire.costs import (
     MAX_ARRAY_BYTES,

@@ -17,14 +17,14 @@ from ..comparisons import routes as evaluation
 from ..drift_alarms import QualityCollector
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
-from ..log_caps import LogCapCollector
 from ..observations import routes as observations
 from ..platform import logs
 from ..platform.db import Database
 from ..platform.info import server_version
-from ..prediction_epochs import EpochFilters, EpochWriter
-from ..prediction_log import PredictionLog
-from ..prediction_log_pipe import PipeWriter
+from ..prediction_log.caps import LogCapCollector
+from ..prediction_log.epochs import EpochFilters, EpochWriter
+from ..prediction_log.pipe import PipeWriter
+from ..prediction_log.service import PredictionLog
 from ..registry import routes as calibrators
 from ..registry.service import CalibrationService
 from ..scheduler import Scheduler

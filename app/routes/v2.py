@@ -10,7 +10,7 @@ from .. import oip
 from ..online_schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
 from ..platform.errors import NotFound
 from ..platform.info import SERVER_NAME, server_version
-from ..prediction_log import log_served
+from ..prediction_log.service import log_served
 from ..registry.names import Reference, check_servable, is_alias, is_name
 from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json

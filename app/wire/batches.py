@@ -11,7 +11,7 @@ from pydantic import BaseModel
 import calibration as cal
 
 from ..platform.errors import InvalidInput
-from ..prediction_log import Served
+from ..prediction_log.service import Served
 
 
 @dataclass(frozen=True)

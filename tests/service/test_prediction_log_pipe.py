@@ -25,15 +25,15 @@ import pytest
 from sqlalchemy import insert, text
 from starlette.testclient import TestClient
 
-from app import prediction_log_pipe
 from app.main import create_app
 from app.platform.db import Database
 from app.platform.rows import CalibratorRow
-from app.prediction_log import PredictionLog
-from app.prediction_log_lookup import find_logged
-from app.prediction_log_pipe import PipeWriter
-from app.prediction_log_ring import KINDS
-from app.prediction_log_store import logged_counts, prediction_chunks
+from app.prediction_log import pipe as prediction_log_pipe
+from app.prediction_log.lookup import find_logged
+from app.prediction_log.pipe import PipeWriter
+from app.prediction_log.ring import KINDS
+from app.prediction_log.service import PredictionLog
+from app.prediction_log.store import logged_counts, prediction_chunks
 from app.registry.store import ResolvedVersion
 from app.routes.application import log_writer_process
 from app.settings import Settings

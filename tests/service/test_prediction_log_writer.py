@@ -15,9 +15,9 @@ from sqlalchemy import insert
 
 from app.platform.db import Database
 from app.platform.rows import CalibratorRow
-from app.prediction_log import PredictionLog, name_thread
-from app.prediction_log_lookup import find_logged
-from app.prediction_log_store import logged_counts, prediction_chunks
+from app.prediction_log.lookup import find_logged
+from app.prediction_log.service import PredictionLog, name_thread
+from app.prediction_log.store import logged_counts, prediction_chunks
 from app.registry.store import ResolvedVersion
 
 

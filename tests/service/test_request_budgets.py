@@ -308,8 +308,8 @@ def _peak(call) -> tuple[object, int]:
 def big_chunks(client):
     """``SHIFT`` fitted on 10 classes, with one uploaded observation chunk and one logged chunk of
     BIG_ROWS rows each (written by the stores, as an upload and a flush write them)."""
-    from app import prediction_log_store
     from app.observations import store as observation_store
+    from app.prediction_log import store as prediction_log_store
     from app.registry import store
     rng = np.random.default_rng(34)
     labels = rng.integers(0, K, BIG_ROWS)
@@ -403,7 +403,7 @@ def test_labels_read_only_the_logged_rows_they_label(client):
     of one row (main read every chunk a label's id is in, whole)."""
     import tracemalloc
 
-    from app import prediction_log_store
+    from app.prediction_log import store as prediction_log_store
     from app.registry import store
     rng = np.random.default_rng(35)
     labels = rng.integers(0, K, BIG_ROWS)

@@ -22,9 +22,10 @@ from collections import OrderedDict
 import numpy as np
 from sqlalchemy.orm import Session
 
-from . import bloom, prediction_epoch_store
-from .platform.db import Database
-from .platform.logs import first_line
+from ..platform.db import Database
+from ..platform.logs import first_line
+from . import bloom
+from . import epoch_store as prediction_epoch_store
 
 logger = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import prediction_log_store
-from .platform.db import Database
-from .platform.logs import first_line
-from .prediction_epochs import EpochWriter
+from ..platform.db import Database
+from ..platform.logs import first_line
+from . import store as prediction_log_store
+from .epochs import EpochWriter
 
 logger = logging.getLogger(__name__)
 

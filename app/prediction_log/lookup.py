@@ -18,11 +18,11 @@ import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from .observations.store import IN_LIST
-from .platform.rows import LoggedPredictionRow
-from .prediction_epochs import EpochFilters
-from .prediction_log_store import BATCH_MARK, GENERATED
-from .registry.store import dialect_insert
+from ..observations.store import IN_LIST
+from ..platform.rows import LoggedPredictionRow
+from ..registry.store import dialect_insert
+from .epochs import EpochFilters
+from .store import BATCH_MARK, GENERATED
 
 # a batch of generated ids that an earlier release sampled row by row (migration 0010): the sorted
 # numbers of the ids it kept, the j-th at row first + j; still read, no longer written

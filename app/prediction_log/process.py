@@ -27,12 +27,12 @@ import time
 
 import orjson
 
-from .platform import logs
-from .platform.db import Database
-from .prediction_epochs import EpochWriter
-from .prediction_log_buffer import LogBuffer, Pending, name_thread
-from .prediction_log_pipe import ACK, BACK, CONFIG_VARIABLE, CONTROL, MARK, PREFIX, TAIL
-from .prediction_log_ring import RingReader
+from ..platform import logs
+from ..platform.db import Database
+from .buffer import LogBuffer, Pending, name_thread
+from .epochs import EpochWriter
+from .pipe import ACK, BACK, CONFIG_VARIABLE, CONTROL, MARK, PREFIX, TAIL
+from .ring import RingReader
 
 logger = logging.getLogger(__name__)
 POLL_SECONDS = 0.005  # the pipe is read this often while messages come; a reader waiting in it

@@ -32,16 +32,17 @@ from datetime import timedelta
 
 import numpy as np
 
-from . import prediction_epoch_store, prediction_log_store
-from .observations import store as observation_store
-from .platform.db import Database
-from .platform.errors import InvalidInput
-from .platform.logs import first_line
-from .platform.rows import utcnow
-from .prediction_epochs import EpochFilters, EpochWriter
-from .prediction_log_buffer import LogBuffer, LogStats, Pending, name_thread
-from .prediction_log_pipe import PipeWriter
-from .registry.store import ResolvedVersion
+from ..observations import store as observation_store
+from ..platform.db import Database
+from ..platform.errors import InvalidInput
+from ..platform.logs import first_line
+from ..platform.rows import utcnow
+from ..registry.store import ResolvedVersion
+from . import epoch_store as prediction_epoch_store
+from . import store as prediction_log_store
+from .buffer import LogBuffer, LogStats, Pending, name_thread
+from .epochs import EpochFilters, EpochWriter
+from .pipe import PipeWriter
 
 logger = logging.getLogger(__name__)
 MAX_ID_LENGTH = 128

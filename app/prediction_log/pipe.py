@@ -40,9 +40,9 @@ from pathlib import Path
 
 import orjson
 
-from .observations.store import raw_view
-from .prediction_log_buffer import Pending
-from .prediction_log_ring import CLIENT_IDS, PREFIX, RING_BYTES, RingWriter, record_header
+from ..observations.store import raw_view
+from .buffer import Pending
+from .ring import CLIENT_IDS, PREFIX, RING_BYTES, RingWriter, record_header
 
 logger = logging.getLogger(__name__)
 CONTROL = struct.Struct("<3q")  # down the pipe: mode, value (a mark's number), the ring's head
@@ -53,7 +53,7 @@ ANNOUNCE_SECONDS = 0.005
 RESTART_SECONDS = 5.0
 CONFIG_VARIABLE = "CALIBRATION_LOG_WRITER_CONFIG"  # the process's settings, in its environment
 # the process imports this application's ``app``, not one that its working directory may hold
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from app.prediction_log_process import main; main(*sys.argv[2:])"
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from app.prediction_log.process import main; main(*sys.argv[2:])"
 ROOT = str(Path(__file__).resolve().parents[1])
 
 

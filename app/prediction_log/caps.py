@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily
 
-from . import prediction_log_store
-from .platform.db import Database
+from ..platform.db import Database
+from . import store as prediction_log_store
 
 
 class LogCapCollector:

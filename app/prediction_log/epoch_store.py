@@ -11,9 +11,9 @@ from datetime import datetime
 from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
+from ..observations.store import IN_LIST
+from ..platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
 from . import bloom
-from .observations.store import IN_LIST
-from .platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
 
 EPOCHS = PredictionEpochRow.__table__
 

@@ -15,9 +15,9 @@ import orjson
 from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from . import prediction_epoch_store
-from .observations.store import byte_range, from_raw, raw_view
-from .platform.rows import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
+from ..observations.store import byte_range, from_raw, raw_view
+from ..platform.rows import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
+from . import epoch_store as prediction_epoch_store
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
 GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.new_prefix
