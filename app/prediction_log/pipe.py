@@ -54,7 +54,7 @@ RESTART_SECONDS = 5.0
 CONFIG_VARIABLE = "CALIBRATION_LOG_WRITER_CONFIG"  # the process's settings, in its environment
 # the process imports this application's ``app``, not one that its working directory may hold
 BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from app.prediction_log.process import main; main(*sys.argv[2:])"
-ROOT = str(Path(__file__).resolve().parents[1])
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class PipeWriter:

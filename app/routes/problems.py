@@ -20,7 +20,7 @@ from starlette.responses import Response
 from ..platform.errors import Conflict, ServiceError
 from ..platform.logs import first_line
 
-log = logging.getLogger("app.platform.errors")
+log = logging.getLogger("app.errors")
 PROBLEM_TYPE = "about:blank"
 
 

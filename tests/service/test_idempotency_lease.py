@@ -57,8 +57,8 @@ def test_a_claim_of_a_process_killed_with_sigkill_is_taken_over_after_its_lease(
     body = _body()
     # a real process claims the key as a request would, and is killed before it answers
     script = ("import os, signal, sys\n"
-              "from app.db import Database\n"
-              "from app.idempotency import IdempotencyKeys, request_digest\n"
+              "from app.platform.db import Database\n"
+              "from app.access.idempotency import IdempotencyKeys, request_digest\n"
               "keys = IdempotencyKeys(Database(sys.argv[1]), 86400)\n"
               f"digest = request_digest('application/json', '', open(sys.argv[2], 'rb').read())\n"
               f"assert keys.claim({SCOPE!r}, {KEY!r}, digest) is None\n"

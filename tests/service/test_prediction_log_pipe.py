@@ -234,9 +234,9 @@ def test_the_writer_stores_what_it_holds_when_its_api_process_dies(calibrator, d
     db, calibrator_id = calibrator
     script = textwrap.dedent(f"""
         import os, sys, numpy as np
-        from app.prediction_log import PredictionLog
-        from app.prediction_log_pipe import PipeWriter
-        from app.store import ResolvedVersion
+        from app.prediction_log.service import PredictionLog
+        from app.prediction_log.pipe import PipeWriter
+        from app.registry.store import ResolvedVersion
         pipe = PipeWriter({_config(database_url)!r})
         log = PredictionLog(None, pipe=pipe)
         served = log.record(ResolvedVersion("piped", 1, "-", 1, {calibrator_id}, 1.0), "logits", 3,
