@@ -25,7 +25,7 @@ import calibration as cal
 
 from . import evaluations, promotion
 from . import promotion_store as ps
-from .alarm_models import DriftMonitorRow
+from .monitoring.rows import DriftMonitorRow
 from .observations.schemas import DataSource, ObservationQuery
 from .platform.errors import Conflict, InvalidInput, NotFound
 from .platform.rows import ObservationChunkRow, utcnow

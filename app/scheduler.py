@@ -22,7 +22,8 @@ import threading
 
 from sqlalchemy import func, select
 
-from . import policies, webhooks
+from . import policies
+from .monitoring import webhooks
 from .platform.errors import ServiceError
 from .platform.logs import first_line
 from .platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow

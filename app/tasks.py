@@ -13,9 +13,11 @@ import threading
 
 from calibration import json_safe
 
-from . import drift_alarms, fan_out, job_store, policies, power
+from . import fan_out, job_store, policies
 from .job_inputs import batch_of_job
 from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
+from .monitoring import alarms as drift_alarms
+from .monitoring import power
 from .platform.db import Database
 from .platform.errors import ServiceError
 from .platform.logs import first_line

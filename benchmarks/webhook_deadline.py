@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.request
 
-from app.webhooks import post
+from app.monitoring.webhooks import post
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 

@@ -14,9 +14,11 @@ from prometheus_client import CollectorRegistry
 from ..access import routes as keys
 from ..access.idempotency import IdempotencyKeys
 from ..comparisons import routes as evaluation
-from ..drift_alarms import QualityCollector
 from ..job_metrics import JobCollector
 from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
+from ..monitoring import routes as quality_routes
+from ..monitoring.alarms import QualityCollector
+from ..monitoring.webhooks import WebhookPolicy
 from ..observations import routes as observations
 from ..platform import logs
 from ..platform.db import Database
@@ -30,10 +32,8 @@ from ..registry.service import CalibrationService
 from ..scheduler import Scheduler
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
-from ..webhooks import WebhookPolicy
 from . import admission, docs, health, hot_path, problems, shortcut, ui, v2
 from . import promotion as promotion_routes
-from . import quality as quality_routes
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors

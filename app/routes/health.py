@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.responses import JSONResponse, Response
 
-from ..online_schemas import HealthOut, ReadyOut
+from ..monitoring.schemas import HealthOut, ReadyOut
 from ..platform.logs import first_line
 from ..platform.migrate import current_revision, head_revision
 

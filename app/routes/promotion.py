@@ -7,7 +7,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from .. import evaluations, policies, promotion
-from ..online_schemas import (
+from ..monitoring.schemas import (
     AliasHistoryOut,
     AliasMoveOut,
     EvaluationList,

@@ -22,10 +22,12 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from .. import drift_alarms, evaluations, promotion, quality, webhooks
+from .. import evaluations, promotion
 from ..dashboard import pages
 from ..dashboard.html import CONTENT_SECURITY_POLICY
 from ..dashboard.online import online_page
+from ..monitoring import alarms as drift_alarms
+from ..monitoring import quality, webhooks
 from ..platform.errors import ServiceError
 from ..registry.schemas import JOB_STATES
 from .auth import presented_key

@@ -7,7 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
 from .. import oip
-from ..online_schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
+from ..monitoring.schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
 from ..platform.errors import NotFound
 from ..platform.info import SERVER_NAME, server_version
 from ..prediction_log.service import log_served

@@ -220,11 +220,11 @@ def test_the_bootstrap_budget_cuts_resamples_and_says_so(client, data, monkeypat
     _fit(client, val, val_labels)
     _ok(client.post(f"/v1/calibrators/{NAME}/observations",
                     json={"logits": test[:500].tolist(), "labels": test_labels[:500].tolist()}), 201)
-    monkeypatch.setattr("app.quality.BOOTSTRAP_ENTRIES", 500 * 10 * 2 * 7)
+    monkeypatch.setattr("app.monitoring.quality.BOOTSTRAP_ENTRIES", 500 * 10 * 2 * 7)
     body = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"bootstrap": 50}))
     assert body["bootstrap"] == 7 and body["bootstrap_asked"] == 50
     assert body["windows"][0]["calibrated"]["nll"]["low"] is not None
-    monkeypatch.setattr("app.quality.BOOTSTRAP_ENTRIES", 10)
+    monkeypatch.setattr("app.monitoring.quality.BOOTSTRAP_ENTRIES", 10)
     body = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"bootstrap": 50}))
     assert body["bootstrap"] == 0 and body["windows"][0]["calibrated"]["nll"]["low"] is None
 

@@ -333,7 +333,7 @@ def _bound(rows: int) -> int:
 
 
 def test_label_shift_peak_memory_is_bounded_by_the_rows_asked_for(big_chunks):
-    from app import quality
+    from app.monitoring import quality
     answer, peak = _peak(lambda: quality.label_shift(big_chunks, SHIFT, last=ASKED))
     assert answer["n_predictions"] == ASKED and answer["n_source_rows"] == ASKED
     print(f"label shift of {ASKED} rows: peak {peak} B, bound {_bound(ASKED)} B")
@@ -344,7 +344,7 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
     """A quality window of the newest 1000 rows, and a fit's arrays and an evaluation's selection
     of ``last=1000``, out of one 100000-row chunk: peak memory within the bound (main read the
     whole chunk's blob)."""
-    from app import quality
+    from app.monitoring import quality
     from app.observations.schemas import ObservationQuery
     query = quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0)
     answer, peak = _peak(lambda: quality.quality(big_chunks, SHIFT, query))
@@ -359,7 +359,8 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
 
 
 def test_quality_and_evaluations_over_the_read_budget_are_413s_naming_the_setting(big_chunks):
-    from app import evaluations, quality
+    from app import evaluations
+    from app.monitoring import quality
     from app.platform.errors import TooLarge
     from app.promotion_schemas import EvaluationRequest
     big_chunks.max_read_entries = ASKED * K
@@ -378,7 +379,7 @@ def test_an_alarms_evaluation_reads_within_the_budget(big_chunks):
     """The label-free monitor's reference is the newest labelled rows (50000 by default): with a
     budget of 1000 rows x 10 classes it reads 1000 of the 100000-row upload, within the bound
     (main read the whole chunk)."""
-    from app import drift_alarms
+    from app.monitoring import alarms as drift_alarms
     big_chunks.max_read_entries = ASKED * K
 
     def evaluate():

@@ -12,9 +12,9 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .alarm_models import DriftMonitorRow
-from .observations.store import byte_range, from_raw
-from .platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from ..observations.store import byte_range, from_raw
+from ..platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from .rows import DriftMonitorRow
 
 
 @dataclass(frozen=True)

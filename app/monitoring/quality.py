@@ -19,13 +19,13 @@ import calibration as cal
 from calibration import label_shift as shift
 from calibration import prior_shift, quality_plot
 
-from . import alarm_store
-from .observations import store as observation_store
-from .observations.store import Selection
-from .platform.db import Database
-from .platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge
-from .registry import store
-from .registry.names import Reference, check_name
+from ..observations import store as observation_store
+from ..observations.store import Selection
+from ..platform.db import Database
+from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge
+from ..registry import store
+from ..registry.names import Reference, check_name
+from . import store as alarm_store
 
 METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
            "brier": cal.brier, "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}

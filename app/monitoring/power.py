@@ -17,11 +17,11 @@ import numpy as np
 import calibration as cal
 from calibration import power as core
 
-from .observations import store as observation_store
-from .platform.errors import Conflict, InvalidInput, NotFound, TooLarge
+from ..observations import store as observation_store
+from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge
+from ..registry import store
+from ..registry.names import Reference, check_name
 from .power_schemas import PowerRequest
-from .registry import store
-from .registry.names import Reference, check_name
 
 
 def _index(session, calibrator_id: int, rows: int, budget: int) -> list:

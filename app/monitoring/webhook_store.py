@@ -15,8 +15,8 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from .alarm_models import WebhookDeliveryRow
-from .platform.rows import utcnow
+from ..platform.rows import utcnow
+from .rows import WebhookDeliveryRow
 
 STATES = ("pending", "delivered", "failed")
 

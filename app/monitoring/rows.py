@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .platform.rows import Base, UTCDateTime, utcnow
+from ..platform.rows import Base, UTCDateTime, utcnow
 
 
 class DriftMonitorRow(Base):

@@ -8,17 +8,18 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import drift_alarms, power, quality, webhooks
-from ..online_schemas import AlarmsOut, DeliveriesOut, LabelShiftOut, QualityOut
-from ..power_schemas import PowerRequest
 from ..registry.routes import NAME, _json, job_accepted, request_body
 from ..registry.schemas import JobOut
 from ..registry.service import CalibrationService
+from ..routes import admission
+from ..routes.auth import READ, WRITE
+from ..routes.openapi import body, problems
 from ..wire.decoding import decode_fields
 from ..wire.encoding import image_format
-from . import admission
-from .auth import READ, WRITE
-from .openapi import body, problems
+from . import alarms as drift_alarms
+from . import power, quality, webhooks
+from .power_schemas import PowerRequest
+from .schemas import AlarmsOut, DeliveriesOut, LabelShiftOut, QualityOut
 
 router = APIRouter(prefix="/v1", tags=["quality"])
 WINDOW = Query("day", max_length=20, description="`hour`, `day` (UTC) or a number of rows per window")

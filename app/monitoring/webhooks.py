@@ -31,13 +31,13 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
+from ..platform.db import Database
+from ..platform.logs import first_line
+from ..platform.rows import utcnow
+from ..registry import store
+from ..registry.names import check_name
 from . import webhook_store
-from .alarm_models import DriftMonitorRow
-from .platform.db import Database
-from .platform.logs import first_line
-from .platform.rows import utcnow
-from .registry import store
-from .registry.names import check_name
+from .rows import DriftMonitorRow
 
 logger = logging.getLogger(__name__)
 ANSWER_BYTES = 65536  # of a receiver's answer read at most (its body is not used)

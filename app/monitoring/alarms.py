@@ -25,15 +25,16 @@ from sqlalchemy.exc import IntegrityError
 import calibration as cal
 from calibration import label_free, monitoring
 
-from . import alarm_store, webhooks
-from .alarm_models import DriftMonitorRow
-from .observations import store as observation_store
-from .platform.db import Database
-from .platform.errors import InvalidInput, NotFound
-from .platform.rows import utcnow
+from ..observations import store as observation_store
+from ..platform.db import Database
+from ..platform.errors import InvalidInput, NotFound
+from ..platform.rows import utcnow
+from ..registry import store
+from ..registry.names import Reference, check_name
+from . import store as alarm_store
+from . import webhooks
 from .quality import calibrated_groups
-from .registry import store
-from .registry.names import Reference, check_name
+from .rows import DriftMonitorRow
 
 FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
 ECE_ROWS = 10_000  # the gauge's ECE: of the newest rows a version served
