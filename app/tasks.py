@@ -13,7 +13,7 @@ import threading
 
 from calibration import json_safe
 
-from . import fan_out, job_store, policies
+from . import fan_out, job_store
 from .job_inputs import batch_of_job
 from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
 from .monitoring import alarms as drift_alarms
@@ -21,6 +21,7 @@ from .monitoring import power
 from .platform.db import Database
 from .platform.errors import ServiceError
 from .platform.logs import first_line
+from .promotion import policies
 from .registry.schemas import CompareFields, FitFields
 from .registry.service import CalibrationService
 from .settings import get_settings

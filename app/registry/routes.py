@@ -7,7 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..access import keys
-from ..promotion_schemas import AliasMoveRequest
+from ..promotion.schemas import AliasMoveRequest
 from ..routes import admission, hot_path
 from ..routes.auth import ADMIN, READ, WRITE, presented_key
 from ..routes.idempotent import idempotent

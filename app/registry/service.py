@@ -15,7 +15,6 @@ import numpy as np
 
 import calibration as cal
 
-from .. import promotion
 from ..comparisons.service import Comparisons
 from ..job_inputs import job_input
 from ..jobs import JobProgress, JobRunner
@@ -24,6 +23,7 @@ from ..observations.service import Observations, shape_of_index
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable
 from ..prediction_log.service import PredictionLog, log_served
+from ..promotion import aliases as promotion
 from ..wire.batches import ArrayBatch, CalibratedBatch, validated
 from ..wire.costs import (
     MAX_ARRAY_BYTES,

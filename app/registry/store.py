@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from ..platform.db import Database
 from ..platform.errors import Conflict, InvalidInput, NotFound
 from ..platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
-from ..promotion_models import CalibratorSettingRow
+from ..promotion.rows import CalibratorSettingRow
 from . import integrity
 from .names import Reference
 

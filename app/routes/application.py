@@ -27,13 +27,13 @@ from ..prediction_log.caps import LogCapCollector
 from ..prediction_log.epochs import EpochFilters, EpochWriter
 from ..prediction_log.pipe import PipeWriter
 from ..prediction_log.service import PredictionLog
+from ..promotion import routes as promotion_routes
+from ..promotion.scheduler import Scheduler
 from ..registry import routes as calibrators
 from ..registry.service import CalibrationService
-from ..scheduler import Scheduler
 from ..settings import Settings, get_settings, serve_threads
 from ..tasks import run_job
 from . import admission, docs, health, hot_path, problems, shortcut, ui, v2
-from . import promotion as promotion_routes
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors

@@ -359,10 +359,10 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
 
 
 def test_quality_and_evaluations_over_the_read_budget_are_413s_naming_the_setting(big_chunks):
-    from app import evaluations
     from app.monitoring import quality
     from app.platform.errors import TooLarge
-    from app.promotion_schemas import EvaluationRequest
+    from app.promotion import evaluations
+    from app.promotion.schemas import EvaluationRequest
     big_chunks.max_read_entries = ASKED * K
     assert quality.quality(big_chunks, SHIFT, quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0))
     with pytest.raises(TooLarge, match=r"over the limit of 10000 entries one read may load "

@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.main import create_app
-from app.scheduler import Scheduler
+from app.promotion.scheduler import Scheduler
 from app.settings import Settings, get_settings
 from tests.helpers import load_split
 

@@ -23,16 +23,17 @@ from sqlalchemy import func, select
 
 import calibration as cal
 
-from . import evaluations, promotion
-from . import promotion_store as ps
-from .monitoring.rows import DriftMonitorRow
-from .observations.schemas import DataSource, ObservationQuery
-from .platform.errors import Conflict, InvalidInput, NotFound
-from .platform.rows import ObservationChunkRow, utcnow
-from .promotion_models import RefitPolicyRow
-from .promotion_schemas import EvaluationRequest, RefitPolicy
-from .registry.names import Reference, check_alias, check_name
-from .registry.schemas import FitFields
+from ..monitoring.rows import DriftMonitorRow
+from ..observations.schemas import DataSource, ObservationQuery
+from ..platform.errors import Conflict, InvalidInput, NotFound
+from ..platform.rows import ObservationChunkRow, utcnow
+from ..registry.names import Reference, check_alias, check_name
+from ..registry.schemas import FitFields
+from . import aliases as promotion
+from . import evaluations
+from . import store as ps
+from .rows import RefitPolicyRow
+from .schemas import EvaluationRequest, RefitPolicy
 
 
 def _view(name: str, row: RefitPolicyRow) -> dict:

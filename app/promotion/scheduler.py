@@ -22,13 +22,13 @@ import threading
 
 from sqlalchemy import func, select
 
+from ..monitoring import webhooks
+from ..platform.errors import ServiceError
+from ..platform.logs import first_line
+from ..platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from ..settings import get_settings
 from . import policies
-from .monitoring import webhooks
-from .platform.errors import ServiceError
-from .platform.logs import first_line
-from .platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
-from .promotion_models import RefitPolicyRow
-from .settings import get_settings
+from .rows import RefitPolicyRow
 
 logger = logging.getLogger(__name__)
 

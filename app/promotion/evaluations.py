@@ -30,15 +30,15 @@ import numpy as np
 
 import calibration as cal
 
-from . import promotion_store
-from .observations.schemas import ObservationQuery
-from .observations.service import shape_of_index
-from .platform.errors import InvalidInput, NotFound, TooLarge
-from .platform.rows import utcnow
-from .promotion_models import EvaluationRow
-from .promotion_schemas import EvaluationRequest
-from .registry import store
-from .registry.names import Reference, check_alias, check_name
+from ..observations.schemas import ObservationQuery
+from ..observations.service import shape_of_index
+from ..platform.errors import InvalidInput, NotFound, TooLarge
+from ..platform.rows import utcnow
+from ..registry import store
+from ..registry.names import Reference, check_alias, check_name
+from . import store as promotion_store
+from .rows import EvaluationRow
+from .schemas import EvaluationRequest
 
 
 def _reference(name: str, value: int | str) -> Reference:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
-from .observations.schemas import DataSource
+from ..observations.schemas import DataSource
 
 VersionOrAlias = StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=64)]
 EVALUATION_ID = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]

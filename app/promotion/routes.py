@@ -6,7 +6,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from .. import evaluations, policies, promotion
 from ..monitoring.schemas import (
     AliasHistoryOut,
     AliasMoveOut,
@@ -17,14 +16,16 @@ from ..monitoring.schemas import (
     PolicyRunOut,
     ServingOut,
 )
-from ..promotion_schemas import EvaluationRequest, GateRequest, RefitPolicy, ServingRequest
 from ..registry.routes import ALIAS, NAME, _json, actor_of, job_accepted, request_body
 from ..registry.schemas import JobOut
 from ..registry.service import CalibrationService
+from ..routes import admission
+from ..routes.auth import READ, WRITE
+from ..routes.openapi import body, problems
 from ..wire.decoding import decode_fields
-from . import admission
-from .auth import READ, WRITE
-from .openapi import body, problems
+from . import aliases as promotion
+from . import evaluations, policies
+from .schemas import EvaluationRequest, GateRequest, RefitPolicy, ServingRequest
 
 router = APIRouter(prefix="/v1", tags=["promotion"])
 EVALUATION_ID = Path(pattern=r"^[0-9a-f]{32}$", description="Evaluation id")

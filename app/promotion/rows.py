@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .platform.rows import Base, UTCDateTime, utcnow
+from ..platform.rows import Base, UTCDateTime, utcnow
 
 
 class CalibratorSettingRow(Base):

@@ -15,10 +15,10 @@
 
 from __future__ import annotations
 
-from . import promotion_store as ps
-from .platform.db import Database
-from .platform.errors import Conflict, NotFound
-from .registry.names import check_alias, check_name
+from ..platform.db import Database
+from ..platform.errors import Conflict, NotFound
+from ..registry.names import check_alias, check_name
+from . import store as ps
 
 HISTORY_LIMIT = 1000
 

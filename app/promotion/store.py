@@ -12,10 +12,10 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from .platform.errors import NotFound
-from .platform.rows import AliasRow, CalibratorRow, ObservationChunkRow, utcnow
-from .promotion_models import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
-from .registry.store import calibrator_row, dialect_insert, get_version, version_by_id
+from ..platform.errors import NotFound
+from ..platform.rows import AliasRow, CalibratorRow, ObservationChunkRow, utcnow
+from ..registry.store import calibrator_row, dialect_insert, get_version, version_by_id
+from .rows import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
 
 
 def locked_calibrator(session: Session, name: str) -> CalibratorRow:
