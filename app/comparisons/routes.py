@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 import calibration as cal
 
-from ..jobs import JobRunner
+from ..jobs.runner import JobRunner
 from ..registry.routes import job_accepted, prefers_async, request_body
 from ..registry.schemas import (
     JOB_STATES,

@@ -7,8 +7,8 @@ import numpy as np
 
 import calibration as cal
 
-from ..job_inputs import job_input
-from ..jobs import JobProgress
+from ..jobs.inputs import job_input
+from ..jobs.runner import JobProgress
 from ..platform.errors import InvalidInput
 from ..registry.schemas import CompareFields
 from ..wire.batches import ArrayBatch, validated

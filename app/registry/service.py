@@ -16,8 +16,8 @@ import numpy as np
 import calibration as cal
 
 from ..comparisons.service import Comparisons
-from ..job_inputs import job_input
-from ..jobs import JobProgress, JobRunner
+from ..jobs.inputs import job_input
+from ..jobs.runner import JobProgress, JobRunner
 from ..observations.online_updates import OnlineUpdates
 from ..observations.service import Observations, shape_of_index
 from ..platform.db import Database

@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry
 from ..access import routes as keys
 from ..access.idempotency import IdempotencyKeys
 from ..comparisons import routes as evaluation
-from ..job_metrics import JobCollector
-from ..jobs import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
+from ..jobs.metrics import JobCollector
+from ..jobs.runner import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
+from ..jobs.tasks import run_job
 from ..monitoring import routes as quality_routes
 from ..monitoring.alarms import QualityCollector
 from ..monitoring.webhooks import WebhookPolicy
@@ -32,7 +33,6 @@ from ..promotion.scheduler import Scheduler
 from ..registry import routes as calibrators
 from ..registry.service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
-from ..tasks import run_job
 from . import admission, docs, health, hot_path, problems, shortcut, ui, v2
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app import job_store
-from app.job_inputs import batch_of_job, job_input
+from app.jobs import store as job_store
+from app.jobs.inputs import batch_of_job, job_input
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.registry import reports

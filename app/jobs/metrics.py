@@ -12,8 +12,8 @@ from collections import defaultdict
 
 from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
 
-from . import job_store
-from .platform.db import Database
+from ..platform.db import Database
+from . import store as job_store
 
 
 class JobCollector:

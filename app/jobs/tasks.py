@@ -13,19 +13,20 @@ import threading
 
 from calibration import json_safe
 
-from . import fan_out, job_store
-from .job_inputs import batch_of_job
-from .jobs import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
-from .monitoring import alarms as drift_alarms
-from .monitoring import power
-from .platform.db import Database
-from .platform.errors import ServiceError
-from .platform.logs import first_line
-from .promotion import policies
-from .registry.schemas import CompareFields, FitFields
-from .registry.service import CalibrationService
-from .settings import get_settings
-from .wire.batches import validated
+from ..monitoring import alarms as drift_alarms
+from ..monitoring import power
+from ..platform.db import Database
+from ..platform.errors import ServiceError
+from ..platform.logs import first_line
+from ..promotion import policies
+from ..registry.schemas import CompareFields, FitFields
+from ..registry.service import CalibrationService
+from ..settings import get_settings
+from ..wire.batches import validated
+from . import fan_out
+from . import store as job_store
+from .inputs import batch_of_job
+from .runner import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
 
 logger = logging.getLogger(__name__)
 INTERNAL_ERROR = {"status": 500, "title": "Internal Server Error", "detail": "the job failed unexpectedly"}
@@ -182,8 +183,8 @@ def procrastinate_app():
     """The Procrastinate app of ``calibration-service worker``: one task, ``run_job``."""
     import procrastinate
 
-    from .jobs import PROCRASTINATE_QUEUE, PROCRASTINATE_TASK
-    from .platform.db import libpq_url
+    from ..platform.db import libpq_url
+    from .runner import PROCRASTINATE_QUEUE, PROCRASTINATE_TASK
 
     database_url = get_settings().database_url
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=libpq_url(database_url)))

@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from .platform.rows import JobRow, utcnow
+from ..platform.rows import JobRow, utcnow
 
 RETENTION = timedelta(days=1)
 MAX_ID_LENGTH = 32

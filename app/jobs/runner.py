@@ -34,12 +34,12 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import job_store
-from .platform import allocator
-from .platform.db import Database, libpq_url, normalise_url
-from .platform.errors import NotFound, Unavailable
-from .platform.logs import first_line
-from .platform.rows import utcnow
+from ..platform import allocator
+from ..platform.db import Database, libpq_url, normalise_url
+from ..platform.errors import NotFound, Unavailable
+from ..platform.logs import first_line
+from ..platform.rows import utcnow
+from . import store as job_store
 
 PROGRESS_STEP = 5.0  # percent between progress writes
 PROCRASTINATE_QUEUE = "calibration"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import job_store
-from .wire.batches import ArrayBatch
+from ..wire.batches import ArrayBatch
+from . import store as job_store
 
 
 def job_input(batch: ArrayBatch, labels: np.ndarray) -> tuple[dict, bytes]:

@@ -31,12 +31,12 @@ from datetime import timedelta
 
 import calibration as cal
 
-from . import job_store
-from .jobs import JobCancelled, JobProgress
-from .platform.db import Database
-from .platform.errors import InvalidInput, ServiceError
-from .platform.rows import utcnow
-from .wire.costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
+from ..platform.db import Database
+from ..platform.errors import InvalidInput, ServiceError
+from ..platform.rows import utcnow
+from ..wire.costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
+from . import store as job_store
+from .runner import JobCancelled, JobProgress
 
 PART = "compare-part"
 POLL_SECONDS = 0.1
