@@ -61,7 +61,7 @@ def test_the_service_and_the_store_know_no_wire_format():
     modules = module_files()
     for name in ("app.registry.service", "app.registry.store", "app.jobs.runner", "app.jobs.store"):
         imports = imported_names(name, modules[name])
-        wire = {"app.wire.codecs", "app.wire.decoding", "app.wire.encoding", "app.oip", "app.routes"}
+        wire = {"app.wire.codecs", "app.wire.decoding", "app.wire.encoding", "app.oip.protocol", "app.routes"}
         assert not imports & wire, name
 
 

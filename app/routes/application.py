@@ -21,6 +21,7 @@ from ..monitoring import routes as quality_routes
 from ..monitoring.alarms import QualityCollector
 from ..monitoring.webhooks import WebhookPolicy
 from ..observations import routes as observations
+from ..oip import routes as v2
 from ..platform import logs
 from ..platform.db import Database
 from ..platform.info import server_version
@@ -33,7 +34,7 @@ from ..promotion.scheduler import Scheduler
 from ..registry import routes as calibrators
 from ..registry.service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
-from . import admission, docs, health, hot_path, problems, shortcut, ui, v2
+from . import admission, docs, health, hot_path, problems, shortcut, ui
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors

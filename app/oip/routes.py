@@ -6,17 +6,17 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
-from .. import oip
 from ..monitoring.schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
 from ..platform.errors import NotFound
 from ..platform.info import SERVER_NAME, server_version
 from ..prediction_log.service import log_served
 from ..registry.names import Reference, check_servable, is_alias, is_name
 from ..registry.service import CalibrationService
+from ..routes import hot_path
+from ..routes.auth import READ
+from ..routes.health import readiness
 from ..wire.codecs import dump_json
-from . import hot_path
-from .auth import READ
-from .health import readiness
+from . import protocol as oip
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 MODEL = Path(description="Calibrator name, or `name@alias`", examples=["demo", "demo@production"])

@@ -20,9 +20,9 @@ import orjson
 
 import calibration as cal
 
-from .platform.errors import MalformedRequest, TooLarge
-from .wire.codecs import parse_json
-from .wire.costs import RequestLimits
+from ..platform.errors import MalformedRequest, TooLarge
+from ..wire.codecs import parse_json
+from ..wire.costs import RequestLimits
 
 HEADER_LENGTH = "inference-header-content-length"
 DTYPES = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
