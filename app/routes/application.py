@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from ..access import routes as keys
 from ..access.idempotency import IdempotencyKeys
 from ..comparisons import routes as evaluation
+from ..dashboard import routes as ui
 from ..jobs.metrics import JobCollector
 from ..jobs.runner import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from ..jobs.tasks import run_job
@@ -34,7 +35,7 @@ from ..promotion.scheduler import Scheduler
 from ..registry import routes as calibrators
 from ..registry.service import CalibrationService
 from ..settings import Settings, get_settings, serve_threads
-from . import admission, docs, health, hot_path, problems, shortcut, ui
+from . import admission, docs, health, hot_path, problems, shortcut
 from .auth import KeyVerifier
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors

@@ -11,11 +11,11 @@ from starlette.testclient import TestClient
 
 import calibration as cal
 from app.access import keys
+from app.dashboard.routes import COOKIE
 from app.dashboard.svg import reliability_svg
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
-from app.routes.ui import COOKIE
 from app.settings import Settings
 from tests.helpers import make_reference_input
 

@@ -22,18 +22,18 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..dashboard import pages
-from ..dashboard.html import CONTENT_SECURITY_POLICY
-from ..dashboard.online import online_page
 from ..monitoring import alarms as drift_alarms
 from ..monitoring import quality, webhooks
 from ..platform.errors import ServiceError
 from ..promotion import aliases as promotion
 from ..promotion import evaluations
 from ..registry.schemas import JOB_STATES
-from .auth import presented_key
+from ..routes.auth import presented_key
+from ..routes.problems import Problem
+from . import pages
 from .forms import FormRefused, read_form
-from .problems import Problem
+from .html import CONTENT_SECURITY_POLICY
+from .online import online_page
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 COOKIE = "calibration_ui_key"
