@@ -13,8 +13,8 @@ use ``create_app``: frozen objects are never collected, so each would leave its 
 import gc
 from contextlib import asynccontextmanager
 
+from .http import application
 from .platform import allocator
-from .routes import application
 from .settings import Settings
 
 

@@ -47,7 +47,7 @@ def is_http_edge(name: str) -> bool:
     """The HTTP edge: ``app.http`` (the application, middleware, problems, auth, ...) and each domain's
     ``routes`` module (with the dashboard's form rules)."""
     return (name.startswith(("app.http", "app.routes")) or name.rpartition(".")[2] == "routes"
-            or name == "app.dashboard.forms")
+            or name == "app.http.forms")
 
 
 def test_only_the_routes_import_the_web_framework():

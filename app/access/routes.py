@@ -7,10 +7,10 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..http.auth import ADMIN
+from ..http.openapi import problems
 from ..platform.errors import InvalidInput, NotFound
 from ..registry.schemas import KeyCreated, KeyList, KeyRequest
-from ..routes.auth import ADMIN
-from ..routes.openapi import problems
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE
 from . import keys

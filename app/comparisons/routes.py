@@ -11,6 +11,10 @@ from starlette.responses import Response
 
 import calibration as cal
 
+from ..http import admission
+from ..http.auth import READ, WRITE
+from ..http.idempotent import idempotent
+from ..http.openapi import body, problems
 from ..jobs.runner import JobRunner
 from ..registry.routes import job_accepted, prefers_async, request_body
 from ..registry.schemas import (
@@ -26,10 +30,6 @@ from ..registry.schemas import (
     MetricsRequest,
 )
 from ..registry.service import CalibrationService
-from ..routes import admission
-from ..routes.auth import READ, WRITE
-from ..routes.idempotent import idempotent
-from ..routes.openapi import body, problems
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
 

@@ -22,16 +22,16 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from ..http.auth import presented_key
+from ..http.forms import FormRefused, read_form
+from ..http.problems import Problem
 from ..monitoring import alarms as drift_alarms
 from ..monitoring import quality, webhooks
 from ..platform.errors import ServiceError
 from ..promotion import aliases as promotion
 from ..promotion import evaluations
 from ..registry.schemas import JOB_STATES
-from ..routes.auth import presented_key
-from ..routes.problems import Problem
 from . import pages
-from .forms import FormRefused, read_form
 from .html import CONTENT_SECURITY_POLICY
 from .online import online_page
 

@@ -8,12 +8,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..http import admission
+from ..http.auth import READ, WRITE
+from ..http.openapi import body, problems
 from ..registry.routes import NAME, _json, job_accepted, request_body
 from ..registry.schemas import JobOut
 from ..registry.service import CalibrationService
-from ..routes import admission
-from ..routes.auth import READ, WRITE
-from ..routes.openapi import body, problems
 from ..wire.decoding import decode_fields
 from ..wire.encoding import image_format
 from . import alarms as drift_alarms

@@ -9,14 +9,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..http import admission
+from ..http.auth import ADMIN, READ, WRITE
+from ..http.idempotent import idempotent
+from ..http.openapi import body, problems
 from ..platform.errors import InvalidInput
 from ..registry.names import check_name
 from ..registry.routes import NAME, _json, request_body
 from ..registry.service import CalibrationService
-from ..routes import admission
-from ..routes.auth import ADMIN, READ, WRITE
-from ..routes.idempotent import idempotent
-from ..routes.openapi import body, problems
 from ..wire.decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
 from .schemas import (
     DeletedObservations,

@@ -6,15 +6,15 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
+from ..http import hot_path
+from ..http.auth import READ
+from ..http.health import readiness
 from ..monitoring.schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
 from ..platform.errors import NotFound
 from ..platform.info import SERVER_NAME, server_version
 from ..prediction_log.service import log_served
 from ..registry.names import Reference, check_servable, is_alias, is_name
 from ..registry.service import CalibrationService
-from ..routes import hot_path
-from ..routes.auth import READ
-from ..routes.health import readiness
 from ..wire.codecs import dump_json
 from . import protocol as oip
 

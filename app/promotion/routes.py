@@ -6,6 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
+from ..http import admission
+from ..http.auth import READ, WRITE
+from ..http.openapi import body, problems
 from ..monitoring.schemas import (
     AliasHistoryOut,
     AliasMoveOut,
@@ -19,9 +22,6 @@ from ..monitoring.schemas import (
 from ..registry.routes import ALIAS, NAME, _json, actor_of, job_accepted, request_body
 from ..registry.schemas import JobOut
 from ..registry.service import CalibrationService
-from ..routes import admission
-from ..routes.auth import READ, WRITE
-from ..routes.openapi import body, problems
 from ..wire.decoding import decode_fields
 from . import aliases as promotion
 from . import evaluations, policies

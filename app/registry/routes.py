@@ -7,11 +7,11 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..access import keys
+from ..http import admission, hot_path
+from ..http.auth import ADMIN, READ, WRITE, presented_key
+from ..http.idempotent import idempotent
+from ..http.openapi import body, problems
 from ..promotion.schemas import AliasMoveRequest
-from ..routes import admission, hot_path
-from ..routes.auth import ADMIN, READ, WRITE, presented_key
-from ..routes.idempotent import idempotent
-from ..routes.openapi import body, problems
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
 from ..wire.encoding import calibrated_body, calibrated_headers, image_format

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app.routes.application import create_app
+from app.http.application import create_app
 from app.settings import Settings
 from tests.helpers import make_reference_input
 

@@ -25,6 +25,7 @@ import pytest
 from sqlalchemy import insert, text
 from starlette.testclient import TestClient
 
+from app.http.application import log_writer_process
 from app.main import create_app
 from app.platform.db import Database
 from app.platform.rows import CalibratorRow
@@ -35,7 +36,6 @@ from app.prediction_log.ring import KINDS
 from app.prediction_log.service import PredictionLog
 from app.prediction_log.store import logged_counts, prediction_chunks
 from app.registry.store import ResolvedVersion
-from app.routes.application import log_writer_process
 from app.settings import Settings
 from calibration import INPUT_KINDS
 from tests.service.test_api import fit

@@ -12,11 +12,11 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.testclient import TestClient
 
 from app.access import keys
+from app.http import auth
+from app.http.shortcut import Shortcut
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
-from app.routes import auth
-from app.routes.shortcut import Shortcut
 from app.settings import Settings
 
 HOT = {"/v1/calibrators/{ref}/calibrate", "/v1/calibrators/{name}/versions/{version}/calibrate",
