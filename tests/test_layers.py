@@ -45,7 +45,7 @@ def imported_names(name: str, path: Path, top_level_only: bool = False) -> set[s
 
 def is_http_edge(name: str) -> bool:
     """The HTTP edge: ``app.http`` (the application, middleware, problems, auth, ...) and each domain's
-    ``routes`` module (with the dashboard's form rules)."""
+    ``routes`` module."""
     return (name.startswith(("app.http", "app.routes")) or name.rpartition(".")[2] == "routes"
             or name == "app.http.forms")
 
