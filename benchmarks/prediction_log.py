@@ -126,7 +126,7 @@ def thread_seconds(pid: int) -> dict[int, float]:
 
 
 def writer_threads(pid: int) -> set[int]:
-    """The log's writer thread(s): named ``prediction-log`` for the OS (``app.prediction_log.name_thread``)."""
+    """The log's writer thread(s): named ``prediction-log`` for the OS (``app.prediction_log.service.name_thread``)."""
     found = set()
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(FileNotFoundError):
@@ -137,7 +137,7 @@ def writer_threads(pid: int) -> set[int]:
 
 def writer_processes(pid: int) -> dict[int, float]:
     """CPU time so far of the log's writer process(es), children of ``pid`` named ``prediction-log``
-    (``app.prediction_log_pipe``)."""
+    (``app.prediction_log.pipe``)."""
     seconds = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -1,5 +1,5 @@
 """How long one webhook attempt holds its sender against a receiver that trickles its answer one
-byte at a time: ``app.webhooks.post`` (a total deadline) for several deadlines, and, for
+byte at a time: ``app.monitoring.webhooks.post`` (a total deadline) for several deadlines, and, for
 comparison, ``urllib.request.urlopen`` with a 5 s timeout (a bound per read, as the service had).
 
     python benchmarks/webhook_deadline.py [repeats]

@@ -1,5 +1,5 @@
 """Alembic environment: the same database settings as the app (``DATABASE_URL``), unless the
-caller put a URL on the Alembic config (``app.migrate`` does). SQLite runs in batch mode, with
+caller put a URL on the Alembic config (``app.platform.migrate`` does). SQLite runs in batch mode, with
 foreign keys off while it migrates."""
 
 from alembic import context

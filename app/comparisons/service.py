@@ -49,7 +49,7 @@ class Comparisons:
 
     def compare_as_job(self, batch: ArrayBatch, job: JobProgress, fan_out=None) -> dict:
         """The comparison of a job; with ``fan_out(x, labels, methods, folds, seed, kind) -> Comparison``
-        (``app.fan_out``), as part jobs, merged."""
+        (``app.jobs.fan_out``), as part jobs, merged."""
         fields, inputs, labels, _ = self._comparison_inputs(batch)
         if fan_out is not None:
             return self._selected(fields, fan_out(getattr(inputs, inputs.source), labels, fields.methods,

@@ -1,4 +1,4 @@
 """The dashboard's HTML (issue #22): server-rendered pages with inline CSS and inline SVG charts,
 no script and nothing fetched from another host. Plain functions from the service's dicts to
-strings; the routes (``app.routes.ui``) read the data and answer. Every value that comes from
+strings; the routes (``app.dashboard.routes``) read the data and answer. Every value that comes from
 the database or the request is escaped with ``html.escape`` (``html.text``/``html.attr``)."""

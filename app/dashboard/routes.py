@@ -9,7 +9,7 @@ which a browser cannot send on a link, so ``/ui/login`` takes a key in a form, c
 scope and keeps it in an ``HttpOnly; SameSite=Strict`` cookie whose path is ``/ui`` (``Secure``
 over https): the cookie is read by these routes only, never by the API, so it cannot be used to
 write through a forged cross-site request. The forms post only from this service's own pages:
-cross-site posts are refused (``app.routes.forms``), so no other site can sign a browser in with a
+cross-site posts are refused (``app.http.forms``), so no other site can sign a browser in with a
 key of its choosing (login CSRF) or out. The key never goes in a URL (nor in the access log).
 Responses carry a Content-Security-Policy that allows no script and no other host.
 """
@@ -153,7 +153,7 @@ async def login_form(request: Request):
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request):
-    """A same-origin form post (``app.routes.forms``: cross-site posts get 403, malformed forms a
+    """A same-origin form post (``app.http.forms``: cross-site posts get 403, malformed forms a
     4xx) with ``api_key``: a key with the read scope is kept in the cookie and the browser sent on
     to ``/ui``."""
     try:
@@ -180,7 +180,7 @@ async def login(request: Request):
 
 @router.post("/logout")
 async def logout(request: Request):
-    """A same-origin form post with no fields (``app.routes.forms``) that drops the cookie."""
+    """A same-origin form post with no fields (``app.http.forms``) that drops the cookie."""
     try:
         await read_form(request, (), request.app.state.settings.ui_form_max_bytes)
     except FormRefused as refused:

@@ -71,7 +71,7 @@ def integrity_key(settings: Settings) -> bytes | None:
 
 
 def log_writer_process(settings: Settings, database: Database) -> PipeWriter | None:
-    """The prediction log's writer process (``app.prediction_log_pipe``), unless the settings ask for
+    """The prediction log's writer process (``app.prediction_log.pipe``), unless the settings ask for
     a thread, the database is SQLite in memory (another process would open an empty one) or the
     system is not Linux (the pipe's size and fill level are Linux's ``fcntl`` and ``ioctl``)."""
     url = database.engine.url
@@ -113,7 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hot_path_pool.shutdown(wait=False)
         database.dispose()
 
-    # /docs and /redoc from installed assets, not a CDN (app.routes.docs)
+    # /docs and /redoc from installed assets, not a CDN (app.http.docs)
     app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,
                   lifespan=lifespan, docs_url=None, redoc_url=None, **NO_TELEMETRY)
     docs.install(app)

@@ -34,7 +34,7 @@ REDOC_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe
 class AssetsMount(Mount):
     """The assets' mount, named in the scope as the route that took the request, so that metrics
     and the access log count every asset, and every 404 under it, as ``/docs-assets``: a plain
-    mount leaves no path parameters in the scope, so ``app.routes.middleware.route_label`` would
+    mount leaves no path parameters in the scope, so ``app.http.middleware.route_label`` would
     label each requested path on its own, as many labels as a client cares to invent."""
 
     def matches(self, scope):

@@ -1,4 +1,4 @@
-"""``Idempotency-Key`` on the POSTs that create something (``app.idempotency``): a retried
+"""``Idempotency-Key`` on the POSTs that create something (``app.access.idempotency``): a retried
 request gets the first one's answer, marked ``Idempotent-Replayed: true``. While a request is
 answered, a task renews its claim's lease."""
 

@@ -1,7 +1,7 @@
 """Errors as RFC 9457 problem details (``application/problem+json``) on /v1 and elsewhere,
 and as ``{"error": "..."}`` on /v2, as the Open Inference Protocol specifies.
 
-The one place errors become responses: the service's domain errors (``app.errors``, each with
+The one place errors become responses: the service's domain errors (``app.platform.errors``, each with
 its status and title), ``Problem`` for what only HTTP knows (keys, body size, the database
 being away), FastAPI's validation errors and Starlette's HTTP exceptions."""
 

@@ -1,7 +1,7 @@
 """The hot path's routes (calibrate, ``/v2`` infer) without FastAPI's router and dependency
 solver: ``Shortcut`` does their routing as plain ASGI (issue #23 item 8), ``install_shortcut``
 puts it around the app router's own stack. Where their blocking work then runs is
-``app.routes.hot_path``'s.
+``app.http.hot_path``'s.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ fits run as part jobs that any worker takes, merged by the parent into the compa
 computes (``compare_in_parts``).
 
 Parts: the candidate x fold units are packed by longest processing time first into parts of near
-equal estimated cost (``app.costs.pack_units``), one per live worker (one when the parent's process
+equal estimated cost (``app.wire.costs.pack_units``), one per live worker (one when the parent's process
 is the only one to run them: one worker, the embedded pool). A fold's own work (its reference
 temperature scaling and the uncalibrated metrics, ~0.7 s of CPU on 50000 x 100) is repeated in each
 part that holds some of its candidates, so the packing splits a fold only where the balance needs
@@ -15,7 +15,7 @@ that fold work 35 times.
 The parent records the parts as queued jobs and offers them to the engine (Procrastinate: any
 worker takes them). Then it works too: it claims its parts that are still queued, last first
 (workers take the first first), and runs them in its own process on the arrays it already holds;
-a worker reads the parent's arrays once per process (``app.tasks``). It then waits for the parts
+a worker reads the parent's arrays once per process (``app.jobs.tasks``). It then waits for the parts
 other workers run (polling every ``POLL_SECONDS``; a part whose worker went silent is marked lost
 and run by the parent itself) and merges them. Every part runs the same stratified folds with the
 same seed, so the merged per-fold values equal the single job's (fit times aside). A cancelled
@@ -109,7 +109,7 @@ def merged(request: dict, parts: list[dict]) -> cal.Comparison:
 
 def plan(x, methods, folds: int, seed: int, kind: str, workers: int) -> tuple[dict, list[list]]:
     """The parts' shared request (candidates resolved, as in ``calibration.compare``) and their units:
-    one part per worker, balanced by ``app.costs``' estimates."""
+    one part per worker, balanced by ``app.wire.costs``' estimates."""
     scores = cal.validate_inputs(x, kind)
     try:
         candidates = cal.prepare_comparison(scores.n, scores.k, methods, folds, kind)

@@ -14,7 +14,7 @@ Engines (``CALIBRATION_JOB_ENGINE``):
 * ``ProcrastinateEngine`` — Procrastinate's queue in the same Postgres database (its tables come
   from our migrations); ``calibration-service worker`` processes on any machine take the jobs.
 
-Either way the work is ``app.tasks.run_job(database_url, job_id)``; a job is claimed with a
+Either way the work is ``app.jobs.tasks.run_job(database_url, job_id)``; a job is claimed with a
 conditional update, so offering it twice runs it once.
 """
 
@@ -60,7 +60,7 @@ class JobProgress:
         self.job_id = job_id
         self.start, self.end = start, end
         self.reported = -PROGRESS_STEP
-        #: ``auto_in_parts(calibrator)``: set where cross-validation fans out (``app.fan_out``)
+        #: ``auto_in_parts(calibrator)``: set where cross-validation fans out (``app.jobs.fan_out``)
         self.auto_in_parts = None
 
     def step(self, name: str, percent: float) -> None:
@@ -120,7 +120,7 @@ def limit_blas_threads(threads: int) -> None:
 
 
 def _start_pool_process() -> None:
-    """A pool process fixes glibc's malloc thresholds (``app.allocator``: a job's freed arrays go
+    """A pool process fixes glibc's malloc thresholds (``app.platform.allocator``: a job's freed arrays go
     back to the system) and exits when the API process that started it dies (it is re-parented),
     so its job's heartbeat stops with it instead of an orphan running on unseen. (Not
     ``PR_SET_PDEATHSIG``: that follows the thread that spawned the process, and pool processes

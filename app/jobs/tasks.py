@@ -88,11 +88,11 @@ def _run_claimed(db: Database, job_id: str) -> None:
             batch = batch_of_job(request, payload, CompareFields)
             result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
             _finish(db, job_id, "succeeded", result=result)
-        elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.scheduler)
+        elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.promotion.scheduler)
             _finish(db, job_id, "succeeded", result=_evaluate_alarms(service, calibrator))
         elif kind == fan_out.PART:
             _run_part(db, service, job_id, request, progress)
-        elif kind == "power":  # the drift monitor's power analysis (app.power)
+        elif kind == "power":  # the drift monitor's power analysis (app.monitoring.power)
             _finish(db, job_id, "succeeded", result=power.run(service, calibrator, request, progress))
         elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
             _finish(db, job_id, "succeeded", result=policies.run_refit(service, calibrator, request, progress))
@@ -109,7 +109,7 @@ def _run_claimed(db: Database, job_id: str) -> None:
 
 def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
     """The drift monitors brought up to date, new alarms queued for CALIBRATION_ALARM_WEBHOOK_URL
-    (``app.webhooks``; the scheduler delivers them); as a job's result (times as ISO 8601 text)."""
+    (``app.monitoring.webhooks``; the scheduler delivers them); as a job's result (times as ISO 8601 text)."""
     result = drift_alarms.evaluate(service, name, webhook_url=get_settings().alarm_webhook_url)
     return json.loads(json.dumps(json_safe(result), default=lambda value: value.isoformat()))
 

@@ -122,7 +122,7 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
     """Bring every version's monitors up to date: on the labelled rows it served and, without
     labels, on its logged predictions against the labelled observations (uploads if any) as the
     reference, fixed when the monitor starts. A monitor whose options differ from these starts
-    again from the first row. Each new alarm is queued for ``webhook_url`` (``app.webhooks``) in
+    again from the first row. Each new alarm is queued for ``webhook_url`` (``app.monitoring.webhooks``) in
     the transaction that records it. Returns what ``alarms`` returns, with ``new_alarms``."""
     check_name(name)
     options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,

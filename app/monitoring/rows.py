@@ -3,7 +3,7 @@ labelled predictions it served (``signal`` "labelled") and one of its logged pre
 labels (``signal`` "label_free"), each holding its anytime-valid e-process
 (``calibration.monitoring.DriftTest``) and, once it crossed ``1/alpha``, its alarm; and the
 webhook outbox, one delivery per new alarm and URL. Kept out of
-``app.models`` so that the monitoring schema has a module of its own; it shares ``Base`` (and so
+``app.platform.rows`` so that the monitoring schema has a module of its own; it shares ``Base`` (and so
 the metadata Alembic compares)."""
 
 from __future__ import annotations

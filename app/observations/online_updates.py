@@ -13,7 +13,7 @@ like any other, and the history is the version list itself. ``min_rows`` bounds 
 a stream of small label batches makes (default 100 rows a version).
 
 **Ordering**: every write of observations takes the calibrator's row lock before it inserts
-(``app.online_store.lock_calibrator``), so chunks commit in id order and an update never passes
+(``app.observations.online_store.lock_calibrator``), so chunks commit in id order and an update never passes
 over a chunk still being written. Within a labels request, rows are stored by serving version,
 each in the order the ids were posted.
 

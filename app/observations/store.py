@@ -1,5 +1,5 @@
 """Persistence of observations (labelled rows in binary chunks), on SQLite and Postgres alike
-(the prediction log's is ``app.prediction_log_store``).
+(the prediction log's is ``app.prediction_log.store``).
 
 A chunk holds its rows as one raw little-endian array (``dtype``, C order) and, for
 observations, the labels as int32: never one row per float, never a pickle (``np.frombuffer``

@@ -222,7 +222,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
           model_name: str, model_version: int, predict=None, log=None) -> tuple[bytes, dict[str, str]]:
     """Run the calibrator (through ``predict(calibrator, scores)``, the service's device, when
     given) and encode the response (JSON, plus binary outputs if asked). ``log(array, ids)`` hands
-    the input to the prediction log and returns what it did (``app.prediction_log.Served``), or
+    the input to the prediction log and returns what it did (``app.prediction_log.service.Served``), or
     ``None`` when the calibrator does not log; with logging on the response's ``parameters`` carry
     ``ids`` and ``logged``."""
     allowed = accepted_inputs(tensor_names)

@@ -3,7 +3,7 @@
 A calibrator has a unique name and a counter of the versions it has handed out; each fit is an
 immutable version (numbers are never reused, also after a delete); aliases point at versions.
 Parameters are stored as canonical JSON text; each version has a digest over every stored
-column (``app.integrity``), verified before it is shown or loaded (``app.version_records``).
+column (``app.registry.integrity``), verified before it is shown or loaded (``app.registry.version_records``).
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ class PredictionEpochRow(Base):
     is ``(calibrator_id, epoch_id, prediction_id)``), so that random client ids fill a few
     recent pages instead of dirtying one page of the whole index each (migration 0011). A writer
     process opens it, writes to it (``written_at``) and closes it: ``bloom``, a Bloom filter of
-    its ids (``app.bloom``, ``bloom_hashes`` hash functions), is null while it is open."""
+    its ids (``app.prediction_log.bloom``, ``bloom_hashes`` hash functions), is null while it is open."""
 
     __tablename__ = "prediction_epochs"
     # never an id used before (SQLite's default reuses the largest after a delete): the API
@@ -263,7 +263,7 @@ class LoggedPredictionRow(Base):
     row: Mapped[int] = mapped_column(Integer)
     labelled: Mapped[bool] = mapped_column(Boolean, default=False)
     # ids this row stands for: 1; a batch of generated ids (``prefix,``: rows ``row`` to ``row + n_rows - 1``)
-    # n_rows; a labelled generated id 0 (app.observation_store, migration 0009)
+    # n_rows; a labelled generated id 0 (app.observations.store, migration 0009)
     n_rows: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # a batch of generated ids that an earlier release sampled row by row: the numbers ``i`` of the ids
     # kept, sorted little-endian uint32, the ``j``-th at chunk row ``row + j`` (migration 0010); read,

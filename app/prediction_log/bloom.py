@@ -1,5 +1,5 @@
 """A Bloom filter over strings, stored as bytes: which closed epochs of the prediction log's id index
-may hold an id (``app.prediction_epochs``), so that a label is looked up in those epochs only.
+may hold an id (``app.prediction_log.epochs``), so that a label is looked up in those epochs only.
 
 A filter of ``m`` bits with ``k`` hash functions holds ``n`` keys; key ``x`` sets bits
 ``g_i(x) = (h1(x) + i * h2(x)) mod m`` for ``i = 0 .. k-1`` (double hashing, Kirsch and

@@ -6,12 +6,12 @@ version) in one transaction each (``prediction_log_store.log_predictions``; of a
 the calibrator's log past ``max_logged_rows`` only the rows that fit are written, the rest counted
 as dropped for that calibrator: serving goes on, and logging resumes once retention frees room),
 into the epoch of the
-id index that ``epochs`` keeps open for the calibrator (``app.prediction_epochs``, closed once
+id index that ``epochs`` keeps open for the calibrator (``app.prediction_log.epochs``, closed once
 full); ``run_once`` is a turn of the writer's loop: a flush every ``flush_seconds``, or sooner
 once ``flush_rows`` rows wait or a flush was asked for (``ask_flush``, answered once what was
 kept before it is written).
 
-It runs in the writer process (``app.prediction_log_process``, the default) or, with
+It runs in the writer process (``app.prediction_log.process``, the default) or, with
 ``log_writer="thread"`` or an in-memory database, on a thread of the API process.
 """
 

@@ -1,6 +1,6 @@
 """The prediction log's per-name cap (``CALIBRATION_MAX_LOGGED_ROWS``) in ``/metrics``: each
 calibrator's log counts its rows and the rows it did not take for being full (migration 0015,
-kept by the writer, ``app.prediction_log_buffer``, and by retention); ``LogCapCollector`` reads
+kept by the writer, ``app.prediction_log.buffer``, and by retention); ``LogCapCollector`` reads
 them when ``/metrics`` is scraped, so that every replica reports the same counts.
 """
 

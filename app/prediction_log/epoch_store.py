@@ -1,5 +1,5 @@
 """Persistence of the prediction log's epochs (``PredictionEpochRow``, migration 0011): opened and
-written by a writer, closed with a Bloom filter of their ids (``app.bloom``), listed for lookups,
+written by a writer, closed with a Bloom filter of their ids (``app.prediction_log.bloom``), listed for lookups,
 closed when their writer is gone and deleted once empty. Every function takes a session from
 ``Database.write()`` (``listed`` and ``filters`` from ``read()`` too).
 """

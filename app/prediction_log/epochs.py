@@ -7,7 +7,7 @@ open epoch per calibrator, so random client ids (UUIDs) land on that epoch's few
 random page of the whole index each (on SQLite 3.3 us an id at any size instead of ~43 us at
 1.3 M ids and rising: ``benchmarks/id_index_keys.py``). After ``max_ids`` index rows the writer
 closes it (and every epoch it holds when it stops; retention closes one left open, or idle, for
-long): a Bloom filter of its ids is stored with it (``app.bloom``, 10 to 20 bits an id: false
+long): a Bloom filter of its ids is stored with it (``app.prediction_log.bloom``, 10 to 20 bits an id: false
 positives 0.8% at most, 0.07% for a full epoch of 65536). A lookup then reads the index only in
 the open epochs and in the closed ones whose filter may hold the id; an id logged in several
 epochs joins its first chunk.

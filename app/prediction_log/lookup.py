@@ -1,7 +1,7 @@
 """Lookups in the prediction log's id index for label joins: where each id's served inputs are
 (``find_logged``) and marking them labelled once (``claim_labels``).
 
-The index is split in epochs (``app.prediction_epochs``): an id is looked for in the open epochs
+The index is split in epochs (``app.prediction_log.epochs``): an id is looked for in the open epochs
 and in the closed ones whose Bloom filter may hold it. A client id served again has a row in each
 epoch that logged it: it joins the row of its first chunk (the flush written first; on Postgres,
 the chunk id taken first), and a label marks all its rows. A generated id has no row of

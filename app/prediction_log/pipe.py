@@ -1,8 +1,8 @@
-"""The API process's end of the prediction log's writer process (``app.prediction_log_process``).
+"""The API process's end of the prediction log's writer process (``app.prediction_log.process``).
 
 Why a process: a writer thread shares the API process's interpreter lock with the event loop, and
 the loop waited on it each time the writer held it (its SQL, ``np.concatenate``, the driver's bind
-copy). Served batches go into a ring in shared memory (``app.prediction_log_ring``): ``put`` copies a
+copy). Served batches go into a ring in shared memory (``app.prediction_log.ring``): ``put`` copies a
 batch in and returns, with no system call. Every ``ANNOUNCE_SECONDS`` at most, while batches come,
 one 24-byte control message down a pipe tells the process how far the ring is written (the log's
 thread sends the last one after a lull); the process reads its pipe every 5 ms and never waits in

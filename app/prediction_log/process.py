@@ -1,5 +1,5 @@
-"""The prediction log's writer process, started by ``app.prediction_log_pipe.PipeWriter`` with its
-pipe, its back pipe and the ring's memory (``app.prediction_log_ring``) as file descriptors.
+"""The prediction log's writer process, started by ``app.prediction_log.pipe.PipeWriter`` with its
+pipe, its back pipe and the ring's memory (``app.prediction_log.ring``) as file descriptors.
 
 It reads the pipe's control messages (``_controls``) and, at each, the ring's records up to the
 head the message carries, keeps them in a ``LogBuffer`` and writes them on its own thread

@@ -1,5 +1,5 @@
 """A ring of served batches in memory that the API process shares with the prediction log's writer
-process (``app.prediction_log_pipe``, ``app.prediction_log_process``).
+process (``app.prediction_log.pipe``, ``app.prediction_log.process``).
 
 The hot path copies a batch into the ring (``RingWriter.place``: a header, the ids, the array's
 bytes; ~1.3 us for 64 x 100 float32, no system call). Written into a pipe instead, the kernel's copy

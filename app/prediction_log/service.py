@@ -2,10 +2,10 @@
 
 Logging is off the request path. ``record`` (on the hot path) keeps a served batch whole with
 the calibrator's rate as its probability and hands it to the writer: by default a process of its
-own (``app.prediction_log_pipe``: a copy into a ring in shared memory, no interpreter lock shared
+own (``app.prediction_log.pipe``: a copy into a ring in shared memory, no interpreter lock shared
 with the event loop), else (``log_writer="thread"``, an in-memory SQLite database, which another
 process cannot open, or not Linux) a bounded in-memory buffer that a thread of this process writes
-(``app.prediction_log_buffer``). Either writes every ``flush_seconds`` (or sooner once
+(``app.prediction_log.buffer``). Either writes every ``flush_seconds`` (or sooner once
 ``flush_rows`` rows wait), one chunk per (calibrator, version) in one transaction each; rows
 beyond ``max_buffer_bytes`` (or a full ring) are dropped and counted, never queued without bound.
 Each client id is one index row; a batch of generated ids is one index row for the whole batch
@@ -131,8 +131,8 @@ def log_served(log: PredictionLog | None, loaded, kind: str, values, ids: list[s
 
 class PredictionLog:
     """The hot path's end of the log (``record``), its flush for label joins, and the retention
-    thread; batches go to the writer process (``pipe``, ``app.prediction_log_pipe``) or, without
-    one, to a buffer written by this thread (``app.prediction_log_buffer``)."""
+    thread; batches go to the writer process (``pipe``, ``app.prediction_log.pipe``) or, without
+    one, to a buffer written by this thread (``app.prediction_log.buffer``)."""
 
     def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
                  max_buffer_bytes: int = 256 << 20, observation_retention_days: float = 0.0,

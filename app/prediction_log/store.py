@@ -1,7 +1,7 @@
 """Persistence of the prediction log: logged inputs in binary chunks with their prediction ids
 (an index row per client id, one per batch of generated ids), on SQLite and Postgres alike.
 
-A chunk holds its rows as one raw little-endian array (``app.observation_store.raw``), never a
+A chunk holds its rows as one raw little-endian array (``app.observations.store.raw``), never a
 pickle. Every function takes a session from ``Database.read()`` or ``write()``.
 """
 
@@ -20,7 +20,7 @@ from ..platform.rows import CalibratorRow, LoggedPredictionRow, PredictionChunkR
 from . import epoch_store as prediction_epoch_store
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
-GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.new_prefix
+GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.service.new_prefix
 IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded parameter)
 
 
@@ -28,7 +28,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
                     inputs: np.ndarray, ids: list[str | None],
                     batches: list[tuple[str, int, int]] = (), epoch_id: int | None = None) -> int:
     """Store one chunk of logged inputs with their ids, in the index's epoch ``epoch_id`` (an open
-    one, ``app.prediction_epochs``; ``None``: a new epoch of its own): ``ids``, the client ids of
+    one, ``app.prediction_log.epochs``; ``None``: a new epoch of its own): ``ids``, the client ids of
     rows 0, 1, ..., one index row each (an id already in the epoch keeps its row there; an id in
     an earlier epoch gets a row here too, and a lookup joins its first chunk; a row whose id is
     ``None`` gets none), and ``batches`` of generated ids as ``(prefix, first row, n)``, one index row per batch

@@ -10,7 +10,7 @@ after posting labels) and, when it fires, submits a ``refit`` job. The job
    at a chunk's creation time, so the held-out rows are exactly those created at or after it);
 2. with an ``alias``, evaluates the new version against the alias's version on the held-out rows
    that neither saw (created at or after both the cut and the champion's creation;
-   ``app.evaluations``: an anytime-valid confidence sequence, verdict at ``alpha``);
+   ``app.promotion.evaluations``: an anytime-valid confidence sequence, verdict at ``alpha``);
 3. with ``promote``, moves the alias when the verdict is ``challenger_better``, citing the
    evaluation (so a gated alias accepts it), recorded with the actor ``policy``.
 """

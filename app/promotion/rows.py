@@ -1,6 +1,6 @@
 """The tables of safe promotion (issue #21): what an unversioned /v2 call serves, which aliases
 need evidence to move, every alias move, and the stored challenger evaluations. Kept out of
-``app.models`` in a module of their own; they share ``Base`` (and so the metadata Alembic
+``app.platform.rows`` in a module of their own; they share ``Base`` (and so the metadata Alembic
 compares). Every row goes with its calibrator (``ON DELETE CASCADE``)."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class EvaluationRow(Base):
 
 
 class RefitPolicyRow(Base):
-    """When and how to refit a calibrator (``config``: ``app.policies.RefitPolicy`` as JSON), and
+    """When and how to refit a calibrator (``config``: ``app.promotion.policies.RefitPolicy`` as JSON), and
     the last time the policy submitted a refit (``last_run_at``, its job ``last_job_id``)."""
 
     __tablename__ = "refit_policies"

@@ -1,10 +1,10 @@
 """Work that runs on its own, off the request path: every ``CALIBRATION_SCHEDULE_SECONDS`` a
 thread of each API process
-- submits an ``alarms`` job (``app.drift_alarms.evaluate``: the drift monitors brought up to date)
+- submits an ``alarms`` job (``app.monitoring.alarms.evaluate``: the drift monitors brought up to date)
   for each calibrator whose observations or prediction log grew since the thread last looked, and
-- checks every calibrator's refit policy (``app.policies.run``), which submits a refit job when its
+- checks every calibrator's refit policy (``app.promotion.policies.run``), which submits a refit job when its
   trigger fired (N new labels, a drift alarm, a schedule), and
-- makes the due attempts of the webhook deliveries of new alarms (``app.webhooks.deliver_due``),
+- makes the due attempts of the webhook deliveries of new alarms (``app.monitoring.webhooks.deliver_due``),
   each bounded by its deadline, after the checks so that a slow receiver delays no policy.
 
 Several API processes (or replicas) may check at once: ``policies.run`` takes the calibrator's row

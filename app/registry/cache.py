@@ -3,7 +3,7 @@
 
 Versions are immutable, so a cached calibrator never goes stale; the checksum in the key keeps
 a name that was deleted and re-created (its versions restart at 1) from hitting old entries.
-A version's digest (``app.integrity``) is verified before it is loaded.
+A version's digest (``app.registry.integrity``) is verified before it is loaded.
 
 The cache holds at most ``size`` entries (``CALIBRATION_CACHE_SIZE``) and at most ``max_bytes``
 (``CALIBRATION_CACHE_BYTES``) of them, evicting the least recently used first. An entry's size
@@ -32,7 +32,7 @@ from .store import ResolvedVersion
 
 
 def load_calibrator(resolved: ResolvedVersion, record: integrity.VersionRecord, key: bytes | None) -> Calibrator:
-    """Parse stored parameters after checking the version's digest (``app.integrity``)."""
+    """Parse stored parameters after checking the version's digest (``app.registry.integrity``)."""
     where = f"calibrator {resolved.name!r} version {resolved.version}"
     names = {"calibrator": resolved.name, "version": resolved.version}
     refused = integrity.verify(resolved.checksum, record, key)

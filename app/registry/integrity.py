@@ -1,5 +1,5 @@
 """Integrity of stored versions: a digest over every stored column of a version, checked before
-the version is shown or loaded (``app.version_records``, ``cache.load_calibrator``).
+the version is shown or loaded (``app.registry.version_records``, ``cache.load_calibrator``).
 
 The digest covers the version's ``VersionRecord``: the calibrator's name and the version's
 number, method, input kind, k, n, class names, canonical parameter JSON, summary, diagnostics,

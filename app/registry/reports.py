@@ -135,5 +135,5 @@ def _whole_report(inputs: cal.InputBatch, predict, labels: np.ndarray, n_bins: i
 def _report_of(before: dict, after: dict, labels: np.ndarray, n_classes: int, n_bins: int) -> dict:
     gain = before["metrics"]["brier"] - after["metrics"]["brier"]
     return {"n_samples": int(labels.shape[0]), "n_classes": n_classes, "n_bins": n_bins,
-            "class_counts": np.bincount(labels, minlength=n_classes).tolist(),  # the priors of app.prior_shift
+            "class_counts": np.bincount(labels, minlength=n_classes).tolist(),  # the priors of app.registry.prior_shift
             "before": before, "after": after, "calibration_gain": finite_or_none(gain)}

@@ -1,5 +1,5 @@
 """Request and response models. The array fields appear here for the OpenAPI docs only:
-``app.decoding`` takes arrays straight from the body into numpy and validates the remaining
+``app.wire.decoding`` takes arrays straight from the body into numpy and validates the remaining
 small fields with these models."""
 
 from __future__ import annotations

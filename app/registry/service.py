@@ -3,7 +3,7 @@ batches (``decoding.ArrayBatch``) and validated fields in; versions, calibrated 
 and jobs out. Plain synchronous functions, run off the event loop by the routes.
 
 Array values are validated by the core here (``calibration.validate_inputs``, ``check_labels``): a
-core ``ValueError`` becomes ``InvalidInput``. Errors are the domain errors of ``app.errors``,
+core ``ValueError`` becomes ``InvalidInput``. Errors are the domain errors of ``app.platform.errors``,
 which the routes render as problems. Nothing here knows HTTP or a wire format.
 """
 
@@ -61,7 +61,7 @@ class CalibrationService:
         self.cache = CalibratorCache(cache_size, cache_bytes)
         self.limits = RequestLimits(max_body_bytes, max_array_bytes, max_json_bytes, max_entries)
         self.max_parameters = max_parameters
-        self.max_read_entries = max_read_entries  # stored rows x classes one read loads (app.quality.check_read)
+        self.max_read_entries = max_read_entries  # stored rows x classes one read loads (monitoring.quality.check_read)
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
         self.comparisons = Comparisons(self)
@@ -183,7 +183,7 @@ class CalibrationService:
         return version_records.view(name, raw, aliases, self.integrity_key)
 
     def list_versions(self, name: str, page_size: int, page_token: str | None) -> dict:
-        """A page of versions, newest first; damaged ones (``app.version_records``) are left out of
+        """A page of versions, newest first; damaged ones (``app.registry.version_records``) are left out of
         ``versions`` and named in ``damaged`` with why."""
         with self.db.read() as session:
             return version_records.listing(session, name, page_size, page_token, self.integrity_key)
@@ -243,7 +243,7 @@ class CalibrationService:
     def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch) -> CalibratedBatch:
         inputs, _ = self._checked_inputs(loaded, batch)
         probabilities = self.predict(loaded, inputs)
-        if batch.fields.priors is not None:  # label shift (app.prior_shift)
+        if batch.fields.priors is not None:  # label shift (app.registry.prior_shift)
             probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
                                                  batch.fields.source_priors)
         served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
@@ -291,7 +291,7 @@ class CalibrationService:
 
     def set_alias(self, name: str, alias: str, version: int, evaluation: str | None = None,
                   actor: str | None = None) -> dict:
-        """Point ``alias`` at ``version``, recorded; a gated alias needs ``evaluation`` (``app.promotion``)."""
+        """Point ``alias`` at ``version``, recorded; a gated alias needs ``evaluation`` (``app.promotion.aliases``)."""
         return promotion.move_alias(self.db, name, alias, version, evaluation, actor)
 
     def delete_alias(self, name: str, alias: str, actor: str | None = None) -> None:

@@ -85,7 +85,7 @@ def create_version(session: Session, name: str, fields: dict, key: bytes | None)
 
 
 def seal(row: VersionRow, name: str, key: bytes | None) -> None:
-    """Set the digest of every stored column of ``row`` (``app.integrity``); again after a change."""
+    """Set the digest of every stored column of ``row`` (``app.registry.integrity``); again after a change."""
     row.checksum = integrity.digest(integrity.record_of(name, row), key)
 
 

@@ -2,7 +2,7 @@
 
 A version's columns are read as the database holds them (its JSON columns as text) and decoded
 one row at a time; a row that cannot be decoded, or whose columns do not match their digest
-(``app.integrity``), raises ``IntegrityFailure`` naming the calibrator and the version. Getting
+(``app.registry.integrity``), raises ``IntegrityFailure`` naming the calibrator and the version. Getting
 it is that problem; a listing shows the other versions and names the damaged ones beside them.
 """
 

@@ -1,5 +1,5 @@
 """The version list's response model: the intact versions of a page, and its damaged ones
-(``app.version_records``) beside them."""
+(``app.registry.version_records``) beside them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The values that travel between the HTTP edge and the service: a decoded ``ArrayBatch`` in
-(``app.decoding`` makes it) and a ``CalibratedBatch`` out (``app.encoding`` writes it)."""
+(``app.wire.decoding`` makes it) and a ``CalibratedBatch`` out (``app.wire.encoding`` writes it)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ binary ``.npy`` / ``.npz`` bodies parsed without ever unpickling.
 and the data is viewed with ``numpy.frombuffer``. Object arrays (pickles) are refused before
 any of their bytes are interpreted. ``.npz`` members are read the same way; their declared
 uncompressed sizes and their headers' shapes are checked against the request budgets
-(``app.costs.RequestLimits``) before any member's data is decompressed.
+(``app.wire.costs.RequestLimits``) before any member's data is decompressed.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ they are checked against.
   the options (``fitted_parameters``), so Dirichlet calibration of 100000 classes on 3 rows is
   a 422 naming the limit, not a MemoryError.
 * Bodies are capped by ``RequestLimits`` (decoded array bytes, JSON bytes, n·k entries), checked
-  by ``app.decoding`` from the ``.npy`` headers and declared sizes before any array is decoded.
+  by ``app.wire.decoding`` from the ``.npy`` headers and declared sizes before any array is decoded.
 """
 
 from __future__ import annotations

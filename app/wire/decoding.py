@@ -3,7 +3,7 @@ the other fields as query parameters) or ``.npz`` (named arrays; fields as query
 
 ``decode_batch`` gives one ``ArrayBatch``: the small fields validated by a pydantic model, the
 input kind, the input array and the labels. ``decode_fields`` reads a JSON body that carries
-only fields. Both raise the service's domain errors (``app.errors``), so a bad body is a 4xx
+only fields. Both raise the service's domain errors (``app.platform.errors``), so a bad body is a 4xx
 naming the field, never a 500. Array values are validated by the core, in the service.
 """
 
