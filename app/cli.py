@@ -12,7 +12,7 @@ from .settings import get_settings
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .migrate import upgrade
+    from .platform.migrate import upgrade
 
     # the worker processes read their settings from the environment: pass the flags on
     for key, value in (("HOST", args.host), ("PORT", args.port), ("WORKERS", args.workers)):
@@ -22,7 +22,7 @@ def serve(args: argparse.Namespace) -> int:
     settings = get_settings()
     if settings.migrate_on_start and not args.no_migrate:
         upgrade(settings.database_url)
-    from .server_protocol import HeadDeadlineProtocol
+    from .platform.server_protocol import HeadDeadlineProtocol
 
     uvicorn.run("app.main:create_served_app", factory=True, host=settings.host, port=settings.port,
                 http=HeadDeadlineProtocol, workers=settings.workers, access_log=False, log_config=None,
@@ -34,7 +34,7 @@ def serve(args: argparse.Namespace) -> int:
 def migrate(args: argparse.Namespace) -> int:
     from alembic.util import CommandError
 
-    from .migrate import describe_losses, downgrade, downgrade_losses, upgrade
+    from .platform.migrate import describe_losses, downgrade, downgrade_losses, upgrade
 
     url = get_settings().database_url
     try:
@@ -58,14 +58,14 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def _database():
-    from .db import Database
+    from .platform.db import Database
 
     settings = get_settings()
     return Database(settings.database_url, settings.db_timeout_seconds)
 
 
 def keys_create(args: argparse.Namespace) -> int:
-    from .keys import create_key
+    from .access.keys import create_key
 
     try:
         info, key = create_key(_database(), args.name, args.scope)
@@ -79,7 +79,7 @@ def keys_create(args: argparse.Namespace) -> int:
 
 
 def keys_revoke(args: argparse.Namespace) -> int:
-    from .keys import revoke_key
+    from .access.keys import revoke_key
 
     if not revoke_key(_database(), args.id):
         print(f"error: no active key {args.id!r}", file=sys.stderr)
@@ -89,7 +89,7 @@ def keys_revoke(args: argparse.Namespace) -> int:
 
 
 def keys_list(args: argparse.Namespace) -> int:
-    from .keys import list_keys
+    from .access.keys import list_keys
 
     for info in list_keys(_database()):
         state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "active"
@@ -98,7 +98,7 @@ def keys_list(args: argparse.Namespace) -> int:
 
 
 def sign_versions(args: argparse.Namespace) -> int:
-    from .version_records import sign_versions as sign
+    from .registry.version_records import sign_versions as sign
 
     settings = get_settings()
     if settings.integrity_key is None:

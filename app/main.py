@@ -1,6 +1,6 @@
 """The ASGI entry points. ``create_app`` is the application, assembled in
-``app.routes.application`` (the HTTP edge), with glibc's allocator thresholds fixed for the
-process (``app.allocator``). ``create_served_app`` is what ``calibration-service serve`` runs in
+``app.http.application`` (the HTTP edge), with glibc's allocator thresholds fixed for the
+process (``app.platform.allocator``). ``create_served_app`` is what ``calibration-service serve`` runs in
 each worker process (``uvicorn app.main:create_served_app --factory``): the same application,
 whose start-up ends by moving every object it leaves alive out of the cyclic collector's
 generations (``gc.freeze``), so a full collection no longer walks the application's long-lived
@@ -13,8 +13,8 @@ use ``create_app``: frozen objects are never collected, so each would leave its 
 import gc
 from contextlib import asynccontextmanager
 
-from . import allocator
-from .routes import application
+from .http import application
+from .platform import allocator
 from .settings import Settings
 
 

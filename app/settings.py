@@ -32,7 +32,7 @@ class Settings(BaseSettings):
                                       "when there are at least 2 cores per worker, else 1.")
     inline_seconds: float = Field(0.002, ge=0, le=0.05, description="Calibrate and /v2 inference calls "
                                   "estimated to take at most this long (JSON ones five times this) run on the event "
-                                  "loop instead of a thread (app/routes/hot_path.py), on SQLite only (on Postgres "
+                                  "loop instead of a thread (app/http/hot_path.py), on SQLite only (on Postgres "
                                   "the version lookup is a network round trip); 0: always on a thread.")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 above).")
     cache_size: int = Field(256, ge=1, description="Fitted calibrators kept in memory per process.")
@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     job_stale_seconds: float = Field(300.0, ge=1, description="A running job whose heartbeat (every tenth of "
                                      "this) stops for this long is reported failed: its process died.")
     db_timeout_seconds: float = Field(30.0, gt=0, description="SQLite busy timeout and Postgres connect timeout.")
-    # -- isolation (app/routes/admission.py, app/cli.py) -------------------------------------
+    # -- isolation (app/http/admission.py, app/cli.py) -------------------------------------
     work_threads: int = Field(8, ge=1, le=256, description="Threads per process for fits, reports, comparisons "
                               "and metrics (health, listings and calibrate never wait behind them).")
     work_queue: int = Field(32, ge=0, le=10_000, description="Such requests waiting for a thread at most; "
@@ -69,9 +69,9 @@ class Settings(BaseSettings):
     shutdown_seconds: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight requests may "
                                     "finish before the process exits; jobs are left to the job engine.")
     integrity_key: SecretStr | None = Field(None, description="Key of the HMAC-SHA256 digest of each stored "
-                                            "version (app/integrity.py): without it a database writer can't "
+                                            "version (app/registry/integrity.py): without it a database writer can't "
                                             "forge a calibrator. Unset: plain SHA-256.")
-    # -- jobs (app/jobs.py) ----------------------------------------------------------------
+    # -- jobs (app/jobs/runner.py) ----------------------------------------------------------------
     job_engine: str = Field("auto", pattern=r"^(auto|embedded|procrastinate)$",
                             description="Where jobs run: `embedded` (a process pool inside the API process), "
                                         "`procrastinate` (workers sharing the Postgres queue), or `auto` "
@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     cache_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Largest total size of the fitted calibrators "
                              "kept in memory per process, counted as the length of their stored parameters "
                              "(canonical JSON); the least recently used are evicted beyond it.")
-    # -- request budgets (app/costs.py, checked before the work starts) ---------------------
+    # -- request budgets (app/wire/costs.py, checked before the work starts) ---------------------
     max_array_bytes: int = Field(256 * 1024 * 1024, ge=1024, description="Largest decoded size of a request's "
                                  "arrays (from the .npy headers and the .npz declared sizes, before decompressing); "
                                  "413 above.")
@@ -108,9 +108,9 @@ class Settings(BaseSettings):
     max_entries: int = Field(1 << 24, ge=1, description="Most array entries (n·k) in one request, from the "
                              "decoded shape before the core reads the values; 413 above.")
     max_parameters: int = Field(2_000_000, ge=1, description="Most fitted parameters a fit may store, estimated "
-                                "from n, k and the options before it starts (app/costs.py); 422 above.")
+                                "from n, k and the options before it starts (app/wire/costs.py); 422 above.")
 
-    # -- observations and the prediction log (app/observations.py, app/prediction_log.py) ------
+    # -- observations and the prediction log (app/observations/service.py, app/prediction_log/service.py) ------
     max_observation_rows: int = Field(5_000_000, ge=1, description="Observation rows one calibrator may hold; "
                                       "an append beyond it is refused with 413.")
     max_observation_bytes: int = Field(1 << 30, ge=1024, description="Bytes of observation inputs one "
@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     log_epoch_ids: int = Field(65536, ge=1, le=1 << 22, description="Index rows (a client id, or a batch of "
                                "generated ids) a writer puts in one epoch of the prediction log's id index "
                                "before it closes it with a Bloom filter of their ids "
-                               "(app/prediction_epochs.py): random client ids then fill one epoch's pages, not "
+                               "(app/prediction_log/epochs.py): random client ids then fill one epoch's pages, not "
                                "random pages of the whole index. A label is looked up in the open epochs and in "
                                "the closed ones whose filter may hold its id.")
     log_epoch_idle_seconds: float = Field(3600.0, gt=0, description="Retention closes an open epoch not "
@@ -160,7 +160,7 @@ class Settings(BaseSettings):
                                                  "are deleted, labelled or not (0: kept).")
     online_update_rows: int = Field(100, ge=1, description="An online calibrator (online_platt, "
                                     "online_temperature) stores its next version once this many labelled rows "
-                                    "arrived since its latest (app/online_updates.py).")
+                                    "arrived since its latest (app/observations/online_updates.py).")
     schedule_seconds: float = Field(60.0, ge=0, description="How often each API process submits drift-monitor "
                                     "jobs where observations or logged predictions arrived, checks the refit "
                                     "policies (a fired one submits a refit job), then sends the due webhook "

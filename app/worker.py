@@ -14,14 +14,14 @@ import os
 import signal
 import sys
 
-from . import allocator
-from .db import normalise_url
-from .jobs import PROCRASTINATE_QUEUE, limit_blas_threads
+from .jobs.runner import PROCRASTINATE_QUEUE, limit_blas_threads
+from .platform import allocator
+from .platform.db import normalise_url
 from .settings import get_settings
 
 
 def _run_one(name: str) -> None:
-    from .tasks import procrastinate_app
+    from .jobs.tasks import procrastinate_app
 
     allocator.fix_thresholds()  # as the API's workers: freed arrays go back to the system
     app = procrastinate_app()

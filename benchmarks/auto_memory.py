@@ -2,7 +2,7 @@
 
 Each case runs in a fresh Python process: the synthetic logits of ``observations_scale`` (float32,
 ``rows x classes``) are generated block by block straight into the float64 array that
-``app.observation_store.load`` hands a fit (the job process never holds the float32 array), then
+``app.observations.store.load`` hands a fit (the job process never holds the float32 array), then
 ``auto`` is fitted on it as the service does (``validate_inputs``, ``fit_batch``, the fit report
 over row blocks). Memory is the process's peak resident set (``VmHWM``) above its resident set
 after the imports (the runtime), as a multiple of the float32 array's bytes (what the issue's 3x
@@ -42,7 +42,7 @@ def case(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
 
     sys.path.insert(0, str(REPO))
     import calibration as cal
-    from app import reports
+    from app.registry import reports
     from calibration.candidates import candidate
 
     baseline = status("VmRSS")
@@ -56,7 +56,7 @@ def case(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
     del block
     nbytes = rows * classes * 4
     if hasattr(cal, "allow_reordering"):
-        cal.allow_reordering(logits)  # the fit's own array, as app.observations.load marks it
+        cal.allow_reordering(logits)  # the fit's own array, as app.observations.service.load marks it
     holding = status("VmRSS")
     peaks = {}
 

@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app import codecs  # noqa: E402
+from app.wire import codecs  # noqa: E402
 from benchmarks._common import RESULTS, environment  # noqa: E402
 
 

@@ -39,7 +39,7 @@ from sqlalchemy import create_engine, text
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.migrate import upgrade  # noqa: E402
+from app.platform.migrate import upgrade  # noqa: E402
 from benchmarks._common import cpu_seconds, environment, write  # noqa: E402
 from benchmarks.jobs import ADMIN_URL, ENV, stop  # noqa: E402
 from tests.helpers import load_split  # noqa: E402

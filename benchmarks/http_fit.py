@@ -1,6 +1,6 @@
 """What an HTTP fit costs over the same fit in process (#23 item 9): 50000 x 100 float32 logits and
 labels as one ``.npz`` body, ``POST /v1/calibrators/{name}/versions`` on a live server, against the
-core's fit of the same method plus the same validation report (``app.reports.fit_report``) in this
+core's fit of the same method plus the same validation report (``app.registry.reports.fit_report``) in this
 process, plus the body's transfer.
 
 Rounds are interleaved (in process, HTTP fit, transfer; repeated), so drift on a shared machine
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import calibration as cal  # noqa: E402
-from app import reports  # noqa: E402
+from app.registry import reports  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.observations_scale import npz, rss, synthetic  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402
@@ -155,7 +155,7 @@ def main() -> None:
           ["shape", "body", "in process", "HTTP fit", "transfer", "HTTP / (in process + transfer)",
            "server peak above before (x body)"], rows, environment(["numpy", "scipy", "fastapi", "uvicorn"]),
           f"Times: median (range) of {args.rounds} interleaved rounds, one process each side (1 uvicorn worker, "
-          "SQLite). In process: validate_inputs + fit + app.reports.fit_report. Transfer: the body POSTed "
+          "SQLite). In process: validate_inputs + fit + app.registry.reports.fit_report. Transfer: the body POSTed "
           "to a fit whose name is refused after the body is read. Peak: the RSS of a server with one work thread, "
           "sampled every 5 ms during one fit, above its RSS just before (after a fit of the same body, then one of "
           "1000 of its rows).")

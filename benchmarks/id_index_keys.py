@@ -1,5 +1,5 @@
 """What a prediction id index costs a write as it grows, by the key it is ordered on: the evidence
-for the next shape of the log's id index (``app/prediction_log_store.py``).
+for the next shape of the log's id index (``app/prediction_log/store.py``).
 
 SQLite with this code's page size and pragmas (WAL, ``synchronous=NORMAL``), a ``WITHOUT ROWID``
 table of id rows as ``logged_predictions`` has them, and ``--flushes`` commits of 4096 ids each
@@ -33,7 +33,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.db import SQLITE_PAGE_SIZE
+from app.platform.db import SQLITE_PAGE_SIZE
 from benchmarks._common import environment, write
 
 IDS_PER_FLUSH = 4096

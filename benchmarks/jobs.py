@@ -35,7 +35,7 @@ from sqlalchemy import create_engine, text
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.migrate import upgrade  # noqa: E402
+from app.platform.migrate import upgrade  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
 from tests.helpers import load_split  # noqa: E402
 from tests.service.live import live_server  # noqa: E402

@@ -31,7 +31,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.migrate import upgrade  # noqa: E402
+from app.platform.migrate import upgrade  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
 from tests.helpers import load_split  # noqa: E402
 from tests.service.live import LiveServer  # noqa: E402

@@ -126,7 +126,7 @@ def thread_seconds(pid: int) -> dict[int, float]:
 
 
 def writer_threads(pid: int) -> set[int]:
-    """The log's writer thread(s): named ``prediction-log`` for the OS (``app.prediction_log.name_thread``)."""
+    """The log's writer thread(s): named ``prediction-log`` for the OS (``app.prediction_log.service.name_thread``)."""
     found = set()
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(FileNotFoundError):
@@ -137,7 +137,7 @@ def writer_threads(pid: int) -> set[int]:
 
 def writer_processes(pid: int) -> dict[int, float]:
     """CPU time so far of the log's writer process(es), children of ``pid`` named ``prediction-log``
-    (``app.prediction_log_pipe``)."""
+    (``app.prediction_log.pipe``)."""
     seconds = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -154,7 +154,7 @@ def measured(pid: int, *wrk_args, env: dict | None = None, settle=lambda: time.s
     the log has written the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
     process's main thread: requests, and the sampling into the log's buffer), on the log's writer
     and on the others (the hot path's pool threads, which run calibrate calls that the hot path
-    moved off the loop: ``app/routes/hot_path.py``)."""
+    moved off the loop: ``app/http/hot_path.py``)."""
     before, threads, processes = cpu_seconds(pid), thread_seconds(pid), writer_processes(pid)
     result = run_wrk(*wrk_args, env=env)
     settle()

@@ -33,11 +33,11 @@ from sqlalchemy import create_engine, insert, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.db import SQLITE_PAGE_SIZE, Database
-from app.migrate import upgrade
-from app.models import CalibratorRow
-from app.prediction_log import PredictionLog
-from app.store import ResolvedVersion
+from app.platform.db import SQLITE_PAGE_SIZE, Database
+from app.platform.migrate import upgrade
+from app.platform.rows import CalibratorRow
+from app.prediction_log.service import PredictionLog
+from app.registry.store import ResolvedVersion
 from benchmarks._common import environment, postgres_database, write
 
 FLUSH_EVERY = 64  # requests: 4096 rows of 64

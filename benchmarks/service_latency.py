@@ -2,7 +2,7 @@
 2 uvicorn workers and 1, 8 and 32 connections, against two floors (benchmarks/floor_app.py: a
 bare FastAPI endpoint doing only decode -> softmax -> encode, on the event loop, and the same on
 FastAPI's thread pool). The service runs a tiny call on the event loop too, and a larger one on
-its own threads (app/routes/hot_path.py). Load from ``wrk`` (Debian package) on loopback: one
+its own threads (app/http/hot_path.py). Load from ``wrk`` (Debian package) on loopback: one
 thread, ``--connections`` keep-alive connections (default 1, 8 and 32; with 2 workers, fewer than
 32 can all land on one worker), ``--seconds`` per run (default 8). The calibrator is temperature
 scaling on SQLite, so each call also resolves the version in the database. The three servers

@@ -1,5 +1,5 @@
 """How long one webhook attempt holds its sender against a receiver that trickles its answer one
-byte at a time: ``app.webhooks.post`` (a total deadline) for several deadlines, and, for
+byte at a time: ``app.monitoring.webhooks.post`` (a total deadline) for several deadlines, and, for
 comparison, ``urllib.request.urlopen`` with a 5 s timeout (a bound per read, as the service had).
 
     python benchmarks/webhook_deadline.py [repeats]
@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.request
 
-from app.webhooks import post
+from app.monitoring.webhooks import post
 
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 

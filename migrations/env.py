@@ -1,12 +1,12 @@
 """Alembic environment: the same database settings as the app (``DATABASE_URL``), unless the
-caller put a URL on the Alembic config (``app.migrate`` does). SQLite runs in batch mode, with
+caller put a URL on the Alembic config (``app.platform.migrate`` does). SQLite runs in batch mode, with
 foreign keys off while it migrates."""
 
 from alembic import context
 
-from app.db import make_engine
-from app.migrate import include_name
-from app.models import Base
+from app.platform.db import make_engine
+from app.platform.migrate import include_name
+from app.platform.rows import Base
 from app.settings import get_settings
 
 config = context.config

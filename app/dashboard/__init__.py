@@ -3,5 +3,5 @@ no script and nothing fetched from another host. Plain functions from the servic
 strings (``home``: the calibrators' health; ``calibrator``: one calibrator's online loop, its
 tables in ``online`` and charts in ``charts``; ``pages``: versions and jobs; ``svg``: the
 reliability diagram); ``reads`` holds the reads the API has no route for; the routes
-(``app.routes.ui``) read the data and answer. Every value that comes from
+(``app.dashboard.routes``) read the data and answer. Every value that comes from
 the database or the request is escaped with ``html.escape`` (``html.text``/``html.attr``)."""

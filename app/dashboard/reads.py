@@ -18,8 +18,13 @@ import numpy as np
 
 from calibration import monitoring
 
-from .. import alarm_store, drift_alarms, observation_store, promotion_store, quality, store
-from ..errors import ServiceError
+from ..monitoring import alarms as drift_alarms
+from ..monitoring import quality
+from ..monitoring import store as alarm_store
+from ..observations import store as observation_store
+from ..platform.errors import ServiceError
+from ..promotion import store as promotion_store
+from ..registry import store
 
 SPARK_WINDOWS = 12  # windows of rows in the home page's sparkline
 NICE_SIZES = (50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10_000, 20_000, 25_000, 50_000, 100_000)

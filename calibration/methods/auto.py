@@ -48,7 +48,7 @@ class AutoCalibrator(Calibrator):
         self.accuracy_preserving = self.options["preserve_accuracy"]
         self.progress = None  # progress(done, total) after each cross-validation fit (a job's progress)
         # comparison_source(x, labels, candidates, folds, seed, kind) -> Comparison: where the
-        # cross-validation runs instead of here (a job's parts on other workers; app.fan_out)
+        # cross-validation runs instead of here (a job's parts on other workers; app.jobs.fan_out)
         self.comparison_source = None
 
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:

@@ -39,7 +39,7 @@ ODIR leaves the diagonal free) ``+ 2 bias_factor u uᵀ`` with ``u = [-m/s, 1]``
 
 Memory: the blocks and their inverses hold ``2 k d²`` numbers. Above ``MAX_BLOCK_ENTRIES``
 (``k d²`` = 2²³, 64 MiB each: k ≥ 203; both together then stay within the service's default
-request budget of 2²⁴ entries, ``app.costs.solver_entries``) only the blocks' diagonals are kept (Jacobi with the
+request budget of 2²⁴ entries, ``app.wire.costs.solver_entries``) only the blocks' diagonals are kept (Jacobi with the
 same deflation: at k = 100 it measured 29 / 4881 and 35 / 19691, little better than Jacobi;
 the deflation pays on top of the blocks, 433 → 93 products on WRN).
 """

@@ -89,7 +89,7 @@ class ValidatedMetrics:
         return int(np.count_nonzero(self.label_probability <= EPSILON))
 
     def metrics(self) -> dict[str, float]:
-        """Every metric of the report, as ``app.reports.METRICS`` names them."""
+        """Every metric of the report, as ``app.registry.reports.METRICS`` names them."""
         if self.at != self.labels.shape[0]:
             raise ValueError(f"{self.at} rows added for {self.labels.shape[0]} labels")
         confidence, correct, n_bins = self.confidence, self.correct, self.n_bins

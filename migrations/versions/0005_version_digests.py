@@ -1,5 +1,5 @@
 """Version digests cover everything served: ``sha256:`` of the canonical JSON of
-``[params_json, class_names, tensor_names]`` (``app.integrity``; base64url, so the column keeps its
+``[params_json, class_names, tensor_names]`` (``app.registry.integrity``; base64url, so the column keeps its
 width) replaces the hex sha256 of the parameters alone. A row whose old checksum does not match
 its parameters keeps it (and stays refused): a migration never launders a tampered row. Rows
 signed with an integrity key cannot be vouched for by the old checksum: a downgrade leaves them

@@ -23,7 +23,7 @@ revision: str = "0010"
 down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-# tables whose rows the downgrade rewrites in the old form without losing any (app.migrate's check)
+# tables whose rows the downgrade rewrites in the old form without losing any (app.platform.migrate's check)
 lossless_downgrade = ("logged_predictions",)
 
 EXPAND = 5000  # ids written per statement by the downgrade

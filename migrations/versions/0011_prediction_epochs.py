@@ -8,7 +8,7 @@ An epoch is closed after ``CALIBRATION_LOG_EPOCH_IDS`` index rows with a Bloom f
 (``prediction_epochs.bloom``), through which a label is looked up in the epochs that may hold it.
 
 The upgrade puts each calibrator's existing ids in open epochs of 65536 (in chunk order), which
-retention closes one by one (``app.prediction_log.PredictionLog.apply_retention``). The downgrade
+retention closes one by one (``app.prediction_log.service.PredictionLog.apply_retention``). The downgrade
 keeps, of an id logged in several epochs, its row of the first chunk: the row a label joins (the
 release before wrote no other).
 

@@ -1,5 +1,5 @@
 """Version digests cover every stored column: ``sha256-v2:`` of the canonical JSON of the whole
-record (``app.integrity``: name, number, method, input kind, k, n, class names, parameters,
+record (``app.registry.integrity``: name, number, method, input kind, k, n, class names, parameters,
 summary, diagnostics, report, description, tags, tensor names, creation time) replaces
 ``sha256:`` of ``[params_json, class_names, tensor_names]``. No column changes.
 

@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 from starlette.testclient import TestClient
 
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.settings import Settings
 
 POSTGRES_ADMIN_URL = os.environ.get(

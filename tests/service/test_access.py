@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import text
 from starlette.testclient import TestClient
 
-from app import keys
+from app.access import keys
 from app.main import create_app
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
 from tests.helpers import REPO
 from tests.service.live import live_server
@@ -137,7 +137,7 @@ def test_keys_are_hashed_listed_without_secrets_and_revocable(secured):
 
 
 def test_a_revocation_reaches_a_caching_process_within_the_cache_time(sqlite_url):
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
 
     upgrade(sqlite_url)
     app = create_app(Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0.5))
@@ -178,7 +178,7 @@ def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_keys_and_no_key_in_the_logs(sqlite_url, tmp_path):
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
 
     upgrade(sqlite_url)
     created = _cli(sqlite_url, "keys", "create", "--name", "ops", "--scope", "admin")

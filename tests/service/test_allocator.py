@@ -6,11 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from app import allocator
+from app.platform import allocator
 
 PROBE = """
 import ctypes, ctypes.util, json, sys
-from app import allocator
+from app.platform import allocator
 set_here = allocator.fix_thresholds()
 # glibc's mallinfo2 cannot report the thresholds; malloc_info's XML does not either. What can be
 # seen: a 16 MiB block (under 32 MiB) now comes from the heap, not from mmap: its address lies

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.migrate import head_revision
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.migrate import head_revision
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 
 LOGITS, LABELS = make_reference_input(n=400, k=4, seed=21)

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from app.codecs import read_npy, read_npz, write_npy
-from app.costs import RequestLimits
-from app.errors import InvalidInput
+from app.platform.errors import InvalidInput
+from app.wire.codecs import read_npy, read_npz, write_npy
+from app.wire.costs import RequestLimits
 
 LIMITS = RequestLimits(1 << 24, 1 << 24, 1 << 24, 1 << 24)
 

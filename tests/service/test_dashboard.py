@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.migrate import upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.migrate import upgrade
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 from tests.service.live import live_server
 
@@ -307,8 +307,8 @@ def test_try_it_out_fits_then_calibrates_from_the_docs(page, server, shots):
 def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, tmp_path, shots):
     """A server with API keys on: the dashboard answers the sign-in form, a read key typed into
     it is kept in the cookie, the pages then show, and signing out ends it."""
-    from app import keys
-    from app.db import Database
+    from app.access import keys
+    from app.platform.db import Database
 
     url = f"sqlite:///{tmp_path / 'calibration.db'}"
     upgrade(url)

@@ -10,12 +10,12 @@ import pytest
 from starlette.testclient import TestClient
 
 import calibration as cal
-from app import keys
+from app.access import keys
+from app.dashboard.routes import COOKIE
 from app.dashboard.svg import reliability_svg
 from app.main import create_app
-from app.migrate import upgrade
-from app.routes.ui import COOKIE
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.migrate import upgrade
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
 from tests.helpers import make_reference_input
 
@@ -118,7 +118,7 @@ def test_a_browser_signs_in_with_a_form_and_the_key_lives_in_a_cookie_only_the_d
 
 
 def test_the_svg_uses_stored_bootstrap_intervals_when_the_report_has_them():
-    import app.reports as reports
+    import app.registry.reports as reports
 
     logits, labels = make_reference_input(n=800, k=4, seed=5)
     raw, after = cal.softmax(logits), cal.softmax(logits / 1.7)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from tests.helpers import load_split
 from tests.service.live import live_server
 from tests.service.test_dashboard import ARGS, CHROMIUM, Isolated, _need_a_browser, not_blank

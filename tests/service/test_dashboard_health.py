@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from app.dashboard.html import evalue
 from app.dashboard.reads import row_window, trajectories
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.settings import Settings
 from tests.helpers import load_split
 from tests.service.conftest import create_postgres_database
@@ -175,7 +175,7 @@ def test_empty_states_say_the_next_command(api):
 
 
 def test_the_reliability_diagram_is_larger_and_its_legend_covers_no_interval_bar():
-    import app.reports as reports
+    import app.registry.reports as reports
     import calibration as cal
     from app.dashboard.svg import reliability_svg
 

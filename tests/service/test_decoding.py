@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.costs import RequestLimits
-from app.decoding import RequestBody, decode_batch, decode_fields, media_type
-from app.errors import InvalidInput, MalformedRequest, TooLarge, UnsupportedMediaType
-from app.schemas import AliasRequest, CalibrateFields, FitFields
+from app.platform.errors import InvalidInput, MalformedRequest, TooLarge, UnsupportedMediaType
+from app.registry.schemas import AliasRequest, CalibrateFields, FitFields
+from app.wire.costs import RequestLimits
+from app.wire.decoding import RequestBody, decode_batch, decode_fields, media_type
 
 LOGITS = np.array([[2.0, 0.5, -1.0], [0.3, 1.8, -0.2]])
 LIMIT = RequestLimits(1 << 20, array_bytes=1 << 20)

@@ -14,9 +14,9 @@ import pytest
 from fastapi import FastAPI
 from starlette.testclient import TestClient
 
+from app.http.docs import ASSETS_DIRECTORY, ASSETS_URL
 from app.main import create_app
-from app.migrate import upgrade
-from app.routes.docs import ASSETS_DIRECTORY, ASSETS_URL
+from app.platform.migrate import upgrade
 from app.settings import Settings
 from tests.service.live import live_server
 
@@ -101,7 +101,7 @@ def test_the_pages_point_at_the_openapi_document_and_the_oauth2_redirect_page(cl
 def test_the_openapi_document_is_the_one_published_with_fastapis_cdn_pages(client, sqlite_url, monkeypatch):
     """The same service built with FastAPI's default pages (``docs_url``/``redoc_url`` left
     alone, nothing installed) publishes the same document, byte for byte."""
-    from app.routes import application, docs
+    from app.http import application, docs
 
     class WithCdnPages(FastAPI):
         def __init__(self, *args, docs_url=None, redoc_url=None, **kwargs):

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from sqlalchemy import text
 
-from app.db import make_engine
+from app.platform.db import make_engine
 from tests.helpers import load_split
 from tests.service import test_jobs
 from tests.service.live import live_server

@@ -22,8 +22,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 import calibration as cal
-from app.migrate import upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.migrate import upgrade
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
 from tests.service.conftest import _postgres_unavailable
 from tests.service.live import LiveServer, free_port

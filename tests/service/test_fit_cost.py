@@ -11,13 +11,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app import job_store, reports
-from app.batches import ArrayBatch, validated
-from app.job_inputs import batch_of_job, job_input
+from app.jobs import store as job_store
+from app.jobs.inputs import batch_of_job, job_input
 from app.main import create_app
-from app.migrate import upgrade
-from app.schemas import FitFields
+from app.platform.migrate import upgrade
+from app.registry import reports
+from app.registry.schemas import FitFields
 from app.settings import Settings
+from app.wire.batches import ArrayBatch, validated
 
 
 def logits_and_labels(n: int, k: int, seed: int = 0):

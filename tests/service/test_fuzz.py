@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from app import keys
-from app.db import Database
-from app.migrate import upgrade
+from app.access import keys
+from app.platform.db import Database
+from app.platform.migrate import upgrade
 from tests.service.fuzz import fuzz, seed_calibrator
 from tests.service.live import live_server
 

@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.models import Base
+from app.platform.rows import Base
 
 L = [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3], [-0.5, 0.2, 2.2], [1.0, 1.1, 0.9]]
 Y = [0, 1, 2, 0]

@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.settings import Settings
 from tests.service.test_api import LOGITS, fit
 
@@ -72,7 +72,7 @@ def test_serve_threads_must_be_positive():
 
 
 def test_calibrate_is_matched_first_but_docs_list_the_routes_as_written():
-    from app.routes.calibrators import DOCS_ORDER, router
+    from app.registry.routes import DOCS_ORDER, router
 
     assert [route.path.endswith("/calibrate") for route in router.routes[:2]] == [True, True]
     schema = create_app(Settings(database_url="sqlite://")).openapi()
@@ -90,7 +90,7 @@ def test_serve_threads_default_to_two_only_where_each_worker_has_two_cores():
 
 
 def test_a_kind_of_call_runs_on_the_loop_only_once_its_runs_show_it_tiny():
-    from app.routes.hot_path import HotPath
+    from app.http.hot_path import HotPath
 
     hot = HotPath(1, inline_seconds=0.001)
     kind = ("calibrate", "/v1/calibrators/demo/calibrate", "application/x-npy")
@@ -109,8 +109,8 @@ def test_a_kind_of_call_runs_on_the_loop_only_once_its_runs_show_it_tiny():
 
 
 def test_json_calls_get_five_times_the_inline_budget_and_an_overrun_bars_its_kind_for_a_while(monkeypatch):
-    from app.routes import hot_path
-    from app.routes.hot_path import HotPath
+    from app.http import hot_path
+    from app.http.hot_path import HotPath
 
     now = [1000.0]
     monkeypatch.setattr(hot_path.time, "monotonic", lambda: now[0])
@@ -185,7 +185,7 @@ def test_tiny_calibrate_calls_run_on_the_event_loop_and_costly_ones_on_the_serve
 
 
 def test_a_call_learns_its_cpu_time_unless_it_waited_far_longer_than_it_worked():
-    from app.routes.hot_path import HotPath
+    from app.http.hot_path import HotPath
 
     hot = HotPath(1, inline_seconds=0.001)
     waits, works = ("waits",), ("works",)

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import select, text
 from starlette.testclient import TestClient
 
-from app.db import Database
 from app.main import create_app
-from app.models import IdempotencyRow
+from app.platform.db import Database
+from app.platform.rows import IdempotencyRow
 from app.settings import Settings
 from tests.helpers import REPO
 from tests.service.live import LiveServer
@@ -58,8 +58,8 @@ def test_a_claim_of_a_process_killed_with_sigkill_is_taken_over_after_its_lease(
     # a real process claims the key as a request would (with the server's lease of 1 s), and is
     # killed before it answers
     script = ("import os, signal, sys\n"
-              "from app.db import Database\n"
-              "from app.idempotency import IdempotencyKeys, request_digest\n"
+              "from app.platform.db import Database\n"
+              "from app.access.idempotency import IdempotencyKeys, request_digest\n"
               "keys = IdempotencyKeys(Database(sys.argv[1]), 86400, lease_seconds=1)\n"
               f"digest = request_digest('application/json', '', open(sys.argv[2], 'rb').read())\n"
               f"assert keys.claim({SCOPE!r}, {KEY!r}, digest) is None\n"
@@ -83,7 +83,7 @@ def test_a_claim_of_a_process_killed_with_sigkill_is_taken_over_after_its_lease(
 def test_a_claim_whose_request_still_runs_is_renewed_past_its_lease(postgres_url):
     """A request held (by a row lock) for several leases keeps its claim: retries get 409 all along,
     and the appended rows count once."""
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
 
     upgrade(postgres_url)
     app = create_app(Settings(database_url=postgres_url, job_engine="embedded", idempotency_lease_seconds=1))
@@ -139,7 +139,7 @@ def _wait_for_claim(db: Database) -> None:
 def test_a_server_killed_mid_append_leaves_a_claim_that_a_retry_takes_over(postgres_url, tmp_path):
     """SIGKILL while an append sent with an Idempotency-Key waits for the calibrator's row lock
     (the key claimed, nothing appended): after the lease, the retry to a restarted server appends."""
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
 
     upgrade(postgres_url)
     server = LiveServer(postgres_url, env={"CALIBRATION_IDEMPOTENCY_LEASE_SECONDS": "1",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 
 LOGITS, LABELS = make_reference_input(n=200, k=3, seed=5)

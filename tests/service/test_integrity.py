@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 
 from app import cli
 from app.main import create_app
-from app.migrate import downgrade, upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.migrate import downgrade, upgrade
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings, get_settings
 
 KEY = "a-long-random-integrity-key"

@@ -19,8 +19,8 @@ import orjson
 import pytest
 from sqlalchemy import text
 
-from app.db import make_engine
-from app.migrate import upgrade
+from app.platform.db import make_engine
+from app.platform.migrate import upgrade
 from tests.helpers import REPO, load_split
 from tests.service.live import live_server
 

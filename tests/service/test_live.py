@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
 from tests.service.live import live_server
 
@@ -122,7 +122,7 @@ def test_scheduled_drift_monitoring_succeeds_as_deployed(kind, request, tmp_path
     """The scheduler on (as by default; every second here) and, on Postgres, a worker beside the
     API as docker-compose runs them: predictions served with logging, labelled later, are picked up
     by a scheduled ``alarms`` job that succeeds, with the monitors over exactly the labelled rows.
-    Before the fix in app/tasks.py every such job ended failed (its result held datetimes the JSON
+    Before the fix in app/jobs/tasks.py every such job ended failed (its result held datetimes the JSON
     column refused) while the monitors were saved, so only the job's state shows it; the live
     server's stop also fails the test on any failed job."""
     url = request.getfixturevalue(f"{kind}_url")

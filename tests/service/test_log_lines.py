@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import OperationalError
 
-from app.logs import first_line
+from app.platform.logs import first_line
 
 
 def test_the_first_line_of_a_message_or_the_exception_s_repr_when_it_has_none():

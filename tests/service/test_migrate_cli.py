@@ -10,11 +10,12 @@ import pytest
 from sqlalchemy import inspect, text
 from starlette.testclient import TestClient
 
-from app import cli, keys
-from app.db import Database, make_engine
+from app import cli
+from app.access import keys
 from app.main import create_app
-from app.migrate import current_revision, head_revision, upgrade
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.db import Database, make_engine
+from app.platform.migrate import current_revision, head_revision, upgrade
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings, get_settings
 
 FIT = {"method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.errors import InvalidInput
-from app.names import Reference, check_alias, check_name
+from app.platform.errors import InvalidInput
+from app.registry.names import Reference, check_alias, check_name
 
 NAMES = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 ALIASES = st.from_regex(r"\A[A-Za-z][A-Za-z0-9_-]{0,63}\Z").filter(lambda a: a != "latest")

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app.routes.application import create_app
+from app.http.application import create_app
 from app.settings import Settings
 from tests.helpers import make_reference_input
 
@@ -227,7 +227,7 @@ def test_a_fit_s_observations_are_its_own_to_reorder_unless_shared(api):
     """Issue #19: the array a fit loads from the log may be laid out fold by fold in place by the
     core (``calibration.allow_reordering``: views, not copies, of each fold's rows); a worker's
     cached arrays, read by several parts of a fanned-out job, may not."""
-    from app.observation_schemas import ObservationQuery
+    from app.observations.schemas import ObservationQuery
     from calibration.inputs import may_reorder
 
     assert _append(api, "own", 0, 300).status_code == 201
@@ -259,7 +259,7 @@ def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on
 
     from sqlalchemy import func, select, update
 
-    from app.models import PredictionChunkRow
+    from app.platform.rows import PredictionChunkRow
     with TestClient(_app(database_url, max_logged_rows=100)) as client:
         client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
                                                         "labels": LABELS.tolist()})
@@ -309,9 +309,9 @@ def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(pos
     from sqlalchemy import select, text, update
     from sqlalchemy.orm import Session
 
-    from app import prediction_log_store
-    from app.migrate import upgrade
-    from app.models import CalibratorRow, PredictionChunkRow
+    from app.platform.migrate import upgrade
+    from app.platform.rows import CalibratorRow, PredictionChunkRow
+    from app.prediction_log import store as prediction_log_store
 
     upgrade(postgres_url)
     with TestClient(_app(postgres_url, max_logged_rows=100)) as client:

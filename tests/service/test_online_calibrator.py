@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app.routes.application import create_app
+from app.http.application import create_app
 from app.settings import Settings
 from calibration.online import OnlinePlattScaling
 from tests.helpers import load_split

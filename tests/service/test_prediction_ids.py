@@ -9,8 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from app.errors import InvalidInput
-from app.prediction_log import MAX_ID_LENGTH, _check_each, check_ids, new_prefix
+from app.platform.errors import InvalidInput
+from app.prediction_log.service import MAX_ID_LENGTH, _check_each, check_ids, new_prefix
 
 GENERATED_LIKE = st.builds(lambda digits, number, tail: digits + "-" + number + tail,
                            st.text("0123456789abcdefA", min_size=15, max_size=17),

@@ -12,14 +12,14 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
 
-from app.db import Database, make_engine
 from app.main import create_app
-from app.migrate import downgrade, downgrade_losses, upgrade
-from app.prediction_log import PredictionLog
-from app.prediction_log_lookup import claim_labels, find_logged
-from app.prediction_log_store import log_predictions, logged_counts, prediction_chunks
+from app.platform.db import Database, make_engine
+from app.platform.migrate import downgrade, downgrade_losses, upgrade
+from app.prediction_log.lookup import claim_labels, find_logged
+from app.prediction_log.service import PredictionLog
+from app.prediction_log.store import log_predictions, logged_counts, prediction_chunks
+from app.registry.store import ResolvedVersion
 from app.settings import Settings
-from app.store import ResolvedVersion
 from tests.service.test_api import LOGITS, fit, npy
 
 
@@ -275,7 +275,7 @@ def test_client_ids_of_the_generated_form_are_refused(sqlite_url):
 
 
 def test_client_ids_over_several_statements_keep_their_rows(database_url, monkeypatch):
-    from app import prediction_log_store
+    from app.prediction_log import store as prediction_log_store
     monkeypatch.setattr(prediction_log_store, "IDS_PER_STATEMENT", 2)
     with log_session(database_url, "many", 1.0) as session:
         ids = ["e", "a", "d", "b", "c"]

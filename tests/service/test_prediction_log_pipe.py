@@ -25,18 +25,18 @@ import pytest
 from sqlalchemy import insert, text
 from starlette.testclient import TestClient
 
-from app import prediction_log_pipe
-from app.db import Database
+from app.http.application import log_writer_process
 from app.main import create_app
-from app.models import CalibratorRow
-from app.prediction_log import PredictionLog
-from app.prediction_log_lookup import find_logged
-from app.prediction_log_pipe import PipeWriter
-from app.prediction_log_ring import KINDS
-from app.prediction_log_store import logged_counts, prediction_chunks
-from app.routes.application import log_writer_process
+from app.platform.db import Database
+from app.platform.rows import CalibratorRow
+from app.prediction_log import pipe as prediction_log_pipe
+from app.prediction_log.lookup import find_logged
+from app.prediction_log.pipe import PipeWriter
+from app.prediction_log.ring import KINDS
+from app.prediction_log.service import PredictionLog
+from app.prediction_log.store import logged_counts, prediction_chunks
+from app.registry.store import ResolvedVersion
 from app.settings import Settings
-from app.store import ResolvedVersion
 from calibration import INPUT_KINDS
 from tests.service.test_api import fit
 
@@ -234,9 +234,9 @@ def test_the_writer_stores_what_it_holds_when_its_api_process_dies(calibrator, d
     db, calibrator_id = calibrator
     script = textwrap.dedent(f"""
         import os, sys, numpy as np
-        from app.prediction_log import PredictionLog
-        from app.prediction_log_pipe import PipeWriter
-        from app.store import ResolvedVersion
+        from app.prediction_log.service import PredictionLog
+        from app.prediction_log.pipe import PipeWriter
+        from app.registry.store import ResolvedVersion
         pipe = PipeWriter({_config(database_url)!r})
         log = PredictionLog(None, pipe=pipe)
         served = log.record(ResolvedVersion("piped", 1, "-", 1, {calibrator_id}, 1.0), "logits", 3,

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from sqlalchemy import insert
 
-from app.db import Database
-from app.models import CalibratorRow
-from app.prediction_log import PredictionLog, name_thread
-from app.prediction_log_lookup import find_logged
-from app.prediction_log_store import logged_counts, prediction_chunks
-from app.store import ResolvedVersion
+from app.platform.db import Database
+from app.platform.rows import CalibratorRow
+from app.prediction_log.lookup import find_logged
+from app.prediction_log.service import PredictionLog, name_thread
+from app.prediction_log.store import logged_counts, prediction_chunks
+from app.registry.store import ResolvedVersion
 
 
 def test_a_flush_of_many_requests_writes_each_batch_at_its_rows(database_url):

@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app import keys
-from app.routes.application import create_app
+from app.access import keys
+from app.http.application import create_app
 from app.settings import Settings
 from tests.helpers import load_split, make_reference_input
 from tests.service.live import live_server

@@ -10,7 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import calibration as cal
-from app import keys
+from app.access import keys
 from app.main import create_app
 from app.settings import Settings
 from calibration.label_free import rows_needed
@@ -201,7 +201,7 @@ def test_the_label_shift_estimate_from_the_prediction_log(client, data):
 
 
 def test_scopes(sqlite_url):
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
 
     upgrade(sqlite_url)
     app = create_app(Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0))
@@ -220,11 +220,11 @@ def test_the_bootstrap_budget_cuts_resamples_and_says_so(client, data, monkeypat
     _fit(client, val, val_labels)
     _ok(client.post(f"/v1/calibrators/{NAME}/observations",
                     json={"logits": test[:500].tolist(), "labels": test_labels[:500].tolist()}), 201)
-    monkeypatch.setattr("app.quality.BOOTSTRAP_ENTRIES", 500 * 10 * 2 * 7)
+    monkeypatch.setattr("app.monitoring.quality.BOOTSTRAP_ENTRIES", 500 * 10 * 2 * 7)
     body = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"bootstrap": 50}))
     assert body["bootstrap"] == 7 and body["bootstrap_asked"] == 50
     assert body["windows"][0]["calibrated"]["nll"]["low"] is not None
-    monkeypatch.setattr("app.quality.BOOTSTRAP_ENTRIES", 10)
+    monkeypatch.setattr("app.monitoring.quality.BOOTSTRAP_ENTRIES", 10)
     body = _ok(client.get(f"/v1/calibrators/{NAME}/quality", params={"bootstrap": 50}))
     assert body["bootstrap"] == 0 and body["windows"][0]["calibrated"]["nll"]["low"] is None
 

@@ -21,12 +21,12 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from app import store, version_records
-from app.errors import NotFound
 from app.main import create_app
-from app.migrate import upgrade
-from app.names import Reference
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.errors import NotFound
+from app.platform.migrate import upgrade
+from app.registry import store, version_records
+from app.registry.names import Reference
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
 from tests.service.live import live_server
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.costs import estimated_fit_seconds, fitted_parameters, isotonic_blocks, solver_entries
+from app.wire.costs import estimated_fit_seconds, fitted_parameters, isotonic_blocks, solver_entries
 from tests.service.live import LiveServer
 from tests.service.test_hostile_input import zip_bomb
 
@@ -264,9 +264,9 @@ def test_label_shift_over_the_read_budget_is_a_422_naming_the_setting_for_a_read
     nothing read (main read every chunk: 450 MiB -> 6.5 GiB)."""
     from starlette.testclient import TestClient
 
-    from app import keys
+    from app.access import keys
     from app.main import create_app
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
     from app.settings import Settings
     upgrade(sqlite_url)
     settings = Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0)
@@ -308,7 +308,9 @@ def _peak(call) -> tuple[object, int]:
 def big_chunks(client):
     """``SHIFT`` fitted on 10 classes, with one uploaded observation chunk and one logged chunk of
     BIG_ROWS rows each (written by the stores, as an upload and a flush write them)."""
-    from app import observation_store, prediction_log_store, store
+    from app.observations import store as observation_store
+    from app.prediction_log import store as prediction_log_store
+    from app.registry import store
     rng = np.random.default_rng(34)
     labels = rng.integers(0, K, BIG_ROWS)
     logits = rng.normal(size=(BIG_ROWS, K)) + 2 * np.eye(K)[labels]
@@ -331,7 +333,7 @@ def _bound(rows: int) -> int:
 
 
 def test_label_shift_peak_memory_is_bounded_by_the_rows_asked_for(big_chunks):
-    from app import quality
+    from app.monitoring import quality
     answer, peak = _peak(lambda: quality.label_shift(big_chunks, SHIFT, last=ASKED))
     assert answer["n_predictions"] == ASKED and answer["n_source_rows"] == ASKED
     print(f"label shift of {ASKED} rows: peak {peak} B, bound {_bound(ASKED)} B")
@@ -342,8 +344,8 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
     """A quality window of the newest 1000 rows, and a fit's arrays and an evaluation's selection
     of ``last=1000``, out of one 100000-row chunk: peak memory within the bound (main read the
     whole chunk's blob)."""
-    from app import quality
-    from app.observation_schemas import ObservationQuery
+    from app.monitoring import quality
+    from app.observations.schemas import ObservationQuery
     query = quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0)
     answer, peak = _peak(lambda: quality.quality(big_chunks, SHIFT, query))
     assert [w["n_rows"] for w in answer["windows"]] == [ASKED]
@@ -357,9 +359,10 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
 
 
 def test_quality_and_evaluations_over_the_read_budget_are_413s_naming_the_setting(big_chunks):
-    from app import evaluations, quality
-    from app.errors import TooLarge
-    from app.promotion_schemas import EvaluationRequest
+    from app.monitoring import quality
+    from app.platform.errors import TooLarge
+    from app.promotion import evaluations
+    from app.promotion.schemas import EvaluationRequest
     big_chunks.max_read_entries = ASKED * K
     assert quality.quality(big_chunks, SHIFT, quality.QualityQuery(window=str(ASKED), windows=1, bootstrap=0))
     with pytest.raises(TooLarge, match=r"over the limit of 10000 entries one read may load "
@@ -376,7 +379,7 @@ def test_an_alarms_evaluation_reads_within_the_budget(big_chunks):
     """The label-free monitor's reference is the newest labelled rows (50000 by default): with a
     budget of 1000 rows x 10 classes it reads 1000 of the 100000-row upload, within the bound
     (main read the whole chunk)."""
-    from app import drift_alarms
+    from app.monitoring import alarms as drift_alarms
     big_chunks.max_read_entries = ASKED * K
 
     def evaluate():
@@ -401,7 +404,8 @@ def test_labels_read_only_the_logged_rows_they_label(client):
     of one row (main read every chunk a label's id is in, whole)."""
     import tracemalloc
 
-    from app import prediction_log_store, store
+    from app.prediction_log import store as prediction_log_store
+    from app.registry import store
     rng = np.random.default_rng(35)
     labels = rng.integers(0, K, BIG_ROWS)
     logits = rng.normal(size=(BIG_ROWS, K)) + 2 * np.eye(K)[labels]
@@ -422,7 +426,7 @@ def test_labels_read_only_the_logged_rows_they_label(client):
         tracemalloc.stop()
     assert answer["labelled"] == 2
     with client.app.state.db.read() as session:
-        from app import observation_store
+        from app.observations import store as observation_store
         index = observation_store.chunk_index(session, calibrator_id, observation_store.Selection(source="feedback"))
         stored, stored_labels = observation_store.load(session, index)
     np.testing.assert_array_equal(stored, logits[[0, 1, -1]])
@@ -438,7 +442,7 @@ def test_a_power_analysis_reads_its_rows_within_the_read_budget(sqlite_url, monk
     from fastapi.testclient import TestClient
 
     from app.main import create_app
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
     from app.settings import Settings, get_settings
     upgrade(sqlite_url)
     monkeypatch.setenv("CALIBRATION_MAX_READ_ENTRIES", str(200 * K))  # jobs read the settings from the environment

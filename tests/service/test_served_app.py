@@ -8,7 +8,7 @@ import gc
 from fastapi.testclient import TestClient
 
 from app.main import create_served_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.settings import Settings
 
 

@@ -8,13 +8,13 @@ import orjson
 import pytest
 
 import calibration as cal
-from app import integrity, store
-from app.batches import ArrayBatch
-from app.db import Database
-from app.errors import Conflict, InvalidInput, NotFound
-from app.names import Reference
-from app.schemas import CalibrateFields, CompareFields, EvaluationFields, FitFields
-from app.service import CalibrationService
+from app.platform.db import Database
+from app.platform.errors import Conflict, InvalidInput, NotFound
+from app.registry import integrity, store
+from app.registry.names import Reference
+from app.registry.schemas import CalibrateFields, CompareFields, EvaluationFields, FitFields
+from app.registry.service import CalibrationService
+from app.wire.batches import ArrayBatch
 from tests.helpers import load_split
 
 KIND, X, Y = load_split("cifar10_resnet50_cross_entropy", "val")

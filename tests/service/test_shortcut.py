@@ -11,12 +11,12 @@ import pytest
 from fastapi import Depends, FastAPI, HTTPException, Request
 from starlette.testclient import TestClient
 
-from app import keys
+from app.access import keys
+from app.http import auth
+from app.http.shortcut import Shortcut
 from app.main import create_app
-from app.migrate import upgrade
-from app.routes import auth
-from app.routes.shortcut import Shortcut
-from app.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
+from app.platform.migrate import upgrade
+from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
 
 HOT = {"/v1/calibrators/{ref}/calibrate", "/v1/calibrators/{name}/versions/{version}/calibrate",

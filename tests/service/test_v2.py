@@ -10,7 +10,7 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 import calibration as cal
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from tests.helpers import load_split
 from tests.service.live import live_server
 

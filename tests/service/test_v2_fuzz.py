@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from app.main import create_app
-from app.migrate import upgrade
+from app.platform.migrate import upgrade
 from app.settings import Settings
 
 L = [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3], [-0.5, 0.2, 2.2], [1.0, 1.1, 0.9]]

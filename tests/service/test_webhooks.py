@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.main import create_app
-from app.scheduler import Scheduler
+from app.promotion.scheduler import Scheduler
 from app.settings import Settings, get_settings
 from tests.helpers import load_split
 
@@ -164,7 +164,7 @@ def test_an_alarm_raised_by_evaluate_reaches_the_webhook_once(database_url, monk
 
 def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_retried_until_failed(sqlite_url, monkeypatch,
                                                                                    receiver):
-    from app.migrate import upgrade
+    from app.platform.migrate import upgrade
 
     upgrade(sqlite_url)
     deadline, attempts = 1.5, 2

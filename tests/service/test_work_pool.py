@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 import pytest
 
-from app.routes.admission import WorkPool
+from app.http.admission import WorkPool
 
 
 def test_a_finished_call_s_arguments_and_result_are_not_kept_by_the_work_threads():

@@ -1,0 +1,196 @@
+"""The work of a job, in whatever process runs it (the embedded pool, or a Procrastinate worker):
+``run_job(database_url, job_id)`` claims the job, beats its heartbeat, runs the fit or
+comparison through the service, and records the outcome. A job that is not queued (taken by
+another process, cancelled) is left alone, so offering it twice runs it once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+
+from calibration import json_safe
+
+from ..monitoring import alarms as drift_alarms
+from ..monitoring import power
+from ..platform.db import Database
+from ..platform.errors import ServiceError
+from ..platform.logs import first_line
+from ..promotion import policies
+from ..registry.schemas import CompareFields, FitFields
+from ..registry.service import CalibrationService
+from ..settings import get_settings
+from ..wire.batches import validated
+from . import fan_out
+from . import store as job_store
+from .inputs import batch_of_job
+from .runner import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
+
+logger = logging.getLogger(__name__)
+INTERNAL_ERROR = {"status": 500, "title": "Internal Server Error", "detail": "the job failed unexpectedly"}
+
+
+def _finish(db: Database, job_id: str, status: str, **values) -> None:
+    with db.write() as session:
+        job_store.finish(session, job_id, status, **values)
+
+
+def _heartbeat(db: Database, job_id: str, every: float, done: threading.Event) -> None:
+    while not done.wait(every):
+        try:
+            with db.write() as session:
+                job_store.update_job(session, job_id)
+        except Exception as exc:  # the database is away: try again at the next beat
+            logger.warning("job %s heartbeat failed: %s", job_id, first_line(exc))
+
+
+def run_job(database_url: str, job_id: str, heartbeat_seconds: float | None = None) -> None:
+    """Claim and run one job to its end, beating its heartbeat every ``heartbeat_seconds``
+    (default: a tenth of ``CALIBRATION_JOB_STALE_SECONDS``)."""
+    settings = get_settings()
+    heartbeat_seconds = heartbeat_seconds or settings.job_stale_seconds / 10
+    db = Database(database_url, settings.db_timeout_seconds)
+    try:
+        with db.write() as session:
+            if not job_store.claim(session, job_id, f"{socket.gethostname()}:{os.getpid()}"):
+                return
+        done = threading.Event()
+        beating = threading.Thread(target=_heartbeat, args=(db, job_id, heartbeat_seconds, done),
+                                   name=f"job-{job_id[:8]}-heartbeat", daemon=True)
+        beating.start()
+        try:
+            _run_claimed(db, job_id)
+        finally:
+            done.set()
+            beating.join()
+    finally:
+        db.dispose()
+
+
+def _run_claimed(db: Database, job_id: str) -> None:
+    with db.read() as session:
+        kind, calibrator, request, payload = job_store.load_input(session, job_id)
+    settings = get_settings()
+    service = CalibrationService(db, cache_size=1, max_body_bytes=0,
+                                 observation_caps=(settings.max_observation_rows, settings.max_observation_bytes,
+                                                   settings.max_fit_entries),
+                                 max_read_entries=settings.max_read_entries)
+    progress = JobProgress(db, job_id)
+    try:
+        if kind == "fit":  # an auto fit's cross-validation fans out as a comparison's does
+            runner = _fan_out(db, job_id, progress)
+            if runner is not None:
+                progress.auto_in_parts = lambda calibrator: fan_out.fit_auto_in_parts(calibrator, runner)
+            service.fit(calibrator, _fit_batch(service, request, payload), job=progress)
+        elif kind == "compare":
+            batch = batch_of_job(request, payload, CompareFields)
+            result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
+            _finish(db, job_id, "succeeded", result=result)
+        elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.promotion.scheduler)
+            _finish(db, job_id, "succeeded", result=_evaluate_alarms(service, calibrator))
+        elif kind == fan_out.PART:
+            _run_part(db, service, job_id, request, progress)
+        elif kind == "power":  # the drift monitor's power analysis (app.monitoring.power)
+            _finish(db, job_id, "succeeded", result=power.run(service, calibrator, request, progress))
+        elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
+            _finish(db, job_id, "succeeded", result=policies.run_refit(service, calibrator, request, progress))
+        else:
+            raise ValueError(f"unknown job kind {kind!r}")
+    except JobCancelled:
+        _finish(db, job_id, "cancelled")
+    except ServiceError as error:
+        _finish(db, job_id, "failed", error=error.as_problem())
+    except Exception:  # a bug: the job says so instead of staying "running" for ever
+        logger.exception("job %s failed", job_id)
+        _finish(db, job_id, "failed", error=INTERNAL_ERROR)
+
+
+def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
+    """The drift monitors brought up to date, new alarms queued for CALIBRATION_ALARM_WEBHOOK_URL
+    (``app.monitoring.webhooks``; the scheduler delivers them); as a job's result (times as ISO 8601 text)."""
+    result = drift_alarms.evaluate(service, name, webhook_url=get_settings().alarm_webhook_url)
+    return json.loads(json.dumps(json_safe(result), default=lambda value: value.isoformat()))
+
+
+def _fit_batch(service: CalibrationService, request: dict, payload: bytes | None, shared: bool = False):
+    """The labelled batch of a fit job: its arrays, or the stored observations it names (``shared``:
+    see ``Observations.load``)."""
+    if request.get("chunks"):
+        return service.observations.load(FitFields.model_validate(request["fields"]), request["chunks"], shared)
+    return batch_of_job(request, payload, FitFields)
+
+
+def _fan_out(db: Database, job_id: str, progress: JobProgress):
+    """How this job's cross-validation fans out (``fan_out(x, labels, methods, folds, seed, kind)``),
+    or ``None``: by default only where other workers can take the parts (Procrastinate);
+    ``CALIBRATION_JOB_FAN_OUT=on`` also in the embedded pool (the parent then runs every part)."""
+    settings = get_settings()
+    named = engine_name(settings.job_engine, settings.database_url)
+    if settings.job_fan_out == "off" or (settings.job_fan_out == "auto" and named != "procrastinate"):
+        return None
+    with db.read() as session:
+        calibrator = job_store.get_job(session, job_id).calibrator
+    parent = fan_out.Parent(db, job_id, calibrator, progress, f"{socket.gethostname()}:{os.getpid()}",
+                            settings.job_stale_seconds)
+
+    def run(x, labels, methods, folds: int, seed: int, kind: str):
+        engine = ProcrastinateEngine(settings.database_url) if named == "procrastinate" else None
+        try:
+            workers = procrastinate_workers(db) if engine else 1
+            shared, units = fan_out.plan(x, methods, folds, seed, kind, workers)
+            return fan_out.compare_in_parts(parent, shared, units, x, labels,
+                                            engine.enqueue if engine else (lambda _part: None))
+        finally:
+            if engine is not None:
+                engine.shutdown()
+
+    return run
+
+
+_PARENT_ARRAYS: dict[str, tuple] = {}  # a worker's parts of one parent read its arrays once
+
+
+def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) -> tuple:
+    """The validated input and labels of a fanned-out job (comparison or fit), as its parent has them."""
+    if parent_id not in _PARENT_ARRAYS:
+        with db.read() as session:
+            kind, _, request, payload = job_store.load_input(session, parent_id)
+        if kind == "fit":
+            batch = _fit_batch(service, request, payload, shared=True)
+        else:
+            batch = batch_of_job(request, payload, CompareFields)
+        inputs, labels = validated(batch)
+        _PARENT_ARRAYS.clear()
+        _PARENT_ARRAYS[parent_id] = (getattr(inputs, inputs.source), labels)
+    return _PARENT_ARRAYS[parent_id]
+
+
+def _run_part(db: Database, service: CalibrationService, job_id: str, request: dict, progress: JobProgress) -> None:
+    """Some candidate x fold units of a fanned-out job; cancelled when its parent is no longer running."""
+    with db.read() as session:
+        parent = job_store.get_job(session, request["parent"])
+        running = parent is not None and parent.status == "running"
+    if not running:
+        _finish(db, job_id, "cancelled")
+        return
+    x, labels = _parent_arrays(db, service, request["parent"])
+    _finish(db, job_id, "succeeded", result=fan_out.run_units(x, labels, request, progress.folds))
+
+
+def procrastinate_app():
+    """The Procrastinate app of ``calibration-service worker``: one task, ``run_job``."""
+    import procrastinate
+
+    from ..platform.db import libpq_url
+    from .runner import PROCRASTINATE_QUEUE, PROCRASTINATE_TASK
+
+    database_url = get_settings().database_url
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=libpq_url(database_url)))
+
+    @app.task(name=PROCRASTINATE_TASK, queue=PROCRASTINATE_QUEUE)
+    def run(job_id: str) -> None:
+        run_job(database_url, job_id)
+
+    return app

@@ -1,0 +1,282 @@
+"""Anytime-valid drift alarms (issue #20), on domain values: each version that served labelled
+predictions has a drift monitor, the e-process of ``calibration.monitoring.DriftTest`` on the
+residuals of those rows (its calibrated probabilities, in the order the labels came); each version
+whose predictions were logged has a label-free one, on its logged predictions against a reference
+(the labelled observations through it, fixed when the monitor starts). The label-free monitor is
+``calibration.label_free``'s: the reference spends half of ``alpha`` on confidence bounds of its
+means and the e-process runs at the other half with its tolerances widened by those bounds, so
+``alpha`` holds whatever the reference's size.
+``evaluate`` feeds it the rows that arrived since its last evaluation and records the alarm when
+the e-value first reaches ``1/alpha`` (Ville: under the null the probability that this ever
+happens is at most ``alpha``, however often it is evaluated). It is a plain function of the
+service, for a request or a scheduled job.
+
+``QualityCollector`` exports the monitors as Prometheus gauges when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy.exc import IntegrityError
+
+import calibration as cal
+from calibration import label_free, monitoring
+
+from ..observations import store as observation_store
+from ..platform.db import Database
+from ..platform.errors import InvalidInput, NotFound
+from ..platform.rows import utcnow
+from ..registry import store
+from ..registry.names import Reference, check_name
+from . import store as alarm_store
+from . import webhooks
+from .quality import calibrated_groups
+from .rows import DriftMonitorRow
+
+FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
+ECE_ROWS = 10_000  # the gauge's ECE: of the newest rows a version served
+REFERENCE_ROWS = 50_000  # labelled rows the label-free monitor compares the logged predictions with (fewer
+# where they are more entries than CALIBRATION_MAX_READ_ENTRIES, as for ECE_ROWS)
+
+
+def reference_view(row: DriftMonitorRow, drift: float | None) -> dict | None:
+    """What a label-free monitor's reference can see: its rows, the false-alarm probability its
+    bounds spend, the confidence radius, the smallest drift of the expected confidence (and of a
+    class's mean probability) that can alarm, and with ``drift`` the reference rows needed for it."""
+    reference = (row.state or {}).get("reference")
+    if row.signal != "label_free" or not reference or "confidence_radius" not in reference:
+        return None
+    view = {key: reference[key] for key in ("rows", "alpha", "confidence", "confidence_radius", "confidence_sd")}
+    view["max_class_radius"] = max(reference["class_radius"])
+    view["detectable_confidence_drift"] = row.tolerance + reference["confidence_radius"]
+    view["detectable_class_drift"] = row.state["requested"]["class_tolerance"] + view["max_class_radius"]
+    if drift is not None:
+        view["drift"] = drift
+        view["rows_needed"] = label_free.rows_needed(drift, row.tolerance, row.alpha,
+                                                     sd=min(max(reference["confidence_sd"], 1e-3), 0.5))
+    return view
+
+
+def monitor_view(row: DriftMonitorRow, drift: float | None = None) -> dict:
+    level = float((row.state or {}).get("alpha", row.alpha))  # the e-process's (label-free: less the reference's)
+    return {"version": row.version, "signal": row.signal, "alpha": row.alpha, "tolerance": row.tolerance,
+            "n_rows": row.n_rows,
+            "e_value": math.exp(min(row.log_e_value, 700.0)), "log_e_value": row.log_e_value,
+            "max_log_e_value": row.max_log_e_value, "threshold_log_e_value": math.log(1 / level),
+            "alarm": row.alarm_rows is not None, "alarm_rows": row.alarm_rows, "alarmed_at": row.alarmed_at,
+            "ece": row.ece, "ece_rows": row.ece_rows, "evaluated_at": row.evaluated_at,
+            "reference": reference_view(row, drift)}
+
+
+def alarms(db: Database, name: str, drift: float | None = None) -> dict:
+    """The alarms raised for ``name`` and the state of every version's monitor (with ``drift``, each
+    label-free monitor says how many reference rows a drift of the expected confidence that large needs)."""
+    check_name(name)
+    if drift is not None and not 0 < drift < 1:
+        raise InvalidInput(f"drift must lie in (0, 1), got {drift!r}")
+    with db.read() as session:
+        calibrator = store.calibrator_row(session, name)
+        views = [monitor_view(row, drift) for row in alarm_store.monitors(session, calibrator.id)]
+    return {"name": name, "alarms": [v for v in views if v["alarm"]], "monitors": views}
+
+
+def _residuals(service, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
+    inputs, labels = observation_store.load(session, entries)
+    _, calibrated, usable = calibrated_groups(service, name, entries[0][3], inputs,
+                                              np.full(len(labels), version, dtype=np.int64))
+    return calibrated, labels[usable]
+
+
+def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
+    """Feed ``test`` the rows of ``chunks`` (``version``'s feedback, in arrival order), in batches
+    of under twice ``FEED_ENTRIES`` entries, or of the read budget if smaller (a larger chunk in pieces)."""
+    batch, entries = [], 0
+    limit = min(FEED_ENTRIES, service.max_read_entries)
+    parts = [part for chunk in chunks for part in observation_store.pieces(chunk.index_entry(), limit)]
+    for position, part in enumerate(parts):
+        batch.append(part)
+        entries += (part[1] - part[5]) * part[4]
+        if entries >= limit or position == len(parts) - 1:
+            with service.db.read() as session:
+                probs, labels = _residuals(service, name, version, session, batch)
+            if len(labels):
+                test.update(monitoring.top_label_residuals(probs, labels), monitoring.class_residuals(probs, labels))
+            batch, entries = [], 0
+
+
+def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
+    with service.db.read() as session:
+        index = observation_store.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
+                                                source="feedback", version=version)
+        if not index:
+            return None, 0
+        probs, labels = _residuals(service, name, version, session, index)
+    return (cal.ece(probs, labels), len(labels)) if len(labels) else (None, 0)
+
+
+def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
+             class_tolerance: float = 0.02, webhook_url: str | None = None) -> dict:
+    """Bring every version's monitors up to date: on the labelled rows it served and, without
+    labels, on its logged predictions against the labelled observations (uploads if any) as the
+    reference, fixed when the monitor starts. A monitor whose options differ from these starts
+    again from the first row. Each new alarm is queued for ``webhook_url`` (``app.monitoring.webhooks``) in
+    the transaction that records it. Returns what ``alarms`` returns, with ``new_alarms``."""
+    check_name(name)
+    options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
+               "class_tolerance": class_tolerance}
+    try:
+        monitoring.DriftTest(**options)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if service.prediction_log is not None:  # what was served until now, not only what was flushed
+        service.prediction_log.flush()
+    with service.db.read() as session:
+        calibrator = store.calibrator_row(session, name)
+        labelled = alarm_store.served_versions(session, calibrator.id)
+        logged = alarm_store.logged_versions(session, calibrator.id)
+        known = {(row.version, row.signal): (row.state, row.last_chunk_id)
+                 for row in alarm_store.monitors(session, calibrator.id)}
+    new_alarms = []
+    for signal, versions in (("labelled", labelled), ("label_free", logged)):
+        for version in versions:
+            state, after = known.get((version, signal), (None, 0))
+            recorded = state if signal == "labelled" or state is None else state.get("requested") or {}
+            same = state is not None and all(recorded.get(k) == v for k, v in options.items())
+            step = _labelled if signal == "labelled" else _label_free
+            try:
+                outcome = step(service, name, calibrator.id, version, options, state if same else None,
+                               after if same else 0)
+            except NotFound:  # the version was deleted: its monitor stays as it was
+                continue
+            if outcome is None:
+                continue
+            test, last, ece, ece_rows, extra = outcome
+            before = int(state["alarm_at"]) if same else -1
+            seen = known[(version, signal)][1] if (version, signal) in known else None  # the row as read
+            if _save(service.db, (name, calibrator.id), version, signal, test, last, seen, ece, ece_rows, extra,
+                     [webhook_url] if webhook_url else []) \
+                    and before < 0 <= int(test.alarm_at):
+                new_alarms.append({"version": version, "signal": signal})
+    return {**alarms(service.db, name), "new_alarms": new_alarms}
+
+
+def _labelled(service, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
+    with service.db.read() as session:
+        chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
+    if state is None and not chunks:  # its rows were deleted meanwhile
+        return None
+    test = monitoring.DriftTest.from_dict(state) if state is not None else monitoring.DriftTest(
+        **options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
+    _feed(service, name, version, test, chunks)
+    ece, ece_rows = _recent_ece(service, name, calibrator_id, version)
+    return test, chunks[-1].id if chunks else after, ece, ece_rows, {}
+
+
+def _reference(service, name: str, calibrator_id: int, version: int) -> np.ndarray | None:
+    """The label-free monitor's reference: the calibrated probabilities of the newest labelled
+    observations (uploads if there are any) through ``version``."""
+    with service.db.read() as session:
+        budget = service.max_read_entries
+        index = observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget, source="upload") or \
+            observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget)
+        if not index:
+            return None
+        probs, _ = _residuals(service, name, version, session, index)
+    return probs if len(probs) else None
+
+
+def _label_free(service, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
+    if state is None:
+        probs = _reference(service, name, calibrator_id, version)
+        if probs is None:  # nothing labelled to compare with
+            return None
+    with service.db.read() as session:
+        facts = alarm_store.logged_chunk_facts(session, calibrator_id, version, after)
+    if state is None and not facts:
+        return None
+    loaded = service.serving(Reference.pinned(name, version))
+    if state is not None:
+        test = monitoring.DriftTest.from_dict(state)
+        reference = label_free.LabelFreeReference.from_dict(state["reference"])
+    else:
+        test, reference = label_free.label_free_test(probs, **options)
+    batch, entries = [], 0
+    limit = min(FEED_ENTRIES, service.max_read_entries)
+    step = [max(limit // width, 1) for _, _, width in facts]
+    parts = [(chunk_id, start, min(start + rows_at_once, n_rows), width)
+             for (chunk_id, n_rows, width), rows_at_once in zip(facts, step, strict=True)
+             for start in range(0, n_rows, rows_at_once)]
+    for position, (chunk_id, start, stop, width) in enumerate(parts):
+        batch.append((chunk_id, start, stop))
+        entries += (stop - start) * width
+        if entries >= limit or position == len(parts) - 1:
+            with service.db.read() as session:
+                kind, inputs = alarm_store.logged_arrays(session, batch)
+            if len(inputs):
+                probs = cal.to_host(service.predict(loaded, cal.validate_inputs(inputs, kind)))
+                test.update(*label_free.residuals(probs, reference))
+            batch, entries = [], 0
+    return test, facts[-1][0] if facts else after, None, 0, {"reference": reference.to_dict(), "requested": options}
+
+
+def _save(db: Database, calibrator: tuple[str, int], version: int, signal: str, test, last: int,
+          expected_last: int | None, ece: float | None, ece_rows: int, extra: dict, webhook_urls: list[str]) -> bool:
+    """Store the monitor unless another evaluation moved it since it was read (``expected_last``, its
+    last chunk then, or ``None`` for a monitor that had no row): then theirs stands, and a new alarm
+    is raised (and queued for ``webhook_urls``) once, not once per concurrent evaluation."""
+    name, calibrator_id = calibrator
+    state = {**test.to_dict(), **extra}
+    asked = extra.get("requested", state)  # the label-free e-process runs at a split alpha, widened tolerances
+    values = {"alpha": asked["alpha"], "tolerance": asked["tolerance"], "n_rows": state["n"], "last_chunk_id": last,
+              "log_e_value": state["log_wealth"], "max_log_e_value": state["max_log_wealth"], "state": state,
+              "ece": ece, "ece_rows": ece_rows, "evaluated_at": utcnow()}
+    try:
+        with db.write() as session:
+            row = alarm_store.monitor(session, calibrator_id, version, signal)
+            if row is not None and expected_last is not None and row.last_chunk_id != expected_last:
+                return False
+            if row is None:
+                row = DriftMonitorRow(calibrator_id=calibrator_id, version=version, signal=signal, **values)
+                session.add(row)
+            else:
+                for key, value in values.items():
+                    setattr(row, key, value)
+            if state["alarm_at"] >= 0 and row.alarm_rows is None:
+                row.alarm_rows, row.alarmed_at = state["alarm_at"], utcnow()
+                webhooks.queue_alarm(session, name, row, webhook_urls)
+            elif state["alarm_at"] < 0:
+                row.alarm_rows, row.alarmed_at = None, None
+    except IntegrityError:  # a concurrent first evaluation created it
+        return False
+    return True
+
+
+class QualityCollector:
+    """``calibration_quality_ece`` per calibrator and version, and ``calibration_drift_log_e_value``
+    and ``calibration_drift_alarm`` per calibrator, version and signal (``labelled``,
+    ``label_free``), read from the monitors (so every replica reports the same)."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def collect(self):
+        try:
+            with self.db.read() as session:
+                rows = alarm_store.every_monitor(session)
+        except Exception:  # the database is away or unmigrated: /readyz says so
+            return
+        ece = GaugeMetricFamily("calibration_quality_ece", "ECE of the newest labelled rows a version served",
+                                labels=["calibrator", "version"])
+        log_e = GaugeMetricFamily("calibration_drift_log_e_value", "Log e-value of the drift e-process",
+                                  labels=["calibrator", "version", "signal"])
+        alarm = GaugeMetricFamily("calibration_drift_alarm", "1 once the drift e-process reached 1/alpha",
+                                  labels=["calibrator", "version", "signal"])
+        for name, version, signal, value, log_e_value, alarmed in rows:
+            if value is not None:
+                ece.add_metric([name, str(version)], value)
+            log_e.add_metric([name, str(version), signal], log_e_value)
+            alarm.add_metric([name, str(version), signal], 1.0 if alarmed else 0.0)
+        yield from (ece, log_e, alarm)

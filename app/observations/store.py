@@ -1,0 +1,190 @@
+"""Persistence of observations (labelled rows in binary chunks), on SQLite and Postgres alike
+(the prediction log's is ``app.prediction_log.store``).
+
+A chunk holds its rows as one raw little-endian array (``dtype``, C order) and, for
+observations, the labels as int32: never one row per float, never a pickle (``np.frombuffer``
+reads them back). Every function takes a session from ``Database.read()`` or ``write()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import LargeBinary, delete, func, select
+from sqlalchemy.orm import Session
+
+from ..platform.rows import ObservationChunkRow, VersionRow, utcnow
+
+LABEL_DTYPE = np.dtype("<i4")
+IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters
+
+
+def raw(array: np.ndarray) -> tuple[bytes, str]:
+    """An array's bytes, little-endian and C-ordered, with its dtype string."""
+    data, dtype = raw_view(array)
+    return data.tobytes(), dtype
+
+
+def raw_view(array: np.ndarray) -> tuple[memoryview, str]:
+    """``raw`` without copying the bytes out: a byte view of the array itself where it already is
+    little-endian and C-ordered (for a Core insert, whose driver copies them when it binds them)."""
+    little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return memoryview(little).cast("B"), little.dtype.str
+
+
+def from_raw(data: bytes, dtype: str, n_rows: int, n_classes: int, kind: str) -> np.ndarray:
+    shape = (n_rows,) if kind == "scores" else (n_rows, n_classes)
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
+
+
+def shape_of(session: Session, calibrator_id: int) -> tuple[str, int] | None:
+    """The input kind and class count of ``calibrator_id``'s observations or, without any, of its
+    latest version (what new observations must match), or ``None``."""
+    row = session.execute(select(ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
+                          .where(ObservationChunkRow.calibrator_id == calibrator_id).limit(1)).first()
+    if row is None:
+        row = session.execute(select(VersionRow.input_kind, VersionRow.n_classes)
+                              .where(VersionRow.calibrator_id == calibrator_id)
+                              .order_by(VersionRow.version.desc()).limit(1)).first()
+    return None if row is None else (row[0], row[1])
+
+
+def totals(session: Session, calibrator_id: int) -> tuple[int, int]:
+    """Rows and bytes of ``calibrator_id``'s observations."""
+    rows, size = session.execute(
+        select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0),
+               func.coalesce(func.sum(func.length(ObservationChunkRow.inputs)), 0))
+        .where(ObservationChunkRow.calibrator_id == calibrator_id)).one()
+    return int(rows), int(size)
+
+
+def append(session: Session, calibrator_id: int, source: str, version: int | None, kind: str, n_classes: int,
+           inputs: np.ndarray, labels: np.ndarray, created_at: datetime | None = None) -> ObservationChunkRow:
+    data, dtype = raw(inputs)
+    row = ObservationChunkRow(
+        calibrator_id=calibrator_id, source=source, version=version, input_kind=kind, n_rows=len(labels),
+        n_classes=n_classes, dtype=dtype, class_counts=np.bincount(labels, minlength=n_classes).tolist(),
+        inputs=data, labels=np.ascontiguousarray(labels, dtype=LABEL_DTYPE).tobytes(),
+        created_at=created_at or utcnow())
+    session.add(row)
+    session.flush()
+    return row
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which observations: the newest ``last`` rows, those created in [since, until), of one
+    ``source`` or served by one ``version`` (feedback); ``None`` means no restriction."""
+
+    last: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    source: str | None = None
+    version: int | None = None
+
+    def where(self, calibrator_id: int) -> list:
+        clauses = [ObservationChunkRow.calibrator_id == calibrator_id]
+        if self.since is not None:
+            clauses.append(ObservationChunkRow.created_at >= self.since)
+        if self.until is not None:
+            clauses.append(ObservationChunkRow.created_at < self.until)
+        if self.source is not None:
+            clauses.append(ObservationChunkRow.source == self.source)
+        if self.version is not None:
+            clauses.append(ObservationChunkRow.version == self.version)
+        return clauses
+
+
+def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> list:
+    """The selected chunks' (id, n_rows, dtype, kind, n_classes, rows to skip), oldest first,
+    without their arrays; with ``last``, only the newest chunks that hold those rows."""
+    rows = session.execute(
+        select(ObservationChunkRow.id, ObservationChunkRow.n_rows, ObservationChunkRow.dtype,
+               ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
+        .where(*selection.where(calibrator_id)).order_by(ObservationChunkRow.id)).all()
+    index = [(r[0], r[1], r[2], r[3], r[4], 0) for r in rows]
+    if selection.last is not None:
+        kept, wanted = [], selection.last
+        for entry in reversed(index):
+            if wanted <= 0:
+                break
+            skip = max(entry[1] - wanted, 0)
+            kept.append((*entry[:5], skip))
+            wanted -= entry[1] - skip
+        index = kept[::-1]
+    return index
+
+
+def newest_within(session: Session, calibrator_id: int, rows: int, budget: int, **selection) -> list:
+    """The index of the newest ``rows`` selected observations, fewer where their entries (rows x
+    classes) would be over the read budget ``budget`` (``CALIBRATION_MAX_READ_ENTRIES``)."""
+    index = chunk_index(session, calibrator_id, Selection(last=rows, **selection))
+    if index and index_rows(index) * index[0][4] > budget:
+        index = chunk_index(session, calibrator_id, Selection(last=max(budget // index[0][4], 1), **selection))
+    return index
+
+
+def index_rows(index: list) -> int:
+    """How many rows the chunks of ``index`` (``chunk_index``'s entries) select. An entry reads
+    rows ``skip`` to ``n_rows`` of its chunk: ``n_rows`` below the chunk's own (``pieces``) reads a
+    range of it."""
+    return sum(entry[1] - entry[5] for entry in index)
+
+
+def pieces(entry: tuple, max_entries: int) -> list[tuple]:
+    """``entry`` cut into entries of at most ``max_entries`` rows x classes (at least one row)."""
+    chunk_id, n_rows, dtype, kind, k, skip = entry
+    step = max(max_entries // max(k if kind != "scores" else 1, 1), 1)
+    return [(chunk_id, min(start + step, n_rows), dtype, kind, k, start) for start in range(skip, n_rows, step)]
+
+
+def load(session: Session, index: list, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs and labels of the chunks in ``index``, concatenated as ``dtype`` (float64: what
+    the core validates them to, so no second copy is made): one output array is allocated and
+    each chunk's selected rows are read and copied into it in turn (peak: the output plus the
+    selected rows of one chunk)."""
+    n = index_rows(index)
+    kind, k = index[0][3], index[0][4]
+    inputs = np.empty((n,) if kind == "scores" else (n, k), dtype=dtype)
+    labels = np.empty(n, dtype=np.int64)
+    at = 0
+    for chunk_id, n_rows, chunk_dtype, _, _, skip in index:
+        take = n_rows - skip
+        row_bytes = np.dtype(chunk_dtype).itemsize * (1 if kind == "scores" else k)
+        data, label_bytes = session.execute(
+            select(byte_range(ObservationChunkRow.inputs, skip * row_bytes, take * row_bytes),
+                   byte_range(ObservationChunkRow.labels, skip * LABEL_DTYPE.itemsize, take * LABEL_DTYPE.itemsize))
+            .where(ObservationChunkRow.id == chunk_id)).one()
+        inputs[at:at + take] = from_raw(data, chunk_dtype, take, k, kind)
+        labels[at:at + take] = np.frombuffer(label_bytes, dtype=LABEL_DTYPE)
+        at += take
+        del data, label_bytes
+    return inputs, labels
+
+
+def byte_range(column, start: int, length: int):
+    """``length`` bytes of ``column`` from byte ``start`` on, cut in the database (``substr`` of a
+    blob or bytea, 1-based on both): a read of some rows of a chunk never brings its other rows
+    into this process."""
+    return func.substr(column, start + 1, length, type_=LargeBinary)
+
+
+def chunk_facts(session: Session, calibrator_id: int) -> list:
+    """(source, version, created_at, n_rows, class_counts) of every observation chunk, for summaries."""
+    return session.execute(
+        select(ObservationChunkRow.source, ObservationChunkRow.version, ObservationChunkRow.created_at,
+               ObservationChunkRow.n_rows, ObservationChunkRow.class_counts)
+        .where(ObservationChunkRow.calibrator_id == calibrator_id).order_by(ObservationChunkRow.id)).all()
+
+
+def delete_before(session: Session, calibrator_id: int | None, before: datetime) -> int:
+    """Delete observation chunks created before ``before`` (of one calibrator, or of all); returns
+    the rows removed."""
+    where = [ObservationChunkRow.created_at < before]
+    if calibrator_id is not None:
+        where.append(ObservationChunkRow.calibrator_id == calibrator_id)
+    removed = session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(*where))
+    session.execute(delete(ObservationChunkRow).where(*where))
+    return int(removed)

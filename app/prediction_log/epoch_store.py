@@ -1,0 +1,84 @@
+"""Persistence of the prediction log's epochs (``PredictionEpochRow``, migration 0011): opened and
+written by a writer, closed with a Bloom filter of their ids (``app.prediction_log.bloom``), listed for lookups,
+closed when their writer is gone and deleted once empty. Every function takes a session from
+``Database.write()`` (``listed`` and ``filters`` from ``read()`` too).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete, exists, insert, select, text, update
+from sqlalchemy.orm import Session
+
+from ..observations.store import IN_LIST
+from ..platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
+from . import bloom
+
+EPOCHS = PredictionEpochRow.__table__
+
+
+def open_epoch(session: Session, calibrator_id: int) -> int:
+    """A new open epoch of ``calibrator_id``'s log, written now; returns its id."""
+    now = utcnow()
+    return session.connection().execute(insert(EPOCHS).returning(EPOCHS.c.id), {
+        "calibrator_id": calibrator_id, "n_ids": 0, "created_at": now, "written_at": now}).scalar_one()
+
+
+def mark_written(session: Session, epoch_id: int, calibrator_id: int) -> bool:
+    """Whether ``epoch_id`` is still an open epoch of ``calibrator_id``, marking it written now: the
+    update takes the epoch's row lock for the rest of the transaction, so a ``close`` either waits
+    for the ids this transaction writes (and puts them in its filter) or came first (and this
+    answers ``False``)."""
+    return session.connection().execute(
+        update(EPOCHS).where(EPOCHS.c.id == epoch_id, EPOCHS.c.calibrator_id == calibrator_id,
+                             EPOCHS.c.bloom_hashes.is_(None))
+        .values(written_at=utcnow())).rowcount == 1
+
+
+def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES) -> bool:
+    """Close ``epoch_id``: store the Bloom filter of every id its index holds; ``False`` where it
+    was closed or deleted already. No id is written into it afterwards (``mark_written``)."""
+    calibrator_id = session.execute(
+        select(EPOCHS.c.calibrator_id).where(EPOCHS.c.id == epoch_id, EPOCHS.c.bloom_hashes.is_(None))
+        .with_for_update()).scalar_one_or_none()
+    if calibrator_id is None:
+        return False
+    # the driver's rows, not ORM scalars: a third of the time (32 vs 91 ms for 65536 ids on SQLite)
+    keys = [key for (key,) in session.connection().execute(text(
+        "SELECT prediction_id FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"),
+        {"c": calibrator_id, "e": epoch_id})]
+    session.execute(update(EPOCHS).where(EPOCHS.c.id == epoch_id).values(
+        bloom=bloom.build(keys, hashes=hashes), bloom_hashes=hashes, n_ids=len(keys), closed_at=utcnow()))
+    return True
+
+
+def stale(session: Session, written_before: datetime) -> list[int]:
+    """The open epochs last written before ``written_before``: their writer stopped without closing
+    them, or has been idle since, or they hold ids logged before migration 0011."""
+    return list(session.scalars(select(EPOCHS.c.id).where(EPOCHS.c.bloom_hashes.is_(None),
+                                                          EPOCHS.c.written_at < written_before)))
+
+
+def delete_empty(session: Session) -> int:
+    """Delete the closed epochs whose ids retention has all deleted; returns how many."""
+    held = exists().where(LoggedPredictionRow.calibrator_id == EPOCHS.c.calibrator_id,
+                          LoggedPredictionRow.epoch_id == EPOCHS.c.id)
+    return session.execute(delete(EPOCHS).where(EPOCHS.c.bloom_hashes.is_not(None), ~held)).rowcount
+
+
+def listed(session: Session, calibrator_id: int) -> list[tuple[int, int | None]]:
+    """``(epoch id, bloom_hashes)`` of ``calibrator_id``'s epochs, oldest first (``None``: open)."""
+    return [tuple(row) for row in session.execute(
+        select(EPOCHS.c.id, EPOCHS.c.bloom_hashes).where(EPOCHS.c.calibrator_id == calibrator_id)
+        .order_by(EPOCHS.c.id))]
+
+
+def filters(session: Session, epoch_ids: list[int]) -> dict[int, tuple[bytes, int]]:
+    """``{epoch id: (bloom filter, hash functions)}`` of closed epochs."""
+    found = {}
+    for start in range(0, len(epoch_ids), IN_LIST):
+        found.update({epoch_id: (data, hashes) for epoch_id, data, hashes in session.execute(
+            select(EPOCHS.c.id, EPOCHS.c.bloom, EPOCHS.c.bloom_hashes)
+            .where(EPOCHS.c.id.in_(epoch_ids[start:start + IN_LIST]), EPOCHS.c.bloom_hashes.is_not(None)))})
+    return found

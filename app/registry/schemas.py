@@ -1,0 +1,302 @@
+"""Request and response models. The array fields appear here for the OpenAPI docs only:
+``app.wire.decoding`` takes arrays straight from the body into numpy and validates the remaining
+small fields with these models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from calibration import INPUT_KINDS, METHODS
+
+from ..access.keys import NAME_PATTERN as KEY_NAME_PATTERN
+from ..observations.schemas import DataSource, PredictionId
+
+OUTPUTS = ("probabilities", "predicted_class", "confidence")
+
+
+def input_check_field():
+    return Field(True, description="Refuse logits that look like probabilities (every row non-negative and "
+                                   "summing to 1 within 1e-6) with a 422; false sends them as logits anyway")
+
+EXAMPLE_LOGITS = [
+    [2.0, 0.5, -1.0], [0.3, 1.8, -0.2], [1.2, 1.0, 0.1], [-0.5, 0.2, 1.5],
+    [1.5, -0.3, 0.4], [0.1, 0.9, 1.1], [2.2, 1.9, -0.4], [-1.0, 0.4, 0.8],
+]
+EXAMPLE_LABELS = [0, 1, 1, 2, 2, 0, 1, 2]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Arrays(Strict):
+    logits: list[list[float]] | None = Field(None, description="(n, k) logits; or send probabilities or scores")
+    probabilities: list[list[float]] | None = Field(None, description="(n, k) probabilities, rows summing to 1")
+    scores: list[float] | None = Field(None, description="(n,) binary scores, the log-odds of class 1")
+
+
+class TensorNames(Strict):
+    inputs: list[str] | None = Field(None, description="Accepted /v2 input tensor names (default: any)")
+    probabilities: str = "probabilities"
+    predicted_class: str = "predicted_class"
+    confidence: str = "confidence"
+
+
+class FitFields(Strict):
+    method: str = Field(description="A method from GET /v1/methods", json_schema_extra={"enum": list(METHODS)})
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of the method (see /v1/methods)")
+    class_names: list[str] | None = Field(None, description="One name per class, in label order")
+    description: str | None = Field(None, max_length=10_000)
+    tags: dict[str, str] | None = None
+    tensor_names: TensorNames | None = Field(None, description="Tensor names on the /v2 protocol")
+    input_check: bool = input_check_field()
+    data: DataSource | None = Field(None, description="Fit on stored data instead of arrays in the body")
+
+
+class FitRequest(FitFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"method": "temperature", "logits": EXAMPLE_LOGITS,
+                                         "labels": EXAMPLE_LABELS, "description": "demo fit"}]},
+    )
+    labels: list[int] | None = Field(None, description="(n,) integer class labels in [0, k); not with `data`")
+
+
+class CalibrateFields(Strict):
+    outputs: list[Literal[OUTPUTS]] = Field(
+        default_factory=lambda: ["probabilities"],
+        description="Which outputs to return",
+    )
+    input_check: bool = input_check_field()
+    ids: list[PredictionId] | None = Field(None, description="Prediction ids, one per row, to join labels later "
+                                                              "(logging on); without them ids are generated")
+    priors: list[float] | None = Field(None, description="Production class priors: posteriors re-weighted to them")
+    source_priors: list[float] | None = Field(None, description="Priors to re-weight from (default: the fit's)")
+    dtype: Literal["float32", "float64"] | None = Field(None, description=(
+        "Precision of the probabilities (computed in float64; only the answer is cast). Default: an .npy "
+        "answer in the question's (float32 for a float32/float16 .npy or .npz), JSON float64. `?dtype=`"))
+
+
+class CalibrateRequest(CalibrateFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"logits": EXAMPLE_LOGITS[:2],
+                                         "outputs": ["probabilities", "predicted_class", "confidence"]}]},
+    )
+
+
+class EvaluationFields(Strict):
+    n_bins: int = Field(15, ge=1, le=1000, description="Bins of the binned metrics and diagrams")
+    bootstrap: int = Field(0, ge=0, le=2000, description="Bootstrap resamples for intervals (0: none)")
+    confidence: float = Field(0.95, gt=0, lt=1, description="Level of the bootstrap intervals")
+    seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling")
+    input_check: bool = input_check_field()
+
+
+class ReportRequest(EvaluationFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}]},
+    )
+    labels: list[int]
+
+
+class MetricsRequest(EvaluationFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"probabilities": [[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]],
+                                         "labels": [0, 1, 1]}]},
+    )
+    labels: list[int]
+
+
+class AliasRequest(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 1}]})
+    version: StrictInt = Field(ge=1, le=2**31 - 1)
+
+
+# -- responses (documentation; bodies are serialised with orjson) ----------------------------
+
+class Diagnostics(BaseModel):
+    converged: bool
+    iterations: int
+    message: str
+    gradient_norm: float | None = None
+    objective: float | None = None
+    seconds: float
+    floored_rows: int | None = Field(None, description="Only when the probability floor (2.2e-16) changed "
+                                                       "predictions of the fitted rows: how many rows")
+    zero_label_rows: int | None = Field(None, description="Of those, rows whose label got probability exactly 0 "
+                                                          "(unfloored NLL infinite)")
+    warning: str | None = Field(None, description="Says so, in words")
+
+
+class VersionOut(BaseModel):
+    name: str
+    version: int
+    method: str
+    options: dict[str, Any]
+    input: Literal[INPUT_KINDS]
+    n_classes: int
+    n_samples: int
+    class_names: list[str] | None = None
+    parameters: dict[str, Any] = Field(description="Fitted parameters in readable form")
+    diagnostics: Diagnostics
+    report: dict[str, Any] = Field(description="Validation report: metrics before and after on the fit data")
+    description: str | None = None
+    tags: dict[str, str] | None = None
+    tensor_names: dict[str, Any] | None = None
+    aliases: list[str]
+    checksum: str
+    created_at: datetime
+
+
+class CalibratorOut(BaseModel):
+    name: str
+    created_at: datetime
+    latest_version: int | None
+    n_versions: int
+    aliases: dict[str, int]
+
+
+class CalibratorList(BaseModel):
+    calibrators: list[CalibratorOut]
+    next_page_token: str | None = None
+
+
+class AliasOut(BaseModel):
+    name: str
+    alias: str
+    version: int
+
+
+class CalibrateOut(BaseModel):
+    name: str
+    version: int
+    probabilities: list[list[float]] | None = None
+    predicted_class: list[int] | None = None
+    predicted_class_name: list[str] | None = None
+    confidence: list[float] | None = None
+    ids: list[str] | None = Field(None, description="Prediction ids (when the calibrator logs predictions)")
+    logged: int | None = Field(None, description="Rows kept in the prediction log (sampled)")
+
+
+class ReportOut(BaseModel):
+    name: str | None = None
+    version: int | None = None
+    n_samples: int
+    n_classes: int
+    n_bins: int
+    before: dict[str, Any]
+    after: dict[str, Any]
+    calibration_gain: float | None
+    calibration_gain_interval: dict[str, Any] | None = None
+
+
+class MetricsOut(BaseModel):
+    n_samples: int
+    n_classes: int
+    n_bins: int
+    metrics: dict[str, float | None]
+    reliability_diagram: dict[str, Any]
+    intervals: dict[str, Any] | None = None
+
+
+class MethodOut(BaseModel):
+    name: str
+    description: str
+    accuracy_preserving: bool | str
+    options: dict[str, Any]
+
+
+class MethodList(BaseModel):
+    methods: list[MethodOut]
+
+
+class ProblemOut(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    request_id: str | None = None
+
+
+class CompareFields(Strict):
+    methods: list[str | dict[str, Any]] | None = Field(
+        None, description="Candidates: method names (or 'irova_ts'), or {method, options, name}; "
+                          "default: the default set for the data's size")
+    folds: int = Field(5, ge=2, le=20, description="Stratified cross-validation folds")
+    seed: int = Field(0, ge=0, description="Seed of the fold assignment")
+    preserve_accuracy: bool = Field(False, description="Select among accuracy-preserving candidates only")
+    input_check: bool = input_check_field()
+
+
+class CompareRequest(CompareFields, Arrays):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS,
+                                         "methods": ["temperature", "isotonic_multiclass"], "folds": 2}]},
+    )
+    labels: list[int]
+
+
+class CompareOut(BaseModel):
+    n_samples: int
+    n_classes: int
+    folds: int
+    seed: int
+    uncalibrated: dict[str, float | None] = Field(description="Mean per-fold metrics of the raw input")
+    methods: list[dict[str, Any]] = Field(description="Per candidate: mean and sd across folds of each metric")
+    selection: dict[str, Any] | None = Field(description="The chosen candidate and why (null if none passes)")
+
+
+JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
+class JobOut(BaseModel):
+    id: str
+    kind: Literal["fit", "compare", "compare-part", "refit", "alarms", "power"]
+    status: Literal[JOB_STATES]
+    percent: float = Field(description="Work done, 0 to 100")
+    step: str | None = Field(description="What the job is doing (or its state, once finished)")
+    calibrator: str | None = Field(description="The calibrator a fit stores its version in")
+    worker: str | None = Field(description="The process (host:pid) that runs or ran it")
+    result: dict[str, Any] | None = Field(description="The response body (a fit's version), once succeeded")
+    error: dict[str, Any] | None = Field(description="A problem document, once failed")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime = Field(description="The last progress or heartbeat of a running job")
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class KeyRequest(Strict):
+    model_config = ConfigDict(extra="forbid",
+                              json_schema_extra={"examples": [{"name": "inference-service", "scopes": ["read"]}]})
+
+    name: str = Field(pattern=KEY_NAME_PATTERN.pattern, description="Who the key is for")
+    scopes: list[Literal["read", "write", "admin"]] = Field(
+        min_length=1, max_length=3, description="admin includes write, which includes read")
+
+
+class KeyOut(BaseModel):
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: str
+    revoked_at: str | None
+
+
+class KeyCreated(KeyOut):
+    key: str = Field(description="The secret key; shown only in this response")
+
+
+class KeyList(BaseModel):
+    keys: list[KeyOut]

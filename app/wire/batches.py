@@ -1,0 +1,75 @@
+"""The values that travel between the HTTP edge and the service: a decoded ``ArrayBatch`` in
+(``app.wire.decoding`` makes it) and a ``CalibratedBatch`` out (``app.wire.encoding`` writes it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel
+
+import calibration as cal
+
+from ..platform.errors import InvalidInput
+from ..prediction_log.service import Served
+
+
+@dataclass(frozen=True)
+class ArrayBatch:
+    """A decoded batch: the validated small ``fields``, the input ``kind`` (``logits``,
+    ``probabilities`` or ``scores``), its ``values`` and the ``labels`` (or ``None``). A fit on
+    stored data has no arrays (``kind`` ``None``; ``fields.data`` says which observations). The arrays
+    are as decoded (numpy arrays, or nested lists from JSON); the core validates them."""
+
+    fields: BaseModel
+    kind: str | None
+    values: np.ndarray | list | None
+    labels: np.ndarray | list | None
+
+
+@dataclass(frozen=True)
+class CalibratedBatch:
+    """Calibrated probabilities of a batch, with the version that served them."""
+
+    name: str
+    version: int
+    probabilities: np.ndarray
+    inputs: np.ndarray  # the validated input (logits or probabilities): argmax ties follow it
+    class_names: list[str] | None
+    served: Served | None = None  # what the prediction log did with the batch (None: logging off)
+    question: np.dtype | None = None  # the dtype the input arrived in (None: JSON lists)
+
+    def answer_dtype(self, asked: str | None, binary: bool) -> np.dtype:
+        """The probabilities' dtype in the answer: ``asked`` if given; else float32 for a binary
+        answer to a float32 or float16 question, float64 otherwise (JSON answers keep float64's
+        numbers). The probabilities themselves are computed in float64."""
+        if asked is not None:
+            return np.dtype(asked)
+        small = self.question is not None and self.question.kind == "f" and self.question.itemsize <= 4
+        return np.dtype(np.float32 if binary and small else np.float64)
+
+    def predicted_class(self) -> np.ndarray:
+        return cal.predicted_class(self.probabilities, self.inputs)
+
+    def confidence(self) -> np.ndarray:
+        return self.probabilities.max(axis=1)
+
+
+LOOKS_LIKE_PROBABILITIES = ("these look like probabilities; send them as `probabilities` (every row of the logits "
+                            "is non-negative and sums to 1; set input_check to false if they really are logits)")
+
+
+def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
+    """The batch's input validated by the core, and its labels if it has them. Logits that look
+    like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
+    sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
+    try:
+        inputs = cal.validate_inputs(batch.values, batch.kind)
+        labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if (batch.kind == "logits" and getattr(batch.fields, "input_check", True)
+            and cal.looks_like_probabilities(inputs.logits)):
+        raise InvalidInput(LOOKS_LIKE_PROBABILITIES)
+    return inputs, labels
+
