@@ -160,6 +160,25 @@ class InputBatch:
             return allow_reordering(self.given.astype(np.float64))
         return softmax(self.logits)
 
+    def logit_rows(self, rows: slice) -> np.ndarray:
+        """``logits[rows]`` of a numpy batch, computed for those rows alone while the whole
+        float64 view has not been made: float32 logits widened (exact), probabilities as
+        ``log(max(p, PROBABILITY_FLOOR))`` of their widened rows; the same numbers either way."""
+        if "logits" in self.__dict__ or self.xp is not np:
+            return self.logits[rows]
+        if self.source == "logits":
+            return self.given[rows].astype(np.float64)
+        return np.log(np.clip(self.probability_rows(rows), min=PROBABILITY_FLOOR))
+
+    def probability_rows(self, rows: slice) -> np.ndarray:
+        """``probabilities[rows]`` of a numpy batch, as ``logit_rows`` (softmax is row-wise, so the
+        rows' softmax is the softmax's rows)."""
+        if "probabilities" in self.__dict__ or self.xp is not np:
+            return self.probabilities[rows]
+        if self.source == "probabilities":
+            return self.given[rows].astype(np.float64)
+        return softmax(self.logit_rows(rows))
+
     def on_host(self) -> InputBatch:
         """The same batch as float64 numpy arrays (for the parts that run on the host)."""
         if self.xp is np:

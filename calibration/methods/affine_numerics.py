@@ -15,13 +15,14 @@ def standardisation(x: np.ndarray, blocks=None) -> tuple[np.ndarray, np.ndarray]
     """Column means and standard deviations of the features (a constant column gets scale 1).
     With ``blocks`` (slices of rows, in order) the squared deviations are summed a block at a
     time (``column_sums``), not held for all rows: the values of ``x.mean(axis=0)`` and
-    ``x.std(axis=0)`` to the bit."""
+    ``x.std(axis=0)`` to the bit; float32 ``x`` is widened a block at a time, giving the values
+    of its float64 copy."""
     if blocks is None:
         centre = x.mean(axis=0)
         scale = x.std(axis=0)
     else:
         n = len(x)
-        centre = column_sums(x, blocks) / n
+        centre = column_sums(x, blocks, lambda rows: rows.astype(np.float64, copy=False)) / n
         scale = np.sqrt(column_sums(x, blocks, lambda rows: np.square(rows - centre)) / n)
     scale[scale == 0] = 1.0
     return centre, scale

@@ -199,10 +199,10 @@ class EnsembleTemperatureScaling(Calibrator):
             return w1 * scaled + w2 * identity + w3 / scores.k
         out = np.empty((scores.n, scores.k))
         for rows in row_blocks(scores.n, scores.k):  # row by row the arithmetic of the device path
-            block = out[rows]
-            block[...] = softmax(scores.logits[rows] / self.temperature_, overwrite=True)
+            block, logits = out[rows], scores.logit_rows(rows)  # float32 input widened a block at a time
+            block[...] = softmax(logits / self.temperature_, overwrite=True)
             block *= w1
-            block += w2 * (softmax(scores.logits[rows]) if scores.source == "logits" else scores.probabilities[rows])
+            block += w2 * (softmax(logits) if scores.source == "logits" else scores.probability_rows(rows))
             block += w3 / scores.k
         return out
 

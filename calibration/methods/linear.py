@@ -191,8 +191,17 @@ class VectorScaling(_AffineSoftmax):
     options_spec = (INPUT_OPTION, MAX_ITERATIONS_OPTION)
     full_matrix = False
 
+    def _predict(self, scores: InputBatch) -> np.ndarray:
+        if scores.xp is not np:
+            return super()._predict(scores)
+        out = np.empty((scores.n, scores.k))
+        for rows in row_blocks(scores.n, scores.k):  # float32 input widened a block at a time
+            out[rows] = softmax(scores.logit_rows(rows) * self.weights_ + self.bias_, overwrite=True)
+        return out
+
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
-        z = self._features(scores)
+        # float32 logits are read as given: each block is widened when standardised (exactly)
+        z = scores.given if scores.xp is np and scores.source == "logits" else self._features(scores)
         n, k = z.shape
         # the sums over rows in blocks of about BLOCK_ENTRIES entries (one block, the whole
         # array at once, up to 5000 x 100): the fit then holds a block's standardised features
