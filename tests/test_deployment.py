@@ -147,3 +147,17 @@ def test_make_test_builds_the_docs_site_strictly():
     assert re.search(r"^TEST_EXTRAS = .*\bdocs\b", makefile, re.M)
     assert re.search(r'^docs = \[.*"mkdocs>=[^"]*".*"mkdocs-material>=[^"]*".*"mkdocstrings\[python\]', pyproject, re.M)
     assert (REPO / "mkdocs.yml").exists()
+
+
+def test_every_package_of_the_source_is_in_the_distribution():
+    """A package missing from ``[tool.setuptools] packages`` imports in the editable install the tests
+    use and is absent from the image's (non-editable) install: the deployment smoke run's worker
+    failed with ``No module named 'calibration.conformal'``."""
+    import tomllib
+
+    listed = set(tomllib.loads(_read("pyproject.toml"))["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(REPO).parts)
+             for root in ("app", "calibration", "calibration_client") for init in (REPO / root).rglob("__init__.py")
+             if "__pycache__" not in init.parts}
+    assert found - listed == set()
+    assert {"app.migrations", "app.migrations.versions"} <= listed
