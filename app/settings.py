@@ -7,7 +7,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///./calibration.db"
@@ -176,7 +176,7 @@ class Settings(BaseSettings):
                             "observations (uploads if there are any), fewer where over CALIBRATION_MAX_READ_ENTRIES.")
     alarm_webhook_url: str | None = Field(None, pattern=r"^https?://", description="New drift alarms are POSTed "
                                           "here as JSON (Slack-compatible `text` plus the alarm), one delivery "
-                                          "per alarm with a `Webhook-Id`; unset: none.")
+                                          "per alarm with a `Webhook-Id`; unset or empty: none.")
     webhook_deadline_seconds: float = Field(10.0, gt=0, le=300, description="Total time one webhook attempt "
                                             "may take (connect, send, the whole answer); cut off after it.")
     webhook_attempts: int = Field(5, ge=1, le=100, description="Attempts per webhook delivery; after the last "
@@ -185,6 +185,12 @@ class Settings(BaseSettings):
                                            "attempt, doubled before each next one.")
     retention_interval_seconds: float = Field(3600.0, gt=0, description="How often the retention settings "
                                               "are applied.")
+
+    @field_validator("alarm_webhook_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        """docker-compose passes an unset host variable on as an empty string."""
+        return None if value == "" else value
 
 
 def serve_threads(settings: Settings, cores: int | None = None) -> int:

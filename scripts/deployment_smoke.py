@@ -24,6 +24,7 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -195,6 +196,12 @@ def compose_services(repo: Path = REPO) -> dict[str, dict]:
     return services
 
 
+def interpolate(value: str, environ: dict) -> str:
+    """``${NAME}`` and ``${NAME:-default}`` in a compose value, from ``environ``, as docker-compose
+    fills them in (unset or empty: the default, or the empty string)."""
+    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: environ.get(m.group(1)) or (m.group(2) or ""), value)
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 class Steps:
@@ -257,7 +264,7 @@ def service_environment(service: dict, runtime_env: dict, database_url: str, por
     env = {"HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
     for key, value in runtime_env.items():
         env[key] = value.replace(IMAGE_VENV, str(venv)).replace("$PATH", os.environ.get("PATH", ""))
-    env.update(service["environment"])
+    env.update({name: interpolate(value, os.environ) for name, value in service["environment"].items()})
     if "DATABASE_URL" in env:
         env["DATABASE_URL"] = database_url
     if "CALIBRATION_HOST" in env:

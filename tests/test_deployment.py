@@ -161,3 +161,17 @@ def test_every_package_of_the_source_is_in_the_distribution():
              if "__pycache__" not in init.parts}
     assert found - listed == set()
     assert {"app.migrations", "app.migrations.versions"} <= listed
+
+
+def test_compose_sends_alarms_to_the_webhook_from_the_worker_too():
+    """The scheduled ``alarms`` jobs run on the worker: docker-compose passes the host's
+    ``CALIBRATION_ALARM_WEBHOOK_URL`` to ``api`` and ``worker`` alike, and unset it arrives as an empty
+    string, which the settings read as no webhook (not as a URL that fails its pattern)."""
+    compose = _compose()
+    for name in ("api", "worker"):
+        assert compose["services"][name]["environment"]["CALIBRATION_ALARM_WEBHOOK_URL"] == \
+            "${CALIBRATION_ALARM_WEBHOOK_URL:-}", name
+    assert Settings(alarm_webhook_url="").alarm_webhook_url is None
+    assert Settings(alarm_webhook_url="https://hooks.example/x").alarm_webhook_url == "https://hooks.example/x"
+    assert smoke.interpolate("${CALIBRATION_ALARM_WEBHOOK_URL:-}", {}) == ""
+    assert smoke.interpolate("${X:-d}/${Y}", {"Y": "y"}) == "d/y"
