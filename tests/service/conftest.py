@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.settings import Settings
+from tests.service.browser import browser, shots  # noqa: F401  (fixtures for the browser tests)
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "CALIBRATION_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

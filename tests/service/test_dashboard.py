@@ -9,10 +9,8 @@ Screenshots go to ``$CALIBRATION_SCREENSHOT_DIR`` when set, else to a pytest tem
 from __future__ import annotations
 
 import json
-import os
 import time
 from io import BytesIO
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,20 +23,10 @@ from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 from tests.service.live import live_server
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 NAME = "dash-demo"
 DESCRIPTION = 'first fit <b>"bold" & co</b>'  # shown as text, never as markup
 SHOWN = {"calibrators": "/ui", "versions": f"/ui/calibrators/{NAME}", "version-1": f"/ui/calibrators/{NAME}/versions/1",
          "version-2": f"/ui/calibrators/{NAME}/versions/2", "jobs": "/ui/jobs"}  # and each job's page
-
-
-def _need_a_browser():
-    if not os.access(CHROMIUM, os.X_OK):
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"{CHROMIUM} is required in CI (.ci/run installs it)")
-        pytest.skip(f"{CHROMIUM} is not installed")
-    return pytest.importorskip("playwright.sync_api")
 
 
 @pytest.fixture(scope="module")
@@ -71,24 +59,6 @@ def server(tmp_path_factory):
         assert state["status"] == "succeeded", state
         assert api.put(f"/v1/calibrators/{NAME}/aliases/production", json={"version": 1}).status_code == 200
         yield base, api
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = _need_a_browser()
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    folder = os.environ.get("CALIBRATION_SCREENSHOT_DIR")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        return Path(folder)
-    return tmp_path_factory.mktemp("screenshots")
 
 
 class Isolated:

@@ -9,9 +9,7 @@ temporary folder."""
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,7 +17,7 @@ import pytest
 from app.platform.migrate import upgrade
 from tests.helpers import load_split
 from tests.service.live import live_server
-from tests.service.test_dashboard import ARGS, CHROMIUM, Isolated, _need_a_browser, not_blank
+from tests.service.test_dashboard import Isolated, not_blank
 
 NAME = "resnet"
 
@@ -69,24 +67,6 @@ def server(tmp_path_factory):
         evaluation = _ok(api.post(f"/v1/calibrators/{NAME}/evaluations", json={"challenger": 2, "champion": 1}), 201)
         _ok(api.put(f"/v1/calibrators/{NAME}/aliases/production", json={"version": 2, "evaluation": evaluation["id"]}))
         yield base, api
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = _need_a_browser()
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    folder = os.environ.get("CALIBRATION_SCREENSHOT_DIR")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        return Path(folder)
-    return tmp_path_factory.mktemp("screenshots")
 
 
 def test_the_home_shows_the_alarm_and_the_window_selector_changes_the_chart(browser, server, shots):

@@ -4,7 +4,6 @@ package's files), and the OpenAPI document is what it was with FastAPI's CDN pag
 
 from __future__ import annotations
 
-import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -23,7 +22,6 @@ from tests.service.live import live_server
 PAGES = ("/docs", "/redoc")
 CONTENT_TYPES = {".js": ("text/javascript", "application/javascript"), ".css": ("text/css",),
                  ".png": ("image/png",)}
-CHROMIUM = "/usr/bin/chromium"
 
 
 class References(HTMLParser):
@@ -129,24 +127,15 @@ def test_the_docs_pages_and_assets_have_bounded_metrics_labels(client):
     assert "no-such-file" not in exposed and 'route="unmatched"' not in exposed
 
 
-def test_swagger_ui_renders_the_operations_in_a_browser_with_no_internet(sqlite_url, tmp_path):
+def test_swagger_ui_renders_the_operations_in_a_browser_with_no_internet(sqlite_url, tmp_path, browser):
     """Headless Chromium opens /docs and /redoc on a live server with every request to another
     host aborted; Swagger UI draws the operations without asking another host for anything,
     ReDoc draws its sections. CI installs both (.ci/run: Debian's chromium; playwright is a dev
     dependency); elsewhere it skips where either is missing."""
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if not os.access(CHROMIUM, os.X_OK):
-        if in_ci:
-            pytest.fail(f"{CHROMIUM} is required in CI (.ci/run installs it)")
-        pytest.skip(f"{CHROMIUM} is not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
     upgrade(sqlite_url)
-    with live_server(sqlite_url, log_file=tmp_path / "server.log") as base, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"])
+    with live_server(sqlite_url, log_file=tmp_path / "server.log") as base:
+        page = browser.new_page()
         try:
-            page = browser.new_page()
             elsewhere, loaded = [], []
 
             def only_this_server(route):
@@ -178,4 +167,4 @@ def test_swagger_ui_renders_the_operations_in_a_browser_with_no_internet(sqlite_
                                                            ".get('content-security-policy')")
             assert page.locator('img[src*="redoc.ly"]').count() == 0
         finally:
-            browser.close()
+            page.close()
