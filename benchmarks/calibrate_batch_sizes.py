@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._common import RESULTS, cpu_seconds, environment  # noqa: E402
 from benchmarks.service_latency import start, wait  # noqa: E402
-from tests.service.live import free_port  # noqa: E402
+from tests.service.support.live import free_port  # noqa: E402
 
 CLASSES = 1000
 STRETCH = {64: 1.0, 512: 1.0, 4096: 1.5, 16384: 2.0}

@@ -43,7 +43,7 @@ from app.platform.migrate import upgrade  # noqa: E402
 from benchmarks._common import cpu_seconds, environment, write  # noqa: E402
 from benchmarks.jobs import ADMIN_URL, ENV, stop  # noqa: E402
 from tests.helpers import load_split  # noqa: E402
-from tests.service.live import LiveServer  # noqa: E402
+from tests.service.support.live import LiveServer  # noqa: E402
 
 
 def body(rows: int) -> bytes:

@@ -36,7 +36,7 @@ import calibration as cal  # noqa: E402
 from app.registry import reports  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.observations_scale import npz, rss, synthetic  # noqa: E402
-from tests.service.live import LiveServer  # noqa: E402
+from tests.service.support.live import LiveServer  # noqa: E402
 
 MIB = 1 << 20
 NPZ = {"content-type": "application/x-npz"}

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from app.platform.migrate import upgrade  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
 from tests.helpers import load_split  # noqa: E402
-from tests.service.live import live_server  # noqa: E402
+from tests.service.support.live import live_server  # noqa: E402
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 ENV = {"CALIBRATION_JOB_ENGINE": "procrastinate", "CALIBRATION_JOB_QUEUE_LIMIT": "1000"}

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from app.platform.migrate import upgrade  # noqa: E402
 from benchmarks._common import environment, write  # noqa: E402
 from tests.helpers import load_split  # noqa: E402
-from tests.service.live import LiveServer  # noqa: E402
+from tests.service.support.live import LiveServer  # noqa: E402
 
 MAX_GROWTH = 0.10
 BODIES = 32
@@ -175,7 +175,7 @@ def main() -> int:
     args = parser.parse_args()
     drop = None
     if args.database_url is None:
-        from tests.service.conftest import create_postgres_database
+        from tests.service.support.databases import create_postgres_database
 
         url, drop = create_postgres_database()
     else:

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import environment, write  # noqa: E402
-from tests.service.live import LiveServer  # noqa: E402
+from tests.service.support.live import LiveServer  # noqa: E402
 
 MIB = 1 << 20
 
@@ -129,7 +129,7 @@ def main() -> None:
               for s in range(0, args.rows, args.chunk)]
     with tempfile.TemporaryDirectory() as directory:
         if args.postgres:
-            from tests.service.conftest import create_postgres_database
+            from tests.service.support.databases import create_postgres_database
             url, drop = create_postgres_database()
         else:
             url, drop = f"sqlite:///{directory}/scale.db", (lambda: None)

@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.service_latency import ALLOCATOR, run_wrk  # noqa: E402
-from tests.service.live import LiveServer  # noqa: E402
+from tests.service.support.live import LiveServer  # noqa: E402
 
 # (label, sampling rate, client ids per request: None for generated ids, who writes the log, the
 # run with logging off that its ratios are to: the same server and the same requests, in the same

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import cpu_seconds, environment, write  # noqa: E402
-from tests.service.live import free_port  # noqa: E402
+from tests.service.support.live import free_port  # noqa: E402
 
 
 def wait(url: str) -> None:

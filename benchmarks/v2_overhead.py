@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._common import environment, write  # noqa: E402
 from benchmarks.service_latency import run_wrk, wait  # noqa: E402
-from tests.service.live import free_port  # noqa: E402
+from tests.service.support.live import free_port  # noqa: E402
 
 
 def main():

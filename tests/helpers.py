@@ -26,6 +26,21 @@ DATASETS = [
 ]
 
 
+def require(module: str):
+    """The module named ``module`` imported; where it is not installed the test skips, and fails in
+    CI (``CI=true``), which installs every extra."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{module} is required in CI (install the torch and dev extras)")
+        pytest.skip(f"{module} is not installed (pip install -e '.[torch]')")
+
+
 def make_reference_input(n=5000, k=10, seed=0):
     """The fixed input of ../shared/reference/README.md, verbatim."""
     rng = np.random.default_rng(seed)

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from tests.service.conftest import create_postgres_database
-from tests.service.live import live_server
+from tests.service.support.databases import create_postgres_database
+from tests.service.support.live import live_server
 
 FILES = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))]
 BLOCK = re.compile(r"(?:<!-- not-run: (?P<reason>[^>]*?) -->\n)?^```(?P<lang>bash|sh|python)\n(?P<code>.*?)^```$",

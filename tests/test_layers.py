@@ -227,3 +227,38 @@ def test_the_service_imports_only_exported_names_of_the_core():
             if isinstance(node, ast.ImportFrom) and node.module == "calibration" and not node.level:
                 found.update((name, alias.name) for alias in node.names if alias.name not in exported)
     assert found == KNOWN_CORE_MODULES
+
+
+#: the kinds of service tests, a folder of ``tests/service`` each: what a test of the kind may run
+SERVICE_TEST_KINDS = ("unit", "api", "live", "migrations", "fuzz")
+
+
+def modules_of_tests(folder: Path) -> dict[str, Path]:
+    return {".".join(path.relative_to(REPO).with_suffix("").parts): path for path in sorted(folder.rglob("test_*.py"))}
+
+
+def test_the_service_tests_sit_in_the_folder_of_their_kind():
+    """unit: no HTTP app; api: the app in process, no server process; live: real server and worker
+    processes; migrations; fuzz: hostile input, hypothesis and schemathesis."""
+    service = REPO / "tests" / "service"
+    assert {path.parent.relative_to(service).as_posix() for path in modules_of_tests(service).values()} \
+        <= set(SERVICE_TEST_KINDS)
+    no_app = {"app.main", "app.main.create_app", "starlette.testclient", "fastapi.testclient"}
+    for name, path in modules_of_tests(service / "unit").items():
+        assert not imported_names(name, path) & (no_app | {"tests.service.support.live"}), name
+    for name, path in modules_of_tests(service / "api").items():
+        assert not {i for i in imported_names(name, path) if i.startswith("tests.service.support.live")}, name
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in ``tests/helpers.py``, ``tests/service/support`` or a conftest."""
+    found = {(name, imported) for name, path in modules_of_tests(REPO / "tests").items()
+             for imported in imported_names(name, path)
+             if imported.startswith("tests.") and any(part.startswith("test_") for part in imported.split("."))}
+    assert found == set()
+
+
+def test_the_longest_first_list_names_test_files():
+    from tests.conftest import LONGEST_FIRST
+
+    assert [path for path in LONGEST_FIRST if not (REPO / path).is_file()] == []

@@ -16,8 +16,8 @@ import pytest
 
 from calibration_client import Client
 from tests.helpers import DATA, REPO
-from tests.service.conftest import create_postgres_database
-from tests.service.live import live_server
+from tests.service.support.databases import create_postgres_database
+from tests.service.support.live import live_server
 
 # rich sizes the command line's consoles once, from COLUMNS, when calibration_client.cli is imported:
 # without a terminal that is 80 columns (or whatever the environment says), and tables and paths
@@ -71,7 +71,7 @@ def _admin_key(url: str) -> str:
 def keyed_server(url: str, log_file, env: dict | None = None):
     """A live server with API keys on and a read-only and an admin key."""
     admin = _admin_key(url)
-    # jobs run in the server's own pool on both databases (tests/service/test_jobs.py runs workers)
+    # jobs run in the server's own pool on both databases (tests/service/live/test_jobs.py runs workers)
     settings = {"CALIBRATION_API_KEYS_ENABLED": "true", "CALIBRATION_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
                 "CALIBRATION_JOB_ENGINE": "embedded", **(env or {})}
     with live_server(url, env=settings, log_file=log_file) as base:

@@ -22,7 +22,7 @@ from calibration_client import Client
 from calibration_client.cli import app
 from tests.client.conftest import database, keyed_server
 from tests.helpers import DATA
-from tests.service.live import free_port
+from tests.service.support.live import free_port
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -27,7 +27,7 @@ GENERATED = re.compile(r"[0-9a-f]{16}-(\d+)")
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def service(request, tmp_path_factory):
     # the commands drive each online step by hand: with the scheduler on, it would evaluate the
-    # alarms and run the policy first (scheduled runs are tested in tests/service/test_live.py)
+    # alarms and run the policy first (scheduled runs are tested in tests/service/live/test_live.py)
     with database(request.param, tmp_path_factory) as url, \
             keyed_server(url, tmp_path_factory.mktemp("log") / "server.log",
                          env={"CALIBRATION_SCHEDULE_SECONDS": "0"}) as running:

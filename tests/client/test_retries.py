@@ -1,5 +1,5 @@
 """Retries against real failures: a live server whose database has no schema answers 503 with
-``Retry-After: 5`` (tests/service/test_faults.py), and a port nobody listens on refuses
+``Retry-After: 5`` (tests/service/live/test_faults.py), and a port nobody listens on refuses
 connections. The client waits what the server asks, reuses one Idempotency-Key across the
 retries of a POST, and reaches the server once it has recovered."""
 
@@ -19,7 +19,7 @@ import pytest
 from calibration_client import AsyncClient, Client, ConnectionFailed, NotFound, Unavailable
 from calibration_client._protocol import RetryPolicy, parse_retry_after
 from tests.helpers import REPO
-from tests.service.live import LiveServer, free_port
+from tests.service.support.live import LiveServer, free_port
 
 MISSING = "the database schema is missing or behind: run `calibration-service migrate`"
 BATCH = [[2.0, 0.5, -1.0], [0.3, 1.8, -0.2]]

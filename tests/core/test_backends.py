@@ -8,9 +8,7 @@ extra is installed and its absence fails them."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import subprocess
 import sys
 
@@ -19,23 +17,12 @@ import pytest
 
 import calibration as cal
 from calibration.backend import device, namespace, to_host
-from tests.helpers import REPO, load_split
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _require(module: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        if IN_CI:
-            pytest.fail(f"{module} is required in CI (install the torch and dev extras)")
-        pytest.skip(f"{module} is not installed (pip install -e '.[torch]')")
+from tests.helpers import REPO, load_split, require
 
 
 def _torch(dtype_name):
     def convert(a):
-        torch = _require("torch")
+        torch = require("torch")
         dtype = getattr(torch, dtype_name) if a.dtype.kind == "f" else torch.int64
         return torch.asarray(a, dtype=dtype)
     return convert
@@ -43,7 +30,7 @@ def _torch(dtype_name):
 
 def _strict(dtype_name):
     def convert(a):
-        xs = _require("array_api_strict")
+        xs = require("array_api_strict")
         return xs.asarray(a, dtype=getattr(xs, dtype_name) if a.dtype.kind == "f" else xs.int64)
     return convert
 

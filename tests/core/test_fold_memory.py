@@ -2,8 +2,6 @@
 beyond the ones they return; the blocked computations equal the whole-matrix formulas bit for bit,
 and the traced peaks stay within a few times the input's bytes (they were 8x and 15x)."""
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -16,27 +14,10 @@ from calibration.metrics.binned import ece
 from calibration.metrics.kde import kde_ece
 from calibration.metrics.scores import TINY, UNSUPPORTED_RATIO, accuracy, brier, mean_tail_risk, nll, tail_risk
 from calibration.probability_floor import floor_probabilities
+from tests.core.memory import synthetic, traced_peak
 
 NAMES = ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass",
          "isotonic_one_vs_all", "irova_ts"]
-
-
-def synthetic(n, k, seed=0):
-    """Over-confident logits: N(0, 1) plus 4 on the label, divided by 0.5."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, k, n)
-    logits = rng.standard_normal((n, k))
-    logits[np.arange(n), labels] += 4.0
-    return logits / 0.5, labels
-
-
-def traced_peak(run) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def test_compare_peak_is_a_few_times_the_input():

@@ -11,8 +11,7 @@ from calibration.fold_layout import FoldLayout, permute_rows
 from calibration.inputs import may_reorder
 from calibration.methods.affine_numerics import standardisation
 from calibration.metrics.validated import row_blocks
-
-from .test_fold_memory import synthetic, traced_peak
+from tests.core.memory import synthetic, traced_peak
 
 NAMES = ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass", "vector"]
 

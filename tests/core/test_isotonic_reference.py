@@ -18,8 +18,7 @@ import calibration as cal
 from calibration.methods.isotonic import STRICT_SLOPE
 from calibration.methods.isotonic_knots import fit_isotonic_binary, isotonic_knots
 from calibration.methods.isotonic_streamed import streamed_knots
-from tests.core.test_backends import _require
-from tests.helpers import DATA, load_split
+from tests.helpers import DATA, load_split, require
 
 SETS = sorted(path.name.removesuffix("_val.npz") for path in DATA.glob("*_val.npz"))
 
@@ -127,7 +126,7 @@ def test_torch_logits_reach_the_map_as_numpys_scores(logits_set, method):
     """The map is as steep as scikit-learn's (knots 1e-15 apart); the softmax a torch caller's
     logits go through is numpy's, so its probabilities are numpy's to rounding, not to a slope
     times an ulp of another library's ``exp``."""
-    torch = _require("torch")
+    torch = require("torch")
     x, labels, x_test = logits_set
     calibrator = cal.create(method).fit(x, labels)
     expected = calibrator.predict_proba(x_test)

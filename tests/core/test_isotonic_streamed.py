@@ -9,8 +9,7 @@ import calibration as cal
 from calibration.methods import isotonic
 from calibration.methods.isotonic_knots import BLOCK, isotonic_knots
 from calibration.methods.isotonic_streamed import streamed_knots
-
-from .test_fold_memory import synthetic, traced_peak
+from tests.core.memory import synthetic, traced_peak
 
 
 def scores(kind: str, n: int, rng) -> np.ndarray:

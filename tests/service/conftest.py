@@ -1,52 +1,18 @@
-"""Real databases for the service tests: a fresh SQLite file and a fresh Postgres database per
-test (created on the server at CALIBRATION_TEST_POSTGRES_URL, default the local one, and
-dropped afterwards). Postgres being unreachable fails the tests in CI (CI=true) and skips them
-elsewhere."""
+"""The fixtures of every service test, in every folder (unit, api, live, migrations, fuzz): real
+databases, a fresh SQLite file and a fresh Postgres database per test (``support/databases.py``,
+dropped afterwards; Postgres unreachable fails the tests in CI and skips them elsewhere), migrated
+or not, an in-process client of the app on each, and the browser fixtures of ``support/browser.py``."""
 
 from __future__ import annotations
 
-import os
-import uuid
-
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from starlette.testclient import TestClient
 
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.settings import Settings
-from tests.service.browser import browser, shots  # noqa: F401  (fixtures for the browser tests)
-
-POSTGRES_ADMIN_URL = os.environ.get(
-    "CALIBRATION_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-
-
-def _postgres_unavailable(reason: str):
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"PostgreSQL is required in CI and is unreachable: {reason}")
-    pytest.skip(f"PostgreSQL unreachable: {reason}")
-
-
-def create_postgres_database() -> tuple[str, callable]:
-    """A new uniquely named database on the Postgres server, and a function that drops it."""
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT",
-                          connect_args={"connect_timeout": 3})
-    name = f"calibration_test_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        admin.dispose()
-        _postgres_unavailable(str(exc).splitlines()[0])
-
-    def drop():
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False), drop
+from tests.service.support.browser import browser, shots  # noqa: F401  (fixtures for the browser tests)
+from tests.service.support.databases import create_postgres_database
 
 
 @pytest.fixture

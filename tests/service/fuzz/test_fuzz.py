@@ -1,0 +1,30 @@
+"""A bounded schemathesis run over the whole OpenAPI schema against a live server: no 5xx and no
+response that violates the schema, with API keys off and on."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from app.access import keys
+from app.platform.db import Database
+from app.platform.migrate import upgrade
+from tests.service.support.fuzz import fuzz, seed_calibrator
+from tests.service.support.live import live_server
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keys_enabled", [False, True])
+def test_fuzzing_the_schema_finds_no_server_error_and_no_schema_violation(sqlite_url, keys_enabled):
+    upgrade(sqlite_url)
+    env, headers = {}, None
+    if keys_enabled:
+        _, key = keys.create_key(Database(sqlite_url), "fuzzer", ["admin"])
+        env, headers = {"CALIBRATION_API_KEYS_ENABLED": "true"}, {"X-API-Key": key}
+    with live_server(sqlite_url, env=env) as base:
+        seed_calibrator(base, headers)
+        code, output = fuzz(base, max_examples=8, seed=20261122, headers=headers)
+    generated = [int(n) for n in re.findall(r"(\d+) generated", output)]
+    assert code == 0 and "Runtime Error" not in output, output[-6000:]
+    assert len(generated) == 2 and sum(generated) > 500, output[-3000:]
