@@ -22,6 +22,7 @@ from sqlalchemy import text
 from app.platform.db import make_engine
 from app.platform.migrate import upgrade
 from tests.helpers import REPO, load_split
+from tests.service.conftest import create_postgres_database
 from tests.service.live import live_server
 
 KIND, X, Y = load_split("cifar10_resnet50_cross_entropy", "val")
@@ -74,12 +75,21 @@ def check_fit_as_job_equals_a_synchronous_fit(http: httpx.Client, database_url: 
     return job
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def embedded(request):
-    url = request.getfixturevalue(f"{request.param}_url")
-    with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}) as base, \
-            httpx.Client(base_url=base, timeout=120) as http:
-        yield url, http
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def embedded(request, tmp_path_factory):
+    """One server with the embedded pool per database for the module's tests (each uses its own
+    calibrator names)."""
+    if request.param == "sqlite":
+        url, drop = f"sqlite:///{tmp_path_factory.mktemp('embedded') / 'calibration.db'}", None
+    else:
+        url, drop = create_postgres_database()
+    try:
+        with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}) as base, \
+                httpx.Client(base_url=base, timeout=120) as http:
+            yield url, http
+    finally:
+        if drop:
+            drop()
 
 
 def test_embedded_fit_job_equals_the_synchronous_fit_and_is_listed(embedded):
@@ -142,9 +152,9 @@ def test_a_fit_estimated_past_the_sync_budget_runs_as_a_job(sqlite_url):
     with live_server(sqlite_url, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "0.01"}) as base, \
             httpx.Client(base_url=base, timeout=60) as http:
         quick = fit(http, "small", "temperature", 100)
-        long = fit(http, "large", "auto", 3000)
+        long = fit(http, "large", "vector", 3000)  # estimated 0.12 s (temperature on 100 rows: 0.0002 s)
         assert quick.status_code == 201 and long.status_code == 202, long.text
-        assert wait_for(http, long.headers["Location"], 300)["result"]["method"] == "auto"
+        assert wait_for(http, long.headers["Location"], 300)["result"]["method"] == "vector"
 
 
 # -- Procrastinate on Postgres, with real worker processes ----------------------------------------
