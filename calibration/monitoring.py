@@ -55,7 +55,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import lfilter
 
 from .metrics._inputs import probabilities_and_labels, top_label_of
 
@@ -102,6 +101,8 @@ def _ewma(values: np.ndarray, start: np.ndarray, keep: float, axis: int) -> tupl
             before[t] = mean
             mean = keep * mean + (1.0 - keep) * rows[t]
         return np.moveaxis(before, 0, axis), mean
+    from scipy.signal import lfilter  # imported on use: it and the scipy.stats it loads slow every start
+
     after = lfilter([1.0 - keep], [1.0, -keep], values, axis=axis, zi=np.expand_dims(keep * start, axis))[0]
     before = np.concatenate([np.expand_dims(start, axis), np.delete(after, -1, axis=axis)], axis=axis)
     return before, np.take(after, -1, axis=axis)

@@ -49,7 +49,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta, binom
 
 from . import label_free
 from .monitoring import DriftTest, class_residuals, top_label_residuals
@@ -126,6 +125,8 @@ def shifted_inputs(inputs: np.ndarray, kind: str, size: float) -> np.ndarray:
 
 def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
     """The exact (Clopper–Pearson) interval of a binomial proportion."""
+    from scipy.stats import beta  # imported on use: scipy.stats would slow every start
+
     a = (1 - confidence) / 2
     low = float(beta.ppf(a, successes, trials - successes + 1)) if successes else 0.0
     high = float(beta.ppf(1 - a, successes + 1, trials - successes)) if successes < trials else 1.0
@@ -143,6 +144,8 @@ def quantile_interval(delays: np.ndarray, q: float, confidence: float = 0.95) ->
         if rank < 1 or rank > m or not np.isfinite(ordered[rank - 1]):
             return None
         return int(ordered[rank - 1])
+
+    from scipy.stats import binom  # imported here, as in clopper_pearson
 
     low, high = int(binom.ppf(a, m, q)), int(binom.ppf(1 - a, m, q)) + 1
     return {"q": q, "estimate": at(math.ceil(q * m)), "low": at(low) if low >= 1 else 0, "high": at(high)}

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import log_softmax, softmax
-from scipy.stats import chi2
 
 from .label_shift import em_priors
 from .metrics._inputs import probabilities_and_labels
@@ -133,6 +132,8 @@ def prior_shift(probs, source_priors, alpha: float = 0.05, tol: float = 1e-8, ma
     statistic = max(0.0, 2.0 * (log_likelihood(p, pi, em.priors) - log_likelihood(p, pi, pi)))
     if not np.isfinite(statistic):
         statistic = 0.0  # a source prior of 0 the target rows need: no evidence this test can weigh
+    from scipy.stats import chi2  # imported on use: scipy.stats would slow every start
+
     p_value = float(chi2.sf(statistic, degrees)) if degrees > 0 else 1.0
     shrinkage = max(0.0, 1.0 - degrees / statistic) if p_value < alpha and statistic > 0 else 0.0
     suggested = pi + shrinkage * (em.priors - pi)

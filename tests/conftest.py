@@ -15,6 +15,12 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 threadpool_limits(int(os.environ["OPENBLAS_NUM_THREADS"]))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--full-sweeps", action="store_true", default=bool(os.environ.get("CALIBRATION_FULL_SWEEPS")),
+                     help="also run the cases marked `sweep` (a real-data sweep's full form; "
+                          "or set CALIBRATION_FULL_SWEEPS=1)")
+
+
 def pytest_configure(config):
     if not DATA.is_dir():
         raise pytest.UsageError(
@@ -45,5 +51,10 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--full-sweeps"):
+        skip = pytest.mark.skip(reason="full sweep: run with --full-sweeps (the bounded cases ran)")
+        for item in items:
+            if "sweep" in item.keywords:
+                item.add_marker(skip)
     rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

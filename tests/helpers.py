@@ -41,6 +41,17 @@ def require(module: str):
         pytest.skip(f"{module} is not installed (pip install -e '.[torch]')")
 
 
+def sweep(values, bounded):
+    """``values`` as pytest parameters, those outside ``bounded`` marked ``sweep``: a real-data
+    sweep's full form runs with ``--full-sweeps``; the default run keeps the bounded cases."""
+    import pytest
+
+    unknown = set(bounded) - set(values)
+    if unknown:
+        raise ValueError(f"bounded cases outside the sweep: {sorted(unknown)}")
+    return [pytest.param(v, id=str(v), marks=() if v in bounded else pytest.mark.sweep) for v in values]
+
+
 def make_reference_input(n=5000, k=10, seed=0):
     """The fixed input of ../shared/reference/README.md, verbatim."""
     rng = np.random.default_rng(seed)

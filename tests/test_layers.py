@@ -12,6 +12,8 @@ imports another that imports it back, even inside a function."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import REPO
@@ -121,6 +123,17 @@ def test_the_core_imports_no_service_framework_at_module_level():
         if name.startswith("calibration"):
             assert not {i for i in imported_names(name, path, top_level_only=True)
                         if i.split(".")[0] in forbidden}, name
+
+
+def test_starting_the_service_loads_no_heavy_module_that_only_a_rare_path_needs():
+    """Every server, worker and test process imports ``app.main``: scipy.stats and scipy.signal
+    (power intervals, the prior-shift test, long drift signals) and torch (its backend) are imported
+    where they are used, not at start."""
+    heavy = ("scipy.stats", "scipy.signal", "torch")
+    loaded = subprocess.run(
+        [sys.executable, "-c", f"import sys, app.main; print([m for m in {heavy!r} if m in sys.modules])"],
+        cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
 
 
 def test_the_service_uses_the_core_through_its_exported_names():

@@ -99,8 +99,8 @@ def test_irova_fits_on_softmax_columns_as_on_the_whole_softmax_with_a_smaller_pe
     assert whole.probabilities.shape == logits.shape  # made now: the fit reads them whole
     expected = cal.create("isotonic_one_vs_all", {"input": "logits"}).fit_batch(whole, labels)
     batch = cal.validate_inputs(logits, "logits")
-    peak = traced_peak(lambda: cal.create("isotonic_one_vs_all", {"input": "logits"}).fit_batch(batch, labels))
-    fitted = cal.create("isotonic_one_vs_all", {"input": "logits"}).fit_batch(batch, labels)
+    fitted = cal.create("isotonic_one_vs_all", {"input": "logits"})
+    peak = traced_peak(lambda: fitted.fit_batch(batch, labels))
     for (xs, ys), (expected_xs, expected_ys) in zip(fitted.knots_, expected.knots_, strict=True):
         np.testing.assert_array_equal(xs, expected_xs)
         np.testing.assert_array_equal(ys, expected_ys)

@@ -21,7 +21,7 @@ from calibration.comparison import (
     stratified_folds,
 )
 from calibration.selection import TIE_TOLERANCE, select
-from tests.helpers import DATASETS, load_split, make_reference_input
+from tests.helpers import DATASETS, load_split, make_reference_input, sweep
 
 
 @settings(max_examples=50, deadline=None)
@@ -154,7 +154,7 @@ def auto_on(name: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", DATASETS)
+@pytest.mark.parametrize("name", sweep(DATASETS, ["cifar10_lenet5", "cifar100_wrn16-4", "cifar100_densenet-bc-100"]))
 def test_auto_is_within_two_percent_of_the_best_candidate_on_test(name):
     """Within 1% before issue #23 item 2; the simplicity guard keeps TS on cifar100_wrn16-4,
     where vector scaling loses 3 folds of 5 and ends 1.05% better on test in hindsight."""

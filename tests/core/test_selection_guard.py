@@ -120,7 +120,7 @@ def test_the_support_guard_weighs_tail_against_gain():
     assert select(hand_comparison(nll, {"dirichlet": [0.11] * 5})).chosen.name == "dirichlet"  # no reference
 
 
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1500, 3000), st.integers(3, 20), st.one_of(st.floats(0.4, 0.8), st.floats(1.5, 3.0)),
        st.integers(0, 2**32 - 1))
 def test_ts_like_sets_lose_nothing(n, k, temperature, seed):

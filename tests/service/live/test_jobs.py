@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from app.platform.db import make_engine
 from tests.helpers import load_split
+from tests.service.support.databases import create_postgres_database
 from tests.service.support.jobs import KIND, X, Y, wait_for
 from tests.service.support.live import live_server
 
@@ -59,12 +60,21 @@ def check_fit_as_job_equals_a_synchronous_fit(http: httpx.Client, database_url: 
     return job
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def embedded(request):
-    url = request.getfixturevalue(f"{request.param}_url")
-    with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}) as base, \
-            httpx.Client(base_url=base, timeout=120) as http:
-        yield url, http
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def embedded(request, tmp_path_factory):
+    """One server with the embedded pool per database for the module's tests (each uses its own
+    calibrator names)."""
+    if request.param == "sqlite":
+        url, drop = f"sqlite:///{tmp_path_factory.mktemp('embedded') / 'calibration.db'}", None
+    else:
+        url, drop = create_postgres_database()
+    try:
+        with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}) as base, \
+                httpx.Client(base_url=base, timeout=120) as http:
+            yield url, http
+    finally:
+        if drop:
+            drop()
 
 
 def test_embedded_fit_job_equals_the_synchronous_fit_and_is_listed(embedded):
@@ -127,9 +137,9 @@ def test_a_fit_estimated_past_the_sync_budget_runs_as_a_job(sqlite_url):
     with live_server(sqlite_url, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "0.01"}) as base, \
             httpx.Client(base_url=base, timeout=60) as http:
         quick = fit(http, "small", "temperature", 100)
-        long = fit(http, "large", "auto", 3000)
+        long = fit(http, "large", "vector", 3000)  # estimated 0.12 s (temperature on 100 rows: 0.0002 s)
         assert quick.status_code == 201 and long.status_code == 202, long.text
-        assert wait_for(http, long.headers["Location"], 300)["result"]["method"] == "auto"
+        assert wait_for(http, long.headers["Location"], 300)["result"]["method"] == "vector"
 
 
 # -- Procrastinate on Postgres, with real worker processes (the fixture: live/conftest.py) ----------
