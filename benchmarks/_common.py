@@ -35,16 +35,34 @@ def postgres_database(prefix: str) -> Iterator[str]:
         admin.dispose()
 
 
-def best_of(fn, repeat: int = 5, warmup: int = 1) -> float:
-    """The fastest of ``repeat`` timed calls (after ``warmup`` untimed ones), in seconds."""
+def best_of(fn, repeat: int = 5, warmup: int = 1, number: int = 1) -> float:
+    """Seconds per call: the fastest of ``repeat`` timed runs of ``number`` calls each (after
+    ``warmup`` untimed calls), divided by ``number``."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
+        for _ in range(number):
+            fn()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return min(times) / number
+
+
+def machine(env: dict, packages: list[str]) -> str:
+    """The line a result file opens with: the CPU, its cores, Python and the versions of ``packages``
+    (from ``environment``)."""
+    versions = "".join(f", {package} {env[package]}" for package in packages)
+    return f"Machine: {env['cpu']}, {env['cores']} cores (shared with other work); Python {env['python']}{versions}."
+
+
+def save(file_name: str, lines: list[str]) -> str:
+    """Write ``lines`` to ``benchmarks/results/<file_name>`` and print them; the text."""
+    text = "\n".join(lines) + "\n"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / file_name).write_text(text)
+    print(text)
+    return text
 
 
 def environment(packages: list[str]) -> dict:

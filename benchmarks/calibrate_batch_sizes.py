@@ -33,7 +33,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import RESULTS, cpu_seconds, environment  # noqa: E402
+from benchmarks._common import cpu_seconds, environment, machine, save  # noqa: E402
 from benchmarks.service_latency import start, wait  # noqa: E402
 from tests.service.support.live import free_port  # noqa: E402
 
@@ -143,11 +143,10 @@ def main():
 
 
 def report(results: dict, seconds: float, rounds: int) -> None:
-    env = environment(["fastapi", "uvicorn", "starlette", "numpy"])
+    packages = ["fastapi", "uvicorn", "starlette", "numpy"]
+    env = environment(packages)
     lines = ["# Calibrate throughput vs batch size: the service against a bare FastAPI app (float32 answers)", "",
-             f"Machine: {env['cpu']}, {env['cores']} cores (shared with other work); Python {env['python']}, "
-             f"fastapi {env['fastapi']}, uvicorn {env['uvicorn']}, starlette {env['starlette']}, "
-             f"numpy {env['numpy']}.",
+             machine(env, packages),
              f"wrk -t1, {seconds:g} s per run x (1, 1, 1.5, 2) by batch size, {rounds} interleaved rounds; "
              "medians; ratio = median of the per-round service/floor ratios [min, max over the rounds].", "",
              "| rows x 1000 | body | conns | service req/s | floor req/s | ratio [range] | service CPU ms/req "
@@ -161,10 +160,7 @@ def report(results: dict, seconds: float, rounds: int) -> None:
             f"{np.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}] | "
             f"{np.median([r['cpu_ms'] for r in ours]):.2f} | {np.median([r['cpu_ms'] for r in bare]):.2f} | "
             f"{sum(r['errors'] for r in ours + bare)} |")
-    text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "calibrate_batch_sizes.txt").write_text(text)
-    print(text)
+    save("calibrate_batch_sizes.txt", lines)
 
 
 if __name__ == "__main__":

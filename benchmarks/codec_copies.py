@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import sys
-import timeit
 import tracemalloc
 from pathlib import Path
 
@@ -30,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from app.wire import codecs  # noqa: E402
-from benchmarks._common import RESULTS, environment  # noqa: E402
+from benchmarks._common import best_of, environment, machine, save  # noqa: E402
 
 
 def old_read_npy(data: bytes) -> np.ndarray:
@@ -60,8 +59,7 @@ def peak(fn) -> int:
 
 
 def per_call(fn, rows: int) -> float:
-    number = max(1, 20000 // rows)
-    return min(timeit.repeat(fn, number=number, repeat=5)) / number
+    return best_of(fn, repeat=5, warmup=0, number=max(1, 20000 // rows))
 
 
 def cases(rows: int, rng) -> list:
@@ -96,14 +94,11 @@ def main():
             rows_out.append(row)
     env = environment(["numpy"])
     lines = ["# Copies removed from the binary codecs: peak bytes allocated and time per call", "",
-             f"Machine: {env['cpu']}, {env['cores']} cores (shared); Python {env['python']}, numpy {env['numpy']}.",
+             machine(env, ["numpy"]),
              "Peak: tracemalloc's, during one call. Time: best of 5 repeats.", "",
              "| batch | step | np.load (reference) | before | after |", "|---|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows_out]
-    text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "codec_copies.md").write_text(text)
-    print(text)
+    save("codec_copies.md", lines)
 
 
 if __name__ == "__main__":

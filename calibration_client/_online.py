@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._protocol import NPZ, Call, Operation, _labelled, _query, _segment, version_or_job, wait_for_job
-from .codec import encode_npz
+from ._protocol import _labelled, _query, _segment, version_or_job, wait_for_job
+from ._transport import Call, Operation
+from .codec import NPZ, encode_npz
 from .models import Job
 
 

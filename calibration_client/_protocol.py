@@ -1,136 +1,25 @@
 """The requests each client method makes, written once for the sync and the async client.
 
 Each operation is a generator: it yields ``Call`` (send this request, give me the response),
-``Sleep`` (wait) and ``Report`` (tell the caller's progress callback) instructions and returns
-the method's value. ``Client`` runs them with ``httpx.Client`` and ``time.sleep``,
+``Sleep`` (wait) and ``Report`` (tell the caller's progress callback) instructions (``_transport``)
+and returns the method's value. ``Client`` runs them with ``httpx.Client`` and ``time.sleep``,
 ``AsyncClient`` with ``httpx.AsyncClient`` and ``asyncio.sleep``; retries, backoff and the
 ``Idempotency-Key`` live in those runners (``send_plan``), once.
 """
 
 from __future__ import annotations
 
-import email.utils
 import json
-import random
 import time
-import uuid
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote
 
 import httpx
 import numpy as np
 
+from ._transport import Call, Operation, Report, Sleep
 from .codec import INPUT_KINDS, NPY, NPZ, as_array, decode_npy, encode_npy, encode_npz
-from .errors import CalibrationError, JobFailed, error_class
+from .errors import JobFailed
 from .models import Calibrated, Calibrator, Job, Version
-
-RETRY_STATUSES = frozenset({429, 503})
-JSON = "application/json"
-
-
-@dataclass
-class Call:
-    """One HTTP request. ``ok`` are the statuses that are answers, not problems."""
-
-    method: str
-    path: str
-    params: dict[str, str] | None = None
-    json: Any = None
-    content: bytes | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    ok: tuple[int, ...] = (200,)
-
-
-@dataclass
-class Sleep:
-    seconds: float
-
-
-@dataclass
-class Report:
-    callback: Callable[[float], Any]
-    percent: float
-
-
-Operation = Generator[Call | Sleep | Report, Any, Any]
-
-
-# -- retries -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """``retries`` more tries after the first on 429, 503 and transport errors; the wait is the
-    answer's ``Retry-After`` when it gives one (a retry that would wait longer than
-    ``max_retry_after`` is not made), else exponential backoff with full jitter:
-    uniform(0, min(max_backoff, backoff * 2**attempt))."""
-
-    retries: int = 3
-    backoff: float = 0.5
-    max_backoff: float = 30.0
-    max_retry_after: float = 120.0
-
-    def delay(self, attempt: int, retry_after: str | None) -> float | None:
-        """Seconds to wait before try ``attempt + 1`` (0-based ``attempt`` just failed), or
-        ``None``: do not retry."""
-        if attempt >= self.retries:
-            return None
-        if retry_after:
-            seconds = parse_retry_after(retry_after)
-            if seconds is not None:
-                return seconds if seconds <= self.max_retry_after else None
-        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
-
-
-def parse_retry_after(value: str) -> float | None:
-    """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def prepare(call: Call) -> dict[str, Any]:
-    """The keyword arguments of every try of ``call``: a POST gets one ``Idempotency-Key``,
-    reused on its retries."""
-    headers = dict(call.headers)
-    if call.method == "POST":
-        headers.setdefault("Idempotency-Key", str(uuid.uuid4()))
-    kwargs: dict[str, Any] = {"params": call.params, "headers": headers}
-    if call.content is not None:
-        kwargs["content"] = call.content
-    elif call.json is not None:
-        kwargs["content"] = json.dumps(call.json, allow_nan=False).encode()
-        headers.setdefault("Content-Type", JSON)
-    return kwargs
-
-
-def problem(response: httpx.Response) -> CalibrationError:
-    """The typed exception of an error answer, with the problem document's fields."""
-    status = response.status_code
-    body: Any = None
-    try:
-        body = response.json()
-    except ValueError:
-        body = response.text
-    fields = body if isinstance(body, dict) else {}
-    detail = fields.get("detail")
-    if not isinstance(detail, str):  # FastAPI's own 422 ({"detail": [...]}), /v2's {"error": ...}, a proxy's page
-        detail = fields.get("error") if isinstance(fields.get("error"), str) else None
-        detail = detail or (json.dumps(fields["detail"]) if "detail" in fields else None)
-        detail = detail or (body.strip()[:500] if isinstance(body, str) and body.strip() else response.reason_phrase)
-    return error_class(status)(
-        detail, status=status, title=fields.get("title") or response.reason_phrase,
-        type=fields.get("type") or "about:blank", instance=fields.get("instance") or response.request.url.path,
-        request_id=fields.get("request_id") or response.headers.get("x-request-id"),
-        headers=dict(response.headers), body=body)
-
 
 # -- helpers -------------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 
 from . import _protocol as protocol
-from ._protocol import Call, Operation, Report, RetryPolicy, Sleep
+from . import _transport as transport
+from ._transport import Call, Operation, Report, RetryPolicy, Sleep
 from .errors import ConnectionFailed
 from .models import Calibrated, Calibrator, Job, Version
 from .online_methods import OnlineLoop
@@ -181,7 +182,7 @@ class Client(_Methods):
         time.sleep(seconds)
 
     def _send(self, call: Call) -> httpx.Response:
-        kwargs = protocol.prepare(call)
+        kwargs = transport.prepare(call)
         attempt = 0
         while True:
             try:
@@ -194,9 +195,9 @@ class Client(_Methods):
                 if response.status_code in call.ok:
                     return response
                 wait = (self.retry.delay(attempt, response.headers.get("retry-after"))
-                        if response.status_code in protocol.RETRY_STATUSES else None)
+                        if response.status_code in transport.RETRY_STATUSES else None)
                 if wait is None:
-                    raise protocol.problem(response)
+                    raise transport.problem(response)
             self._sleep(wait)
             attempt += 1
 
@@ -241,7 +242,7 @@ class AsyncClient(_Methods):
         await asyncio.sleep(seconds)
 
     async def _send(self, call: Call) -> httpx.Response:
-        kwargs = protocol.prepare(call)
+        kwargs = transport.prepare(call)
         attempt = 0
         while True:
             try:
@@ -254,9 +255,9 @@ class AsyncClient(_Methods):
                 if response.status_code in call.ok:
                     return response
                 wait = (self.retry.delay(attempt, response.headers.get("retry-after"))
-                        if response.status_code in protocol.RETRY_STATUSES else None)
+                        if response.status_code in transport.RETRY_STATUSES else None)
                 if wait is None:
-                    raise protocol.problem(response)
+                    raise transport.problem(response)
             await self._sleep(wait)
             attempt += 1
 

@@ -73,19 +73,20 @@ class OnlineLoop:
               signal: str = "labelled", version: int | None = None, shift_class: int | None = None,
               swap_classes: Sequence[int] | None = None, checkpoints: Sequence[int] | None = None,
               alpha: float = 0.01, tolerance: float = 0.02, class_tolerance: float = 0.02,
-              half_life: float = 1000.0, seed: int = 0, wait: bool = True, progress: Progress | None = None,
-              poll: float = 0.5):
+              half_life: float = 1000.0, confidence: float = 0.95, seed: int = 0, wait: bool = True,
+              progress: Progress | None = None, poll: float = 0.5):
         """How often and how fast ``name``'s drift monitor would alarm under a shift (``temperature``:
         the logits times ``size``; ``tweak_one``: one class at prior ``size``; ``dirichlet``; ``swap``:
         ``size`` class pairs' labels exchanged), and how often with none: ``streams`` streams of up to
         ``labels`` rows drawn from its stored labelled observations, run as a job. Returns the job's
         result (``shifted`` and ``null``: detection probability within each checkpoint with
-        Clopper-Pearson intervals, delay quantiles, expected drift), or the ``Job`` without ``wait``.
+        Clopper-Pearson intervals, delay quantiles with order-statistic intervals, both at level
+        ``confidence``, expected drift), or the ``Job`` without ``wait``.
 
         Example: ``client.power("demo", "temperature", 1.25, labels=50_000)["shifted"]["detected"]``."""
         fields = {"shift": shift, "size": size, "labels": labels, "streams": streams, "signal": signal,
                   "alpha": alpha, "tolerance": tolerance, "class_tolerance": class_tolerance,
-                  "half_life": half_life, "seed": seed}
+                  "half_life": half_life, "confidence": confidence, "seed": seed}
         optional = {"version": version, "shift_class": shift_class,
                     "swap_classes": list(swap_classes) if swap_classes is not None else None,
                     "checkpoints": list(checkpoints) if checkpoints is not None else None}

@@ -7,7 +7,10 @@ domain. The HTTP edge (``app/http``, each domain's ``routes``) is the only code 
 or Starlette; the service imports no wire format; the core imports nothing of the service or its
 frameworks at module level; ``app`` uses the core through ``calibration``'s exported names
 (``calibration.__all__``); and no module of ``app``, ``calibration`` or ``calibration_client``
-imports another that imports it back, even inside a function."""
+imports another that imports it back, even inside a function. The client imports neither the
+service nor the core; no folder of the service or the client holds more than 15 modules, no module
+more than 300 lines; the service's tests sit in a folder of their kind and no test module imports
+another."""
 
 from __future__ import annotations
 
@@ -241,6 +244,41 @@ def test_the_service_imports_only_exported_names_of_the_core():
                 found.update((name, alias.name) for alias in node.names if alias.name not in exported)
     assert found == KNOWN_CORE_MODULES
 
+
+
+#: what the client may import besides the standard library: its own package and the ``client``
+#: extra's packages (httpx, typer, rich) with numpy; never the service or the core, so that it
+#: installs and runs without them
+CLIENT_IMPORTS = {"calibration_client", "httpx", "numpy", "typer", "rich"}
+#: the most modules one folder of the service or the client holds side by side (the core's flat list
+#: of methods and metrics is its design)
+MAX_MODULES_PER_FOLDER = 15
+#: the most lines one module of the service, the core or the client holds
+MAX_MODULE_LINES = 300
+#: modules over ``MAX_MODULE_LINES`` today, each to be split by job; the set may only shrink
+KNOWN_LONG_MODULES = {"app/oip/protocol.py", "app/registry/schemas.py"}
+
+
+def test_the_client_imports_neither_the_service_nor_the_core():
+    found = {(name, imported) for name, path in module_files(("calibration_client",)).items()
+             for imported in imported_names(name, path)
+             if imported.split(".")[0] not in CLIENT_IMPORTS | set(sys.stdlib_module_names)}
+    assert found == set()
+
+
+def test_no_folder_holds_more_than_fifteen_modules():
+    folders: dict[str, int] = {}
+    for path in module_files((*ROOTS, "calibration_client")).values():
+        folder = path.parent.relative_to(REPO).as_posix()
+        if path.name != "__init__.py" and folder.split("/")[0] != "calibration":
+            folders[folder] = folders.get(folder, 0) + 1
+    assert {folder: n for folder, n in folders.items() if n > MAX_MODULES_PER_FOLDER} == {}
+
+
+def test_no_module_is_longer_than_three_hundred_lines():
+    long = {path.relative_to(REPO).as_posix() for path in module_files((*ROOTS, "calibration_client")).values()
+            if len(path.read_text().splitlines()) > MAX_MODULE_LINES}
+    assert long <= KNOWN_LONG_MODULES, sorted(long - KNOWN_LONG_MODULES)
 
 #: the kinds of service tests, a folder of ``tests/service`` each: what a test of the kind may run
 SERVICE_TEST_KINDS = ("unit", "api", "live", "migrations", "fuzz")

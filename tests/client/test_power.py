@@ -59,6 +59,24 @@ def test_the_job_gives_what_the_core_gives_on_the_stored_rows(client, cifar):
     assert result["null"]["detected"]["rate"] <= 0.01 or result["null"]["drift"]["visible_share"] > 0
 
 
+def test_the_intervals_are_at_the_confidence_asked(client, cifar):
+    """``confidence`` reaches the job: all 20 shifted streams alarm, so the Clopper-Pearson interval
+    of the detection rate is [((1 - c) / 2) ** (1 / 20), 1], 0.8913 at c = 0.8 (0.8315 at 0.95);
+    the delay quantiles' intervals are the core's at the same level."""
+    logits, labels = cifar
+    result = client.power("pw", "temperature", 0.3, labels=3000, streams=20, confidence=0.8)
+    assert result["confidence"] == 0.8
+    assert result["shifted"]["detected"]["alarms"] == 20
+    assert result["shifted"]["detected"]["low"] == pytest.approx(0.1 ** (1 / 20), abs=1e-12)
+    assert result["shifted"]["detected"]["high"] == 1.0
+    local = cal.create("temperature").fit(logits[:300], labels[:300])
+    expected = core_power(local.predict_proba, logits.astype(np.float64), "logits", labels,
+                          Shift("temperature", 0.3), streams=20, max_labels=3000, confidence=0.8)
+    for run in ("shifted", "null"):
+        assert result[run]["detected"] == pytest.approx(expected[run]["detected"], abs=1e-12)
+        assert result[run]["delay"] == expected[run]["delay"]
+
+
 def test_limits_name_their_setting_and_missing_data_is_404(client, cifar):
     with pytest.raises(InvalidInput, match="CALIBRATION_POWER_MAX_STREAMS"):
         client.power("pw", "temperature", 1.25, streams=101, labels=10)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from calibration_client import AsyncClient, Client, ConnectionFailed, NotFound, Unavailable
-from calibration_client._protocol import RetryPolicy, parse_retry_after
+from calibration_client._transport import RetryPolicy, parse_retry_after
 from tests.helpers import REPO
 from tests.service.support.live import LiveServer, free_port
 

@@ -18,9 +18,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .client import DEFAULT_URL, Client
-from .codec import INPUT_KINDS, load_arrays
-from .errors import CalibrationError, ConnectionFailed, NotFound
+from ..client import DEFAULT_URL, Client
+from ..codec import INPUT_KINDS, load_arrays
+from ..errors import CalibrationError, ConnectionFailed, NotFound
 
 OK, PROBLEM, USAGE, NOT_FOUND, CONNECTION = 0, 1, 2, 3, 4
 EXIT_CODES = (
@@ -153,6 +153,7 @@ InputOption = Annotated[str | None, typer.Option(
     help="Which array of the file to send: logits, probabilities or scores (default: the one it holds).",
     show_default=False)]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the service's JSON answer (for scripts).")]
+Name = Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name.", show_default=False)]
 
 
 # -- progress ----------------------------------------------------------------------------------

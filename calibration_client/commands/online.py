@@ -10,10 +10,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .cli_base import (
+from .base import (
     InputOption,
     JsonFlag,
     LabelledFile,
+    Name,
     _arrays,
     _json_option,
     _labelled,
@@ -26,7 +27,6 @@ from .cli_base import (
     out,
 )
 
-Name = Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name.", show_default=False)]
 LabelFile = typer.Argument(metavar="FILE", exists=True, dir_okay=False, readable=True, show_default=False,
                            help="A CSV of id,label rows (a header row is skipped), or an .npz with ids and labels.")
 
