@@ -32,7 +32,7 @@ from datetime import timedelta
 import calibration as cal
 
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, ServiceError
+from ..platform.errors import ServiceError, refused_as
 from ..platform.rows import utcnow
 from ..wire.costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
 from . import store as job_store
@@ -66,11 +66,9 @@ def run_units(x, labels, request: dict, progress=None) -> dict:
         def step(count: int, _total: int, before: int = done) -> None:
             if progress is not None:
                 progress(before + count, total)
-        try:
+        with refused_as():
             comparison = cal.compare(x, labels, [request["candidates"][i] for i in indices], request["folds"],
                                      request["seed"], request["input"], step, only_folds=[fold])
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         done += len(indices)
         folds.append({"fold": fold, "candidates": indices, "results": [_result_json(r) for r in comparison.results],
                       "uncalibrated": {m: _finite(v) for m, v in comparison.uncalibrated.items()},
@@ -111,10 +109,8 @@ def plan(x, methods, folds: int, seed: int, kind: str, workers: int) -> tuple[di
     """The parts' shared request (candidates resolved, as in ``calibration.compare``) and their units:
     one part per worker, balanced by ``app.wire.costs``' estimates."""
     scores = cal.validate_inputs(x, kind)
-    try:
+    with refused_as():
         candidates = cal.prepare_comparison(scores.n, scores.k, methods, folds, kind)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     rows = scores.n - scores.n // folds  # the training rows of a fold
     seconds = [estimated_fit_seconds(c.method, c.options, rows, scores.k) for c in candidates]
     setup = FOLD_SETUP_FITS * estimated_fit_seconds("temperature", {}, rows, scores.k)

@@ -27,7 +27,7 @@ from calibration import label_free, monitoring
 
 from ..observations import store as observation_store
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, NotFound
+from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import Reference, check_name
@@ -127,10 +127,8 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
     check_name(name)
     options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
                "class_tolerance": class_tolerance}
-    try:
+    with refused_as():
         monitoring.DriftTest(**options)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:

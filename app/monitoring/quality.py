@@ -22,7 +22,7 @@ from calibration import prior_shift, quality_plot
 from ..observations import store as observation_store
 from ..observations.store import Selection
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge
+from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, refused_as
 from ..registry import store
 from ..registry.names import Reference, check_name
 from . import store as alarm_store
@@ -95,10 +95,8 @@ def check_read(rows: int, k: int, budget: int, asked: str) -> None:
 def calibrated_groups(service, name: str, kind: str, inputs: np.ndarray, versions: np.ndarray):
     """``(raw probabilities, calibrated probabilities, usable rows)``: each row through the version in
     ``versions``; rows of a version that was deleted are left out."""
-    try:
+    with refused_as():
         raw = cal.validate_inputs(inputs, kind)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     raw_probs = np.asarray(cal.to_host(raw.probabilities), dtype=np.float64)
     calibrated = np.empty_like(raw_probs)
     usable = np.zeros(len(versions), dtype=bool)

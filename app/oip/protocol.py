@@ -22,7 +22,7 @@ import orjson
 
 import calibration as cal
 
-from ..platform.errors import MalformedRequest, TooLarge
+from ..platform.errors import MalformedRequest, TooLarge, refused_as
 from ..wire.codecs import parse_json
 from ..wire.costs import RequestLimits
 
@@ -247,16 +247,12 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
     if request.array.ndim != expected_ndim:
         expected = "[-1]" if expected_ndim == 1 else f"[-1, {calibrator.n_classes_}]"
         raise bad(f"input {_short(request.input_name)}: expected shape {expected}, got {list(request.array.shape)}")
-    try:
+    with refused_as(bad):
         scores = cal.validate_inputs(request.array, calibrator.input, request.input_name)
-    except ValueError as exc:
-        raise bad(str(exc)) from exc
     if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.logits):
         raise bad(LOOKS_LIKE_PROBABILITIES)
-    try:
+    with refused_as(bad):
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)
-    except ValueError as exc:
-        raise bad(str(exc)) from exc
     served = log(request.array, request.ids) if log else None
     names = output_names(tensor_names)
     by_name = {name: kind for kind, name in names.items()}

@@ -32,7 +32,7 @@ import calibration as cal
 
 from ..observations.schemas import ObservationQuery
 from ..observations.service import shape_of_index
-from ..platform.errors import InvalidInput, NotFound, TooLarge
+from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
 from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import Reference, check_alias, check_name
@@ -69,10 +69,8 @@ def _served_probabilities(service, name: str, index: list, values, kind: str) ->
     for version in np.unique(served).tolist():
         loaded = service.serving(Reference.pinned(name, version))
         rows = served == version
-        try:
+        with refused_as():
             inputs = cal.validate_inputs(values[rows], kind)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         part = service.predict(loaded, inputs)
         if probabilities is None:
             probabilities = np.empty((len(served), part.shape[1]))
@@ -110,11 +108,9 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
         if loaded is not None and loaded.calibrator.input != batch.kind:
             raise InvalidInput(f"version {loaded.version} takes {loaded.calibrator.input}; the observations "
                                f"are {batch.kind}")
-    try:
+    with refused_as():
         inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = cal.check_labels(batch.labels, inputs.n, inputs.k)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     challenger_probs = service.predict(challenger, inputs)
     if champion is None:
         champion_probs, served = _served_probabilities(service, name, index, batch.values, batch.kind)

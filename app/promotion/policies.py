@@ -25,7 +25,7 @@ import calibration as cal
 
 from ..monitoring.rows import DriftMonitorRow
 from ..observations.schemas import DataSource, ObservationQuery
-from ..platform.errors import Conflict, InvalidInput, NotFound
+from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import ObservationChunkRow, utcnow
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.schemas import FitFields
@@ -47,10 +47,8 @@ def set_policy(db, name: str, policy: RefitPolicy) -> dict:
         check_alias(policy.alias)
     if not any((policy.every_labels, policy.on_alarm, policy.every_seconds)):
         raise InvalidInput("a policy needs a trigger: every_labels, on_alarm or every_seconds")
-    try:
+    with refused_as():
         cal.create(policy.method, policy.options)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     with db.write() as session:
         calibrator = ps.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)

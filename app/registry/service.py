@@ -21,7 +21,7 @@ from ..jobs.runner import JobProgress, JobRunner
 from ..observations.online_updates import OnlineUpdates
 from ..observations.service import Observations, shape_of_index
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, NotAcceptable
+from ..platform.errors import InvalidInput, NotAcceptable, refused_as
 from ..prediction_log.service import PredictionLog, log_served
 from ..promotion import aliases as promotion
 from ..wire.batches import ArrayBatch, CalibratedBatch, validated
@@ -87,10 +87,8 @@ class CalibrationService:
         """The unfitted calibrator, its options checked and its cost within the budgets."""
         if method == "auto":
             options = affordable_auto_options(options, n, k, self.max_parameters)
-        try:
+        with refused_as():
             calibrator = cal.create(method, options)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         check_fit_parameters(calibrator.method, calibrator.options, n, k, self.max_parameters, self.limits.entries)
         return calibrator
 
@@ -129,7 +127,7 @@ class CalibrationService:
         fields, inputs, labels, calibrator = prepared
         if job is not None:
             job.fitting(calibrator, inputs.n, inputs.k)
-        try:
+        with refused_as():
             calibrator.fit_batch(inputs, labels, warn=False)
             if job is not None:
                 job.step("validation report", 80.0)
@@ -139,8 +137,6 @@ class CalibrationService:
             if calibrator.method == "auto":
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         params_json = store.canonical_json(params)
         tensor_names = fields.tensor_names.model_dump() if fields.tensor_names else None
         row_fields = {
@@ -228,10 +224,8 @@ class CalibrationService:
 
     def predict(self, loaded: LoadedVersion, inputs: cal.InputBatch) -> np.ndarray:
         """Calibrated probabilities of validated inputs, on the configured device."""
-        try:
+        with refused_as():
             return self.device.predict(loaded.calibrator, inputs)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
 
     def _checked_inputs(self, loaded: LoadedVersion, batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
         expected = loaded.calibrator.input
