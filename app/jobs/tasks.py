@@ -27,12 +27,13 @@ from . import fan_out
 from . import store as job_store
 from .inputs import batch_of_job
 from .runner import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
+from .status import JobStatus
 
 logger = logging.getLogger(__name__)
 INTERNAL_ERROR = {"status": 500, "title": "Internal Server Error", "detail": "the job failed unexpectedly"}
 
 
-def _finish(db: Database, job_id: str, status: str, **values) -> None:
+def _finish(db: Database, job_id: str, status: JobStatus, **values) -> None:
     with db.write() as session:
         job_store.finish(session, job_id, status, **values)
 
@@ -87,24 +88,24 @@ def _run_claimed(db: Database, job_id: str) -> None:
         elif kind == "compare":
             batch = batch_of_job(request, payload, CompareFields)
             result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
-            _finish(db, job_id, "succeeded", result=result)
+            _finish(db, job_id, JobStatus.SUCCEEDED, result=result)
         elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.promotion.scheduler)
-            _finish(db, job_id, "succeeded", result=_evaluate_alarms(service, calibrator))
+            _finish(db, job_id, JobStatus.SUCCEEDED, result=_evaluate_alarms(service, calibrator))
         elif kind == fan_out.PART:
             _run_part(db, service, job_id, request, progress)
         elif kind == "power":  # the drift monitor's power analysis (app.monitoring.power)
-            _finish(db, job_id, "succeeded", result=power.run(service, calibrator, request, progress))
+            _finish(db, job_id, JobStatus.SUCCEEDED, result=power.run(service, calibrator, request, progress))
         elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
-            _finish(db, job_id, "succeeded", result=policies.run_refit(service, calibrator, request, progress))
+            _finish(db, job_id, JobStatus.SUCCEEDED, result=policies.run_refit(service, calibrator, request, progress))
         else:
             raise ValueError(f"unknown job kind {kind!r}")
     except JobCancelled:
-        _finish(db, job_id, "cancelled")
+        _finish(db, job_id, JobStatus.CANCELLED)
     except ServiceError as error:
-        _finish(db, job_id, "failed", error=error.as_problem())
+        _finish(db, job_id, JobStatus.FAILED, error=error.as_problem())
     except Exception:  # a bug: the job says so instead of staying "running" for ever
         logger.exception("job %s failed", job_id)
-        _finish(db, job_id, "failed", error=INTERNAL_ERROR)
+        _finish(db, job_id, JobStatus.FAILED, error=INTERNAL_ERROR)
 
 
 def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
@@ -171,12 +172,12 @@ def _run_part(db: Database, service: CalibrationService, job_id: str, request: d
     """Some candidate x fold units of a fanned-out job; cancelled when its parent is no longer running."""
     with db.read() as session:
         parent = job_store.get_job(session, request["parent"])
-        running = parent is not None and parent.status == "running"
+        running = parent is not None and parent.status == JobStatus.RUNNING
     if not running:
-        _finish(db, job_id, "cancelled")
+        _finish(db, job_id, JobStatus.CANCELLED)
         return
     x, labels = _parent_arrays(db, service, request["parent"])
-    _finish(db, job_id, "succeeded", result=fan_out.run_units(x, labels, request, progress.folds))
+    _finish(db, job_id, JobStatus.SUCCEEDED, result=fan_out.run_units(x, labels, request, progress.folds))
 
 
 def procrastinate_app():

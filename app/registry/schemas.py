@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from calibration import INPUT_KINDS, METHODS
 
 from ..access.keys import NAME_PATTERN as KEY_NAME_PATTERN
+from ..jobs.status import STATES
 from ..observations.schemas import DataSource, PredictionId
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
@@ -254,7 +255,7 @@ class CompareOut(BaseModel):
     selection: dict[str, Any] | None = Field(description="The chosen candidate and why (null if none passes)")
 
 
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+JOB_STATES = STATES  # a plain tuple of text, as the OpenAPI document lists them
 
 
 class JobOut(BaseModel):

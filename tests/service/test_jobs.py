@@ -231,3 +231,30 @@ def test_a_killed_worker_s_fit_fails_instead_of_hanging_and_stores_no_version(pr
                         headers={"Prefer": "respond-async"})
     assert wait_for(http, retried.headers["Location"])["result"]["version"] == 1
     assert len(stored_params(url, "killed")) == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_job_states_are_one_enum_stored_as_their_text(request, backend):
+    """``JobStatus`` is what the store writes and compares; the column keeps the same text as before."""
+    from app.jobs import store as job_store
+    from app.jobs.status import STATES, JobStatus
+    from app.platform.db import Database
+    from app.registry.schemas import JOB_STATES
+
+    assert JOB_STATES == STATES == ("queued", "running", "succeeded", "failed", "cancelled")
+    url = request.getfixturevalue(f"{backend}_url")
+    upgrade(url)
+    db = Database(url)
+    try:
+        with db.write() as session:
+            job_store.create_job(session, "enum-job", "fit", None, {}, b"")
+        with db.write() as session:
+            assert job_store.claim(session, "enum-job", "here:1")
+        with db.write() as session:
+            assert job_store.finish(session, "enum-job", JobStatus.SUCCEEDED, result={"version": 1})
+        with db.read() as session:
+            status, step = session.execute(text("SELECT status, step FROM jobs WHERE id = 'enum-job'")).one()
+            assert job_store.get_job(session, "enum-job").status == JobStatus.SUCCEEDED
+    finally:
+        db.dispose()
+    assert (type(status), status, step) == (str, "succeeded", "succeeded")
