@@ -15,6 +15,7 @@ from calibration import json_safe
 
 from ..monitoring import alarms as drift_alarms
 from ..monitoring import power
+from ..observations.chunks import refs_from_json
 from ..platform.db import Database
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
@@ -119,7 +120,8 @@ def _fit_batch(service: CalibrationService, request: dict, payload: bytes | None
     """The labelled batch of a fit job: its arrays, or the stored observations it names (``shared``:
     see ``Observations.load``)."""
     if request.get("chunks"):
-        return service.observations.load(FitFields.model_validate(request["fields"]), request["chunks"], shared)
+        fields = FitFields.model_validate(request["fields"])
+        return service.observations.load(fields, refs_from_json(request["chunks"]), shared)
     return batch_of_job(request, payload, FitFields)
 
 

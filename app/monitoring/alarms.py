@@ -85,7 +85,7 @@ def alarms(db: Database, name: str, drift: float | None = None) -> dict:
 
 def _residuals(service, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
     inputs, labels = observation_store.load(session, entries)
-    _, calibrated, usable = calibrated_groups(service, name, entries[0][3], inputs,
+    _, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs,
                                               np.full(len(labels), version, dtype=np.int64))
     return calibrated, labels[usable]
 
@@ -98,7 +98,7 @@ def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: 
     parts = [part for chunk in chunks for part in observation_store.pieces(chunk.index_entry(), limit)]
     for position, part in enumerate(parts):
         batch.append(part)
-        entries += (part[1] - part[5]) * part[4]
+        entries += part.rows * part.n_classes
         if entries >= limit or position == len(parts) - 1:
             with service.db.read() as session:
                 probs, labels = _residuals(service, name, version, session, batch)

@@ -74,7 +74,7 @@ def run(service, name: str, request: dict, progress) -> dict:
         if not index:
             raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
         inputs, labels = observation_store.load(session, index)
-    kind = index[0][3]
+    kind = index[0].kind
     loaded = service.serving(Reference.pinned(name, version))
 
     def calibrate(raw: np.ndarray) -> np.ndarray:

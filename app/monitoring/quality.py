@@ -152,8 +152,8 @@ def quality(service, name: str, query: QualityQuery) -> dict:
         chunks = alarm_store.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
         n = observation_store.index_rows(entries)
-        if entries and n * entries[0][4] > service.max_read_entries:
-            raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0][4]} classes, over "
+        if entries and n * entries[0].n_classes > service.max_read_entries:
+            raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0].n_classes} classes, over "
                            f"the limit of {service.max_read_entries} entries one read may load "
                            "(CALIBRATION_MAX_READ_ENTRIES); ask for fewer or smaller windows")
         inputs, labels = observation_store.load(session, entries) if entries else (None, None)
@@ -163,10 +163,10 @@ def quality(service, name: str, query: QualityQuery) -> dict:
         return answer
     by_chunk = {chunk.id: chunk for chunk in chunks}
     versions = np.concatenate([
-        np.full(entry[1] - entry[5], query.version or by_chunk[entry[0]].version or latest, dtype=np.int64)
+        np.full(entry.rows, query.version or by_chunk[entry.id].version or latest, dtype=np.int64)
         for entry in entries])
     window_of = np.concatenate(window_labels)
-    raw, calibrated, usable = calibrated_groups(service, name, entries[0][3], inputs, versions)
+    raw, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs, versions)
     labels, window_of, versions = labels[usable], window_of[usable], versions[usable]
     answer["skipped_rows"] = int((~usable).sum())
     affordable = BOOTSTRAP_ENTRIES // max(2 * raw.size, 1)
@@ -221,7 +221,7 @@ def label_shift(service, name: str, version: int | None = None, last: int = 50_0
     if version is not None:
         versions[:] = version
     raw_target, target, _ = calibrated_groups(service, name, kind, inputs, versions)
-    raw_source, source, usable = calibrated_groups(service, name, index[0][3], source_inputs,
+    raw_source, source, usable = calibrated_groups(service, name, index[0].kind, source_inputs,
                                                    np.full(len(source_labels), reference, dtype=np.int64))
     source_labels = source_labels[usable]
     if not len(target) or not len(source_labels):

@@ -64,7 +64,7 @@ class OnlineUpdates:
         if through is None:
             return None
         pending = online_store.chunks_after(session, calibrator_id, through)
-        usable = [entry for entry in pending if entry[3] == parent.input_kind and entry[4] == parent.n_classes]
+        usable = [entry for entry in pending if entry.kind == parent.input_kind and entry.n_classes == parent.n_classes]
         n = observation_store.index_rows(usable)
         if n < max(self.min_rows, 1):
             return None
@@ -85,7 +85,7 @@ class OnlineUpdates:
             "n_samples": calibrator.n_samples_, "class_names": parent.class_names, "params_json": params_json,
             "summary": cal.json_safe(calibrator.summary()), "diagnostics": params["diagnostics"],
             "report": cal.json_safe({"online_update": {
-                "parent_version": parent.version, "rows": n, "chunks": len(usable), "through_chunk": pending[-1][0],
+                "parent_version": parent.version, "rows": n, "chunks": len(usable), "through_chunk": pending[-1].id,
                 "prequential": {"nll": cal.nll(probs, labels), "brier": cal.brier(probs, labels),
                                 "accuracy": cal.accuracy(probs, labels)}}}),
             "description": parent.description, "tags": parent.tags, "tensor_names": parent.tensor_names},

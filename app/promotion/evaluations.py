@@ -63,8 +63,8 @@ def _served_probabilities(service, name: str, index: list, values, kind: str) ->
     """Each labelled prediction's probabilities from the version that served it (the shadow's
     champion: what callers actually got), and the rows per serving version."""
     with service.db.read() as session:
-        versions = promotion_store.chunk_versions(session, [entry[0] for entry in index])
-    served = np.repeat([versions[entry[0]] for entry in index], [entry[1] - entry[5] for entry in index])
+        versions = promotion_store.chunk_versions(session, [entry.id for entry in index])
+    served = np.repeat([versions[entry.id] for entry in index], [entry.rows for entry in index])
     probabilities = None
     for version in np.unique(served).tolist():
         loaded = service.serving(Reference.pinned(name, version))

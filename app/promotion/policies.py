@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 import calibration as cal
 
 from ..monitoring.rows import DriftMonitorRow
+from ..observations.chunks import refs_from_json
 from ..observations.schemas import DataSource, ObservationQuery
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import ObservationChunkRow, utcnow
@@ -126,7 +127,7 @@ def run(service, name: str, force: bool = False) -> tuple[bool, dict]:
     fields = FitFields(method=policy.method, options=policy.options, data=DataSource(observations=query),
                        description=f"refit by policy: {'; '.join(reasons)}")
     index = service.observations.fit_index(name, query)
-    request = {"fit": fields.model_dump(mode="json"), "chunks": index, "policy": config,
+    request = {"fit": fields.model_dump(mode="json"), "chunks": [ref.as_json() for ref in index], "policy": config,
                "cut": cut.isoformat() if cut else None, "reasons": reasons}
     job = service.jobs.submit("refit", name, request, None)
     with service.db.write() as session:
@@ -139,7 +140,7 @@ def run_refit(service, name: str, request: dict, progress) -> dict:
     fields = FitFields.model_validate(request["fit"])
     policy = RefitPolicy.model_validate(request["policy"])
     progress.step(f"refitting {fields.method} on stored observations", 5.0)
-    version = service.fit(name, service.observations.load(fields, request["chunks"]))["version"]
+    version = service.fit(name, service.observations.load(fields, refs_from_json(request["chunks"])))["version"]
     result = {"name": name, "version": version, "reasons": request["reasons"], "evaluation": None,
               "verdict": None, "promoted": False, "reason": None}
     if policy.alias is None:

@@ -114,7 +114,8 @@ class CalibrationService:
         seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
         if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
             self._calibrator(fields.method, {**fields.options, "input": kind}, n, k)
-            request = {"kind": kind, "fields": fields.model_dump(mode="json"), "chunks": index}
+            request = {"kind": kind, "fields": fields.model_dump(mode="json"),
+                       "chunks": [ref.as_json() for ref in index]}
             return True, self.jobs.submit("fit", name, request, None)
         return False, self.fit(name, self.observations.load(fields, index))
 
