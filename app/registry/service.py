@@ -40,6 +40,7 @@ from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .device import Device
 from .names import Reference, check_name
 from .schemas import EvaluationFields, FitFields
+from .versions import NewVersion, write_version
 from .views import version_view
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
@@ -133,31 +134,17 @@ class CalibrationService:
             if job is not None:
                 job.step("validation report", 80.0)
             params = calibrator.to_dict()
-            summary = cal.json_safe(calibrator.summary())
             report = reports.fit_report(inputs, calibrator.predict_batch, labels)
             if calibrator.method == "auto":
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}
-        params_json = store.canonical_json(params)
-        tensor_names = fields.tensor_names.model_dump() if fields.tensor_names else None
-        row_fields = {
-            "method": calibrator.method,
-            "input_kind": batch.kind,
-            "n_classes": inputs.k,
-            "n_samples": inputs.n,
-            "class_names": fields.class_names,
-            "params_json": params_json,
-            "summary": summary,
-            "diagnostics": params["diagnostics"],
-            "report": cal.json_safe(report),
-            "description": fields.description,
-            "tags": fields.tags,
-            "tensor_names": tensor_names,
-        }
+        new = NewVersion(calibrator, params, batch.kind, inputs.k, inputs.n, report, fields.class_names,
+                         fields.description, fields.tags,
+                         fields.tensor_names.model_dump() if fields.tensor_names else None)
         if job is not None:
             job.step("storing the version", 95.0)
         with self.db.write() as session:
-            row = store.create_version(session, name, row_fields, self.integrity_key)
+            row = write_version(session, name, new, self.integrity_key)
             if getattr(calibrator, "updates_online", False):  # labels stored after this update it
                 row.report = {**row.report, "online_update": self.observations.online.watermark(session,
                                                                                                  row.calibrator_id)}
@@ -166,8 +153,7 @@ class CalibrationService:
             if job is not None:
                 job.finish_with(session, view)
         resolved = store.ResolvedVersion(name, row.version, row.checksum, row.id)
-        self.cache.put(LoadedVersion(resolved, calibrator, row_fields["class_names"], row_fields["tensor_names"],
-                                     len(params_json)))
+        self.cache.put(LoadedVersion(resolved, calibrator, new.class_names, new.tensor_names, len(row.params_json)))
         return view
 
     # -- reading ----------------------------------------------------------------------------
