@@ -1,5 +1,5 @@
-"""The ASGI entry points. ``create_app`` is the application, assembled in
-``app.http.application`` (the HTTP edge), with glibc's allocator thresholds fixed for the
+"""The ASGI entry points. ``create_app`` is the application, its services built by ``app.wiring``
+and served by ``app.http.application`` (the HTTP edge), with glibc's allocator thresholds fixed for the
 process (``app.platform.allocator``). ``create_served_app`` is what ``calibration-service serve`` runs in
 each worker process (``uvicorn app.main:create_served_app --factory``): the same application,
 whose start-up ends by moving every object it leaves alive out of the cyclic collector's
@@ -13,14 +13,14 @@ use ``create_app``: frozen objects are never collected, so each would leave its 
 import gc
 from contextlib import asynccontextmanager
 
-from .http import application
+from . import wiring
 from .platform import allocator
 from .settings import Settings
 
 
 def create_app(settings: Settings | None = None):
     allocator.fix_thresholds()
-    return application.create_app(settings)
+    return wiring.create_app(settings)
 
 
 def create_served_app(settings: Settings | None = None):

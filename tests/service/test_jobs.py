@@ -258,3 +258,23 @@ def test_job_states_are_one_enum_stored_as_their_text(request, backend):
     finally:
         db.dispose()
     assert (type(status), status, step) == (str, "succeeded", "succeeded")
+
+
+def test_every_job_kind_has_one_handler_registered_by_its_domain():
+    """``app.jobs.handlers`` maps each kind the API shows to the handler its domain's ``tasks`` module
+    registered (the wiring imports them all); an unknown kind is refused."""
+    import typing
+
+    import app.wiring  # noqa: F401 - fills the registry
+    from app.jobs.handlers import JOB_HANDLERS, handler_of, job_handler
+    from app.registry.schemas import JobOut
+
+    kinds = typing.get_args(typing.get_type_hints(JobOut)["kind"])
+    assert {kind: JOB_HANDLERS[kind].__module__ for kind in kinds} == {
+        "fit": "app.registry.tasks", "compare": "app.comparisons.tasks", "compare-part": "app.jobs.tasks",
+        "refit": "app.promotion.tasks", "alarms": "app.monitoring.tasks", "power": "app.monitoring.tasks"}
+    assert set(JOB_HANDLERS) == set(kinds)
+    with pytest.raises(ValueError, match="unknown job kind 'nope'"):
+        handler_of("nope")
+    with pytest.raises(ValueError, match="'fit' already has a handler"):
+        job_handler("fit")(lambda job: None)

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app.http.application import create_app
 from app.settings import Settings
+from app.wiring import create_app
 from tests.helpers import make_reference_input
 
 LOGITS, LABELS = make_reference_input(n=600, k=4, seed=3)
