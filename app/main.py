@@ -4,9 +4,8 @@ process (``app.platform.allocator``). ``create_served_app`` is what ``calibratio
 each worker process (``uvicorn app.main:create_served_app --factory``): the same application,
 whose start-up ends by moving every object it leaves alive out of the cyclic collector's
 generations (``gc.freeze``), so a full collection no longer walks the application's long-lived
-objects. With the prediction log at 100%, its writer's allocations make those collections frequent:
-the event loop's CPU a request with logging at 100% went 596 -> 528 us and throughput 0.775 -> 0.861
-of logging off (``benchmarks/prediction_log.py``, a quiet machine). Tests build many applications in one process and
+objects (the prediction log's writer makes those collections frequent; figures in docs/benchmarks.md,
+"Frozen start-up objects"). Tests build many applications in one process and
 use ``create_app``: frozen objects are never collected, so each would leave its application behind.
 """
 

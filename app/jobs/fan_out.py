@@ -1,4 +1,4 @@
-"""Cross-validation fanned out (#18): a comparison job's, or an ``auto`` fit job's, candidate x fold
+"""Cross-validation fanned out: a comparison job's, or an ``auto`` fit job's, candidate x fold
 fits run as part jobs that any worker takes, merged by the parent into the comparison a single job
 computes (``compare_in_parts``).
 

@@ -1,4 +1,4 @@
-"""Anytime-valid drift alarms (issue #20), on domain values: each version that served labelled
+"""Anytime-valid drift alarms, on domain values: each version that served labelled
 predictions has a drift monitor, the e-process of ``calibration.monitoring.DriftTest`` on the
 residuals of those rows (its calibrated probabilities, in the order the labels came); each version
 whose predictions were logged has a label-free one, on its logged predictions against a reference

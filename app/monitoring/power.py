@@ -1,4 +1,4 @@
-"""Power analysis of the drift monitors (issue #35), on domain values: how often and how fast the
+"""Power analysis of the drift monitors, on domain values: how often and how fast the
 monitor of a calibrator's version would alarm under a given shift, and how often without one,
 simulated by ``calibration.power`` on that calibrator's own stored labelled observations (the
 newest ``CALIBRATION_POWER_ROWS``, uploads if there are any: the rows the label-free monitor also

@@ -1,4 +1,4 @@
-"""Calibration quality over time (issue #20), on domain values: the core's metrics per window of
+"""Calibration quality over time, on domain values: the core's metrics per window of
 stored observations, calibrated (through the version that served each feedback row, through the
 latest version for uploads, or through one ``version`` for every row) and uncalibrated, each with
 a bootstrap interval (``calibration.bootstrap_interval``), and label-free signals per window.

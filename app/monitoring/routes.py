@@ -1,4 +1,4 @@
-"""Calibration quality over time (/v1, issue #20): metrics per window of stored observations,
+"""Calibration quality over time (/v1): metrics per window of stored observations,
 the anytime-valid drift alarms and their evaluation, and the label-shift estimate from the
 prediction log."""
 

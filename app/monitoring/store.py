@@ -1,4 +1,4 @@
-"""Rows of the quality and monitoring features (issue #20): the observation chunks with their
+"""Rows of the quality and monitoring features: the observation chunks with their
 times (for windows and for feeding drift monitors in arrival order), the drift monitors, and the
 logged predictions of the label-shift estimate. Every function takes a session from
 ``Database.read()`` or ``write()``; arrays come back through ``observation_store``'s readers."""

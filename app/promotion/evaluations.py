@@ -1,4 +1,4 @@
-"""Challenger evaluations (issue #21): two versions of one calibrator compared on the same stored
+"""Challenger evaluations: two versions of one calibrator compared on the same stored
 observations that neither was fitted on, with anytime-valid confidence sequences on their NLL and
 Brier differences (``calibration.compare_losses``: the empirical-Bernstein CS of Waudby-Smith &
 Ramdas 2023 on the per-row paired difference of the floored losses, unclipped, bounded by

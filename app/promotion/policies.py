@@ -1,8 +1,8 @@
-"""Refit policies (issue #21): when a calibrator is refitted, on which data, and whether the new
+"""Refit policies: when a calibrator is refitted, on which data, and whether the new
 version replaces an alias's.
 
 A policy (``PUT /v1/calibrators/{name}/policy``) fires when, since its last refit, ``every_labels``
-labelled observations arrived, a drift alarm was raised (``on_alarm``, issue #20's monitors), or
+labelled observations arrived, a drift alarm was raised (``on_alarm``), or
 ``every_seconds`` passed. ``run`` checks it (``POST .../policy/run``: call it from a scheduler, or
 after posting labels) and, when it fires, submits a ``refit`` job. The job
 

@@ -1,4 +1,4 @@
-"""Safe promotion (/v1, issue #21): alias history and rollback, alias gates, what an unversioned
+"""Safe promotion (/v1): alias history and rollback, alias gates, what an unversioned
 /v2 call serves, and challenger evaluations."""
 
 from __future__ import annotations
