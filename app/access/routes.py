@@ -10,10 +10,10 @@ from starlette.responses import Response
 from ..http.auth import ADMIN
 from ..http.openapi import problems
 from ..platform.errors import NotFound, refused_as
-from ..registry.schemas import KeyCreated, KeyList, KeyRequest
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE
 from . import keys
+from .schemas import KeyCreated, KeyList, KeyRequest
 
 router = APIRouter(prefix="/v1/keys", tags=["access"], dependencies=[ADMIN])
 KEY_ID = Path(description="The key's id (the 12 hex digits after `cal_`)", pattern="^[0-9a-f]{12}$")

@@ -10,9 +10,9 @@ import calibration as cal
 from ..jobs.inputs import job_input
 from ..jobs.runner import JobProgress
 from ..platform.errors import refused_as
-from ..registry.schemas import CompareFields
 from ..wire.batches import ArrayBatch, validated
 from ..wire.costs import check_fit_parameters, estimated_fit_seconds
+from .schemas import CompareFields
 
 
 class Comparisons:

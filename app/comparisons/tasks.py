@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..jobs.handlers import JobContext, job_handler
 from ..jobs.inputs import batch_of_job
-from ..registry.schemas import CompareFields
+from .schemas import CompareFields
 
 
 @job_handler("compare")

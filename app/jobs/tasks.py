@@ -11,11 +11,12 @@ import os
 import socket
 import threading
 
+from ..comparisons.schemas import CompareFields
 from ..observations.chunks import refs_from_json
 from ..platform.db import Database
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..registry.schemas import CompareFields, FitFields
+from ..registry.schemas import FitFields
 from ..registry.service import CalibrationService
 from ..settings import get_settings
 from ..wire.batches import validated

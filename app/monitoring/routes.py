@@ -11,8 +11,8 @@ from starlette.responses import Response
 from ..http import admission
 from ..http.auth import READ, WRITE
 from ..http.openapi import body, problems
+from ..jobs.schemas import JobOut
 from ..registry.routes import NAME, _json, job_accepted, request_body
-from ..registry.schemas import JobOut
 from ..registry.service import CalibrationService
 from ..wire.decoding import decode_fields
 from ..wire.encoding import image_format

@@ -237,9 +237,9 @@ def test_a_killed_worker_s_fit_fails_instead_of_hanging_and_stores_no_version(pr
 def test_job_states_are_one_enum_stored_as_their_text(request, backend):
     """``JobStatus`` is what the store writes and compares; the column keeps the same text as before."""
     from app.jobs import store as job_store
+    from app.jobs.schemas import JOB_STATES
     from app.jobs.status import STATES, JobStatus
     from app.platform.db import Database
-    from app.registry.schemas import JOB_STATES
 
     assert JOB_STATES == STATES == ("queued", "running", "succeeded", "failed", "cancelled")
     url = request.getfixturevalue(f"{backend}_url")
@@ -267,7 +267,7 @@ def test_every_job_kind_has_one_handler_registered_by_its_domain():
 
     import app.wiring  # noqa: F401 - fills the registry
     from app.jobs.handlers import JOB_HANDLERS, handler_of, job_handler
-    from app.registry.schemas import JobOut
+    from app.jobs.schemas import JobOut
 
     kinds = typing.get_args(typing.get_type_hints(JobOut)["kind"])
     assert {kind: JOB_HANDLERS[kind].__module__ for kind in kinds} == {
