@@ -1,26 +1,25 @@
-"""The ASGI entry points. ``create_app`` is the application, assembled in
-``app.http.application`` (the HTTP edge), with glibc's allocator thresholds fixed for the
+"""The ASGI entry points. ``create_app`` is the application, its services built by ``app.wiring``
+and served by ``app.http.application`` (the HTTP edge), with glibc's allocator thresholds fixed for the
 process (``app.platform.allocator``). ``create_served_app`` is what ``calibration-service serve`` runs in
 each worker process (``uvicorn app.main:create_served_app --factory``): the same application,
 whose start-up ends by moving every object it leaves alive out of the cyclic collector's
 generations (``gc.freeze``), so a full collection no longer walks the application's long-lived
-objects. With the prediction log at 100%, its writer's allocations make those collections frequent:
-the event loop's CPU a request with logging at 100% went 596 -> 528 us and throughput 0.775 -> 0.861
-of logging off (``benchmarks/prediction_log.py``, a quiet machine). Tests build many applications in one process and
+objects (the prediction log's writer makes those collections frequent; figures in docs/benchmarks.md,
+"Frozen start-up objects"). Tests build many applications in one process and
 use ``create_app``: frozen objects are never collected, so each would leave its application behind.
 """
 
 import gc
 from contextlib import asynccontextmanager
 
-from .http import application
+from . import wiring
 from .platform import allocator
 from .settings import Settings
 
 
 def create_app(settings: Settings | None = None):
     allocator.fix_thresholds()
-    return application.create_app(settings)
+    return wiring.create_app(settings)
 
 
 def create_served_app(settings: Settings | None = None):

@@ -21,7 +21,7 @@ from .settings import get_settings
 
 
 def _run_one(name: str) -> None:
-    from .jobs.tasks import procrastinate_app
+    from .wiring import procrastinate_app  # every job kind with its handler
 
     allocator.fix_thresholds()  # as the API's workers: freed arrays go back to the system
     app = procrastinate_app()

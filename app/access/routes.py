@@ -9,11 +9,11 @@ from starlette.responses import Response
 
 from ..http.auth import ADMIN
 from ..http.openapi import problems
-from ..platform.errors import InvalidInput, NotFound
-from ..registry.schemas import KeyCreated, KeyList, KeyRequest
+from ..platform.errors import NotFound, refused_as
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE
 from . import keys
+from .schemas import KeyCreated, KeyList, KeyRequest
 
 router = APIRouter(prefix="/v1/keys", tags=["access"], dependencies=[ADMIN])
 KEY_ID = Path(description="The key's id (the 12 hex digits after `cal_`)", pattern="^[0-9a-f]{12}$")
@@ -22,10 +22,8 @@ KEY_ID = Path(description="The key's id (the 12 hex digits after `cal_`)", patte
 @router.post("", status_code=201, summary="Create an API key (shown once)", response_model=KeyCreated,
              responses=problems(400, 422))
 async def create(request: Request, body: KeyRequest):
-    try:
+    with refused_as():
         info, key = await run_in_threadpool(keys.create_key, request.app.state.db, body.name, body.scopes)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     return Response(dump_json({**info.as_dict(), "key": key}), status_code=201, media_type=JSON_TYPE)
 
 

@@ -16,22 +16,13 @@ from ..http.auth import READ, WRITE
 from ..http.idempotent import idempotent
 from ..http.openapi import body, problems
 from ..jobs.runner import JobRunner
+from ..jobs.schemas import JOB_STATES, JobList, JobOut
 from ..registry.routes import job_accepted, prefers_async, request_body
-from ..registry.schemas import (
-    JOB_STATES,
-    CompareFields,
-    CompareOut,
-    CompareRequest,
-    EvaluationFields,
-    JobList,
-    JobOut,
-    MethodList,
-    MetricsOut,
-    MetricsRequest,
-)
+from ..registry.schemas import EvaluationFields, MethodList, MetricsOut, MetricsRequest
 from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
+from .schemas import CompareFields, CompareOut, CompareRequest
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
 METHODS_BODY = dump_json({"methods": cal.describe_methods()})

@@ -9,10 +9,10 @@ import calibration as cal
 
 from ..jobs.inputs import job_input
 from ..jobs.runner import JobProgress
-from ..platform.errors import InvalidInput
-from ..registry.schemas import CompareFields
+from ..platform.errors import refused_as
 from ..wire.batches import ArrayBatch, validated
 from ..wire.costs import check_fit_parameters, estimated_fit_seconds
+from .schemas import CompareFields
 
 
 class Comparisons:
@@ -23,10 +23,8 @@ class Comparisons:
         """The fields, validated inputs, labels and candidates of a comparison, checked once."""
         inputs, labels = validated(batch)
         fields: CompareFields = batch.fields
-        try:
+        with refused_as():
             candidates = cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
                                       "input": inputs.source}, inputs.n, inputs.k, self.service.max_parameters,
                              self.service.limits.entries)
@@ -58,11 +56,9 @@ class Comparisons:
 
     def _run_comparison(self, fields: CompareFields, inputs: cal.InputBatch, labels: np.ndarray,
                         progress=None) -> dict:
-        try:
+        with refused_as():
             comparison = cal.compare(getattr(inputs, inputs.source), labels, fields.methods, fields.folds,
                                      fields.seed, inputs.source, progress)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         return self._selected(fields, comparison)
 
     @staticmethod

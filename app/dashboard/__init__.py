@@ -1,4 +1,4 @@
-"""The dashboard's HTML (issue #22): server-rendered pages with inline CSS and inline SVG charts,
+"""The dashboard's HTML: server-rendered pages with inline CSS and inline SVG charts,
 no script and nothing fetched from another host. Plain functions from the service's dicts to
 strings (``home``: the calibrators' health; ``calibrator``: one calibrator's online loop, its
 tables in ``online`` and charts in ``charts``; ``pages``: versions and jobs; ``svg``: the

@@ -26,11 +26,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from ..http.auth import presented_key
 from ..http.forms import FormRefused, read_form
 from ..http.problems import Problem
+from ..jobs.schemas import JOB_STATES
 from ..monitoring import alarms as drift_alarms
 from ..monitoring import quality, webhooks
 from ..platform.errors import ServiceError
 from ..promotion import aliases as promotion
-from ..registry.schemas import JOB_STATES
 from . import pages, reads
 from .calibrator import online_page
 from .home import home_page

@@ -1,42 +1,23 @@
-"""The FastAPI application: settings, database, service, routers, error handlers, middleware
-and the OpenAPI document, put together (served through ``app.main``)."""
+"""The FastAPI application: the HTTP edge around the services that ``app.wiring`` builds from the
+settings (error handlers, middleware, docs, the hot path, admission and the OpenAPI document), served
+through ``app.main``. It knows no domain: the routers, the state the routes read and the work that
+starts and stops with the application come in an ``Edge``."""
 
 from __future__ import annotations
 
 import inspect
-import sys
+from collections.abc import Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry
 
-from ..access import routes as keys
-from ..access.idempotency import IdempotencyKeys
-from ..comparisons import routes as evaluation
-from ..dashboard import routes as ui
-from ..jobs.metrics import JobCollector
-from ..jobs.runner import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
-from ..jobs.tasks import run_job
-from ..monitoring import routes as quality_routes
-from ..monitoring.alarms import QualityCollector
-from ..monitoring.webhooks import WebhookPolicy
-from ..observations import routes as observations
-from ..oip import routes as v2
-from ..platform import logs
-from ..platform.db import Database
 from ..platform.info import server_version
-from ..prediction_log.caps import LogCapCollector
-from ..prediction_log.epochs import EpochFilters, EpochWriter
-from ..prediction_log.pipe import PipeWriter
-from ..prediction_log.service import PredictionLog
-from ..promotion import routes as promotion_routes
-from ..promotion.scheduler import Scheduler
-from ..registry import routes as calibrators
-from ..registry.service import CalibrationService
-from ..settings import Settings, get_settings, serve_threads
-from . import admission, docs, health, hot_path, problems, shortcut
-from .auth import KeyVerifier
+from ..settings import Settings, serve_threads
+from . import admission, docs, hot_path, problems, shortcut
 from .middleware import RequestMiddleware
 from .openapi import document_common_errors
 
@@ -58,100 +39,58 @@ NO_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False
                 if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
 
 
-def job_engine(settings: Settings):
-    """The engine ``CALIBRATION_JOB_ENGINE`` names (``jobs.engine_name``)."""
-    if engine_name(settings.job_engine, settings.database_url) == "procrastinate":
-        return ProcrastinateEngine(settings.database_url)
-    return EmbeddedEngine(run_job, settings.database_url, settings.job_processes, settings.job_stale_seconds / 10,
-                          settings.job_blas_threads)
+@dataclass(frozen=True)
+class Edge:
+    """What the wiring hands the HTTP edge. ``state``: the attributes of ``app.state`` the routes read
+    (``db``, ``service``, ``idempotency``, ``keys``); ``routers`` in the order they are included (the
+    OpenAPI document's order); ``served_by`` the routers whose ``/calibrate`` and ``/infer`` routes the
+    shortcut serves; ``docs_order`` the tags' order in the document. At start-up ``recover`` runs off the
+    loop, then ``start``; at shutdown ``stop`` runs off the loop, then ``close_jobs``, and once the pools
+    are down, ``dispose``."""
+
+    state: dict[str, Any]
+    collectors: list[Any]
+    routers: list[APIRouter]
+    served_by: list[APIRouter]
+    docs_order: Any
+    recover: Callable[[], None]
+    start: Callable[[], None]
+    stop: Callable[[], None]
+    close_jobs: Callable[[], None]
+    dispose: Callable[[], None]
 
 
-def integrity_key(settings: Settings) -> bytes | None:
-    return settings.integrity_key.get_secret_value().encode() if settings.integrity_key else None
-
-
-def log_writer_process(settings: Settings, database: Database) -> PipeWriter | None:
-    """The prediction log's writer process (``app.prediction_log.pipe``), unless the settings ask for
-    a thread, the database is SQLite in memory (another process would open an empty one) or the
-    system is not Linux (the pipe's size and fill level are Linux's ``fcntl`` and ``ioctl``)."""
-    url = database.engine.url
-    in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
-    if settings.log_writer == "thread" or in_memory or sys.platform != "linux":
-        return None
-    return PipeWriter({"database_url": settings.database_url, "db_timeout": settings.db_timeout_seconds,
-                       "flush_rows": settings.log_flush_rows, "flush_seconds": settings.log_flush_seconds,
-                       "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level,
-                       "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids,
-                       "max_logged_rows": settings.max_logged_rows},
-                      settings.log_ring_bytes, flush_timeout=2 * settings.db_timeout_seconds + 30)
-
-
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or get_settings()
-    logs.configure(settings.log_level)
-    database = Database(settings.database_url, settings.db_timeout_seconds)
-
-    jobs = JobRunner(database, job_engine(settings), settings.job_stale_seconds, settings.job_queue_limit)
-
-    prediction_log = PredictionLog(database, settings.log_flush_rows, settings.log_flush_seconds,
-                                   settings.log_buffer_bytes, settings.observation_retention_days,
-                                   settings.prediction_log_retention_days, settings.retention_interval_seconds,
-                                   log_writer_process(settings, database),
-                                   EpochWriter(settings.log_epoch_ids), EpochFilters(settings.log_epoch_filter_bytes),
-                                   settings.log_epoch_idle_seconds, settings.max_logged_rows)
+def create_app(settings: Settings, edge: Edge) -> FastAPI:
+    """The application around ``edge`` (``app.wiring.create_app`` builds both from the settings)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        await run_in_threadpool(jobs.recover)
-        prediction_log.start()
-        scheduler.start()
+        await run_in_threadpool(edge.recover)
+        edge.start()
         yield
-        await run_in_threadpool(scheduler.stop)
-        await run_in_threadpool(prediction_log.stop)
-        jobs.shutdown()
+        await run_in_threadpool(edge.stop)
+        edge.close_jobs()
         work_pool.shutdown()
         hot_path_pool.shutdown(wait=False)
-        database.dispose()
+        edge.dispose()
 
     # /docs and /redoc from installed assets, not a CDN (app.http.docs)
     app = FastAPI(title="Calibration service", version=server_version(), description=DESCRIPTION,
                   lifespan=lifespan, docs_url=None, redoc_url=None, **NO_TELEMETRY)
     docs.install(app)
     app.state.settings = settings
-    app.state.db = database
-    app.state.service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
-                                           jobs, settings.sync_budget_seconds, settings.cache_bytes,
-                                           max_array_bytes=settings.max_array_bytes,
-                                           max_json_bytes=settings.max_json_bytes, max_entries=settings.max_entries,
-                                           max_parameters=settings.max_parameters,
-                                           integrity_key=integrity_key(settings), prediction_log=prediction_log,
-                                           observation_caps=(settings.max_observation_rows,
-                                                             settings.max_observation_bytes,
-                                                             settings.max_fit_entries),
-                                           online_update_rows=settings.online_update_rows,
-                                           max_read_entries=settings.max_read_entries)
-    scheduler = Scheduler(app.state.service, settings.schedule_seconds, WebhookPolicy.of(settings))
-    app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds,
-                                            settings.idempotency_lease_seconds)
-    app.state.keys = KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None
+    for name, value in edge.state.items():
+        setattr(app.state, name, value)
     app.state.registry = CollectorRegistry()
-    app.state.registry.register(JobCollector(database))
-    app.state.registry.register(QualityCollector(database))
-    app.state.registry.register(LogCapCollector(database))
+    for collector in edge.collectors:
+        app.state.registry.register(collector)
     problems.install(app)
     hot_path_pool = hot_path.install(app, serve_threads(settings))
     work_pool = admission.install(app, settings.work_threads, settings.work_queue)
-    app.include_router(calibrators.router)
-    app.include_router(evaluation.router)
-    app.include_router(observations.router)
-    app.include_router(quality_routes.router)
-    app.include_router(promotion_routes.router)
-    app.include_router(health.router)
-    app.include_router(keys.router)
-    app.include_router(v2.router)
-    app.include_router(ui.router)  # the dashboard at /ui (HTML, not in the OpenAPI document)
-    document_common_errors(app, calibrators.DOCS_ORDER)
-    shortcut.install_shortcut(app, [route for router in (calibrators.router, v2.router) for route in router.routes
+    for router in edge.routers:
+        app.include_router(router)
+    document_common_errors(app, edge.docs_order)
+    shortcut.install_shortcut(app, [route for router in edge.served_by for route in router.routes
                                     if route.path.endswith(("/calibrate", "/infer"))])
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry, max_header_bytes=settings.max_header_bytes,

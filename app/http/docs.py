@@ -1,5 +1,5 @@
 """``/docs`` (Swagger UI) and ``/redoc`` served from files installed with the service, not a CDN,
-so that they work on a machine without internet (issue #22).
+so that they work on a machine without internet.
 
 FastAPI's own pages load their JavaScript, CSS, favicon and (ReDoc) Google fonts from
 cdn.jsdelivr.net, fastapi.tiangolo.com and fonts.googleapis.com, and ReDoc's script a logo from

@@ -1,5 +1,5 @@
 """The hot path's routes (calibrate, ``/v2`` infer) without FastAPI's router and dependency
-solver: ``Shortcut`` does their routing as plain ASGI (issue #23 item 8), ``install_shortcut``
+solver: ``Shortcut`` does their routing as plain ASGI, ``install_shortcut``
 puts it around the app router's own stack. Where their blocking work then runs is
 ``app.http.hot_path``'s.
 """

@@ -1,4 +1,4 @@
-"""Cross-validation fanned out (#18): a comparison job's, or an ``auto`` fit job's, candidate x fold
+"""Cross-validation fanned out: a comparison job's, or an ``auto`` fit job's, candidate x fold
 fits run as part jobs that any worker takes, merged by the parent into the comparison a single job
 computes (``compare_in_parts``).
 
@@ -32,11 +32,12 @@ from datetime import timedelta
 import calibration as cal
 
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, ServiceError
+from ..platform.errors import ServiceError, refused_as
 from ..platform.rows import utcnow
 from ..wire.costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
 from . import store as job_store
 from .runner import JobCancelled, JobProgress
+from .status import JobStatus
 
 PART = "compare-part"
 POLL_SECONDS = 0.1
@@ -66,11 +67,9 @@ def run_units(x, labels, request: dict, progress=None) -> dict:
         def step(count: int, _total: int, before: int = done) -> None:
             if progress is not None:
                 progress(before + count, total)
-        try:
+        with refused_as():
             comparison = cal.compare(x, labels, [request["candidates"][i] for i in indices], request["folds"],
                                      request["seed"], request["input"], step, only_folds=[fold])
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         done += len(indices)
         folds.append({"fold": fold, "candidates": indices, "results": [_result_json(r) for r in comparison.results],
                       "uncalibrated": {m: _finite(v) for m, v in comparison.uncalibrated.items()},
@@ -111,10 +110,8 @@ def plan(x, methods, folds: int, seed: int, kind: str, workers: int) -> tuple[di
     """The parts' shared request (candidates resolved, as in ``calibration.compare``) and their units:
     one part per worker, balanced by ``app.wire.costs``' estimates."""
     scores = cal.validate_inputs(x, kind)
-    try:
+    with refused_as():
         candidates = cal.prepare_comparison(scores.n, scores.k, methods, folds, kind)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     rows = scores.n - scores.n // folds  # the training rows of a fold
     seconds = [estimated_fit_seconds(c.method, c.options, rows, scores.k) for c in candidates]
     setup = FOLD_SETUP_FITS * estimated_fit_seconds("temperature", {}, rows, scores.k)
@@ -159,16 +156,16 @@ class Parent:
         try:
             result = run_units(x, labels, request, step)
         except JobCancelled:
-            _finish(self.db, part_id, "cancelled")
+            _finish(self.db, part_id, JobStatus.CANCELLED)
             raise
         except ServiceError as error:
-            _finish(self.db, part_id, "failed", error=error.as_problem())
+            _finish(self.db, part_id, JobStatus.FAILED, error=error.as_problem())
             raise PartFailed(error.as_problem()) from error
-        _finish(self.db, part_id, "succeeded", result=result)
+        _finish(self.db, part_id, JobStatus.SUCCEEDED, result=result)
         self.done += sum(len(indices) for _, indices in request["units"])
 
 
-def _finish(db: Database, job_id: str, status: str, **values) -> None:
+def _finish(db: Database, job_id: str, status: JobStatus, **values) -> None:
     with db.write() as session:
         job_store.finish(session, job_id, status, **values)
 
@@ -197,7 +194,7 @@ def compare_in_parts(parent: Parent, shared: dict, units: list[list], x, labels,
                 rows = [job_store.get_job(session, part_id) for part_id in ids if part_id not in taken]
             for part_id in _lost(parent, rows):
                 taken[part_id] = parent.take_over(by_id[part_id], x, labels, total)
-            done = [row for row in rows if row.status == "succeeded"]
+            done = [row for row in rows if row.status == JobStatus.SUCCEEDED]
             if len(done) + len(taken) == len(ids):
                 results = {row.id: row.result for row in done} | taken
                 return merged(shared, [results[part_id] for part_id in ids])
@@ -217,13 +214,13 @@ def _lost(parent: Parent, rows) -> list[str]:
     parent runs them itself; ``PartFailed`` for a part that failed or was cancelled otherwise."""
     lost = []
     for row in rows:
-        if row.status == "running" and row.updated_at < utcnow() - parent.stale:
+        if row.status == JobStatus.RUNNING and row.updated_at < utcnow() - parent.stale:
             problem = {"status": 503, "title": "Worker lost",
                        "detail": f"the worker running part {row.id} stopped; the parent job ran the part itself"}
             with parent.db.write() as session:
                 if job_store.fail_if_silent(session, row.id, utcnow() - parent.stale, problem):
                     lost.append(row.id)
-        elif row.status in ("failed", "cancelled"):
+        elif row.status in (JobStatus.FAILED, JobStatus.CANCELLED):
             raise PartFailed(row.error or {"status": 500, "title": "Part cancelled", "detail": "a part was cancelled"})
     return lost
 

@@ -40,6 +40,7 @@ from ..platform.errors import NotFound, Unavailable
 from ..platform.logs import first_line
 from ..platform.rows import utcnow
 from . import store as job_store
+from .status import JobStatus
 
 PROGRESS_STEP = 5.0  # percent between progress writes
 PROCRASTINATE_QUEUE = "calibration"
@@ -85,7 +86,7 @@ class JobProgress:
         """Record success in the caller's transaction; ``JobCancelled`` (which rolls it back)
         when the job is no longer running: cancelled, or declared lost meanwhile."""
         result = orjson.loads(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))  # datetimes as text
-        if not job_store.finish(session, self.job_id, "succeeded", result=result):
+        if not job_store.finish(session, self.job_id, JobStatus.SUCCEEDED, result=result):
             raise JobCancelled
 
     def folds(self, done: int, total: int) -> None:
@@ -230,7 +231,7 @@ class JobRunner:
     def get(self, job_id: str) -> dict:
         """A job's state; a running job whose heartbeat is silent is failed first."""
         row = self._row(job_id)
-        if row.status == "running" and row.updated_at < utcnow() - self.stale:
+        if row.status == JobStatus.RUNNING and row.updated_at < utcnow() - self.stale:
             lost = {"status": 503, "title": "Worker lost",
                     "detail": f"the process running this job stopped (no heartbeat for {self.stale}); "
                               "send the request again"}

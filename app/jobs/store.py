@@ -16,12 +16,10 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from ..platform.rows import JobRow, utcnow
+from .status import ACTIVE, FINISHED, STATES, JobStatus
 
 RETENTION = timedelta(days=1)
 MAX_ID_LENGTH = 32
-STATES = ("queued", "running", "succeeded", "failed", "cancelled")
-ACTIVE = ("queued", "running")
-FINISHED = ("succeeded", "failed", "cancelled")
 
 
 def pack_arrays(**arrays: np.ndarray) -> bytes:
@@ -41,8 +39,8 @@ def create_job(session: Session, job_id: str, kind: str, calibrator: str | None,
                payload: bytes) -> None:
     """A new queued job; finished jobs older than ``RETENTION`` are purged first."""
     session.execute(delete(JobRow).where(JobRow.status.in_(FINISHED), JobRow.updated_at < utcnow() - RETENTION))
-    session.add(JobRow(id=job_id, kind=kind, status="queued", percent=0.0, calibrator=calibrator,
-                       request=request, payload=payload, step="queued"))
+    session.add(JobRow(id=job_id, kind=kind, status=JobStatus.QUEUED, percent=0.0, calibrator=calibrator,
+                       request=request, payload=payload, step=JobStatus.QUEUED.value))
 
 
 def count_active(session: Session) -> int:
@@ -50,15 +48,16 @@ def count_active(session: Session) -> int:
 
 
 def queued_ids(session: Session) -> list[str]:
-    return list(session.scalars(select(JobRow.id).where(JobRow.status == "queued").order_by(JobRow.created_at)))
+    return list(session.scalars(select(JobRow.id).where(JobRow.status == JobStatus.QUEUED)
+                                .order_by(JobRow.created_at)))
 
 
 def claim(session: Session, job_id: str, worker: str) -> bool:
     """Move a queued job to running in ``worker``; False when it is not queued (taken,
     cancelled, gone)."""
     now = utcnow()
-    result = session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "queued")
-                             .values(status="running", started_at=now, updated_at=now, step="starting",
+    result = session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED)
+                             .values(status=JobStatus.RUNNING, started_at=now, updated_at=now, step="starting",
                                      worker=worker[:128]))
     return result.rowcount == 1
 
@@ -75,16 +74,17 @@ def update_job(session: Session, job_id: str, **values) -> None:
     session.execute(update(JobRow).where(JobRow.id == job_id).values(**values, updated_at=utcnow()))
 
 
-def finish(session: Session, job_id: str, status: str, result: dict | None = None,
+def finish(session: Session, job_id: str, status: JobStatus, result: dict | None = None,
            error: dict | None = None) -> bool:
     """End a running job; False (nothing written) when it is no longer running: cancelled, or
     declared lost. The job's input is dropped with it."""
     now = utcnow()
     values = {"status": status, "result": result, "error": error, "finished_at": now, "updated_at": now,
-              "payload": None, "step": status}
-    if status == "succeeded":
+              "payload": None, "step": status.value}
+    if status == JobStatus.SUCCEEDED:
         values["percent"] = 100.0
-    outcome = session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running").values(**values))
+    outcome = session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.RUNNING)
+                              .values(**values))
     return outcome.rowcount == 1
 
 
@@ -92,9 +92,10 @@ def request_cancel(session: Session, job_id: str) -> None:
     """A queued job is cancelled at once; a running one is asked to stop at its next progress
     point (``cancel_requested``)."""
     now = utcnow()
-    cancelled = {"status": "cancelled", "finished_at": now, "updated_at": now, "payload": None, "step": "cancelled"}
-    session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "queued").values(**cancelled))
-    session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running")
+    cancelled = {"status": JobStatus.CANCELLED, "finished_at": now, "updated_at": now, "payload": None,
+                 "step": JobStatus.CANCELLED.value}
+    session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED).values(**cancelled))
+    session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.RUNNING)
                     .values(cancel_requested=True))
 
 
@@ -134,7 +135,7 @@ def fail_if_silent(session: Session, job_id: str, silent_since: datetime, error:
     (only if it still is: its worker may have finished it, or beaten, since it was read); True
     when this call marked it."""
     now = utcnow()
-    return session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "running",
+    return session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.RUNNING,
                                          JobRow.updated_at < silent_since)
-                    .values(status="failed", error=error, updated_at=now, finished_at=now, payload=None,
-                            step="failed")).rowcount == 1
+                    .values(status=JobStatus.FAILED, error=error, updated_at=now, finished_at=now, payload=None,
+                            step=JobStatus.FAILED.value)).rowcount == 1

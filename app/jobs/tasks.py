@@ -1,38 +1,37 @@
 """The work of a job, in whatever process runs it (the embedded pool, or a Procrastinate worker):
-``run_job(database_url, job_id)`` claims the job, beats its heartbeat, runs the fit or
-comparison through the service, and records the outcome. A job that is not queued (taken by
+``run_job(database_url, job_id)`` claims the job, beats its heartbeat, runs it through the handler
+its kind registered (``app.jobs.handlers``; each domain's ``tasks`` module registers its kinds), and
+records the outcome. A job that is not queued (taken by
 another process, cancelled) is left alone, so offering it twice runs it once."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import threading
 
-from calibration import json_safe
-
-from ..monitoring import alarms as drift_alarms
-from ..monitoring import power
+from ..comparisons.schemas import CompareFields
+from ..observations.chunks import refs_from_json
 from ..platform.db import Database
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..promotion import policies
-from ..registry.schemas import CompareFields, FitFields
+from ..registry.schemas import FitFields
 from ..registry.service import CalibrationService
 from ..settings import get_settings
 from ..wire.batches import validated
 from . import fan_out
 from . import store as job_store
+from .handlers import JobContext, handler_of, job_handler
 from .inputs import batch_of_job
 from .runner import JobCancelled, JobProgress, ProcrastinateEngine, engine_name, procrastinate_workers
+from .status import JobStatus
 
 logger = logging.getLogger(__name__)
 INTERNAL_ERROR = {"status": 500, "title": "Internal Server Error", "detail": "the job failed unexpectedly"}
 
 
-def _finish(db: Database, job_id: str, status: str, **values) -> None:
+def _finish(db: Database, job_id: str, status: JobStatus, **values) -> None:
     with db.write() as session:
         job_store.finish(session, job_id, status, **values)
 
@@ -78,47 +77,27 @@ def _run_claimed(db: Database, job_id: str) -> None:
                                                    settings.max_fit_entries),
                                  max_read_entries=settings.max_read_entries)
     progress = JobProgress(db, job_id)
+    job = JobContext(db, job_id, kind, calibrator, request, payload, service, progress,
+                     lambda: _fan_out(db, job_id, progress))
     try:
-        if kind == "fit":  # an auto fit's cross-validation fans out as a comparison's does
-            runner = _fan_out(db, job_id, progress)
-            if runner is not None:
-                progress.auto_in_parts = lambda calibrator: fan_out.fit_auto_in_parts(calibrator, runner)
-            service.fit(calibrator, _fit_batch(service, request, payload), job=progress)
-        elif kind == "compare":
-            batch = batch_of_job(request, payload, CompareFields)
-            result = service.comparisons.compare_as_job(batch, progress, _fan_out(db, job_id, progress))
-            _finish(db, job_id, "succeeded", result=result)
-        elif kind == "alarms":  # the drift monitors of a calibrator, brought up to date (app.promotion.scheduler)
-            _finish(db, job_id, "succeeded", result=_evaluate_alarms(service, calibrator))
-        elif kind == fan_out.PART:
-            _run_part(db, service, job_id, request, progress)
-        elif kind == "power":  # the drift monitor's power analysis (app.monitoring.power)
-            _finish(db, job_id, "succeeded", result=power.run(service, calibrator, request, progress))
-        elif kind == "refit":  # a refit policy's job (issue #21): fit, evaluate, maybe promote
-            _finish(db, job_id, "succeeded", result=policies.run_refit(service, calibrator, request, progress))
-        else:
-            raise ValueError(f"unknown job kind {kind!r}")
+        result = handler_of(kind)(job)
+        if result is not None:
+            _finish(db, job_id, JobStatus.SUCCEEDED, result=result)
     except JobCancelled:
-        _finish(db, job_id, "cancelled")
+        _finish(db, job_id, JobStatus.CANCELLED)
     except ServiceError as error:
-        _finish(db, job_id, "failed", error=error.as_problem())
+        _finish(db, job_id, JobStatus.FAILED, error=error.as_problem())
     except Exception:  # a bug: the job says so instead of staying "running" for ever
         logger.exception("job %s failed", job_id)
-        _finish(db, job_id, "failed", error=INTERNAL_ERROR)
+        _finish(db, job_id, JobStatus.FAILED, error=INTERNAL_ERROR)
 
 
-def _evaluate_alarms(service: CalibrationService, name: str) -> dict:
-    """The drift monitors brought up to date, new alarms queued for CALIBRATION_ALARM_WEBHOOK_URL
-    (``app.monitoring.webhooks``; the scheduler delivers them); as a job's result (times as ISO 8601 text)."""
-    result = drift_alarms.evaluate(service, name, webhook_url=get_settings().alarm_webhook_url)
-    return json.loads(json.dumps(json_safe(result), default=lambda value: value.isoformat()))
-
-
-def _fit_batch(service: CalibrationService, request: dict, payload: bytes | None, shared: bool = False):
+def fit_batch(service: CalibrationService, request: dict, payload: bytes | None, shared: bool = False):
     """The labelled batch of a fit job: its arrays, or the stored observations it names (``shared``:
     see ``Observations.load``)."""
     if request.get("chunks"):
-        return service.observations.load(FitFields.model_validate(request["fields"]), request["chunks"], shared)
+        fields = FitFields.model_validate(request["fields"])
+        return service.observations.load(fields, refs_from_json(request["chunks"]), shared)
     return batch_of_job(request, payload, FitFields)
 
 
@@ -158,7 +137,7 @@ def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) ->
         with db.read() as session:
             kind, _, request, payload = job_store.load_input(session, parent_id)
         if kind == "fit":
-            batch = _fit_batch(service, request, payload, shared=True)
+            batch = fit_batch(service, request, payload, shared=True)
         else:
             batch = batch_of_job(request, payload, CompareFields)
         inputs, labels = validated(batch)
@@ -167,16 +146,18 @@ def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) ->
     return _PARENT_ARRAYS[parent_id]
 
 
-def _run_part(db: Database, service: CalibrationService, job_id: str, request: dict, progress: JobProgress) -> None:
+@job_handler(fan_out.PART)
+def run_part(job: JobContext) -> None:
     """Some candidate x fold units of a fanned-out job; cancelled when its parent is no longer running."""
+    db, job_id, request = job.db, job.job_id, job.request
     with db.read() as session:
         parent = job_store.get_job(session, request["parent"])
-        running = parent is not None and parent.status == "running"
+        running = parent is not None and parent.status == JobStatus.RUNNING
     if not running:
-        _finish(db, job_id, "cancelled")
+        _finish(db, job_id, JobStatus.CANCELLED)
         return
-    x, labels = _parent_arrays(db, service, request["parent"])
-    _finish(db, job_id, "succeeded", result=fan_out.run_units(x, labels, request, progress.folds))
+    x, labels = _parent_arrays(db, job.service, request["parent"])
+    _finish(db, job_id, JobStatus.SUCCEEDED, result=fan_out.run_units(x, labels, request, job.progress.folds))
 
 
 def procrastinate_app():

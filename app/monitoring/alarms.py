@@ -1,4 +1,4 @@
-"""Anytime-valid drift alarms (issue #20), on domain values: each version that served labelled
+"""Anytime-valid drift alarms, on domain values: each version that served labelled
 predictions has a drift monitor, the e-process of ``calibration.monitoring.DriftTest`` on the
 residuals of those rows (its calibrated probabilities, in the order the labels came); each version
 whose predictions were logged has a label-free one, on its logged predictions against a reference
@@ -27,7 +27,7 @@ from calibration import label_free, monitoring
 
 from ..observations import store as observation_store
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, NotFound
+from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import Reference, check_name
@@ -85,7 +85,7 @@ def alarms(db: Database, name: str, drift: float | None = None) -> dict:
 
 def _residuals(service, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
     inputs, labels = observation_store.load(session, entries)
-    _, calibrated, usable = calibrated_groups(service, name, entries[0][3], inputs,
+    _, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs,
                                               np.full(len(labels), version, dtype=np.int64))
     return calibrated, labels[usable]
 
@@ -98,7 +98,7 @@ def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: 
     parts = [part for chunk in chunks for part in observation_store.pieces(chunk.index_entry(), limit)]
     for position, part in enumerate(parts):
         batch.append(part)
-        entries += (part[1] - part[5]) * part[4]
+        entries += part.rows * part.n_classes
         if entries >= limit or position == len(parts) - 1:
             with service.db.read() as session:
                 probs, labels = _residuals(service, name, version, session, batch)
@@ -127,10 +127,8 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
     check_name(name)
     options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
                "class_tolerance": class_tolerance}
-    try:
+    with refused_as():
         monitoring.DriftTest(**options)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:

@@ -1,4 +1,4 @@
-"""Power analysis of the drift monitors (issue #35), on domain values: how often and how fast the
+"""Power analysis of the drift monitors, on domain values: how often and how fast the
 monitor of a calibrator's version would alarm under a given shift, and how often without one,
 simulated by ``calibration.power`` on that calibrator's own stored labelled observations (the
 newest ``CALIBRATION_POWER_ROWS``, uploads if there are any: the rows the label-free monitor also
@@ -18,7 +18,7 @@ import calibration as cal
 from calibration import power as core
 
 from ..observations import store as observation_store
-from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge
+from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge, refused_as
 from ..registry import store
 from ..registry.names import Reference, check_name
 from .power_schemas import PowerRequest
@@ -52,10 +52,8 @@ def submit(service, name: str, fields: PowerRequest, settings) -> dict:
     if entries > settings.power_max_entries:
         raise TooLarge(f"{fields.streams} streams x {fields.labels} labels x {k + 1} residuals = {entries}, over "
                        f"{settings.power_max_entries} (CALIBRATION_POWER_MAX_ENTRIES): fewer streams or labels")
-    try:
+    with refused_as():
         _shift(fields).check(k)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     request = {**fields.model_dump(mode="json"), "version": version, "rows": settings.power_rows}
     return service.jobs.submit("power", name, request, None)
 
@@ -76,19 +74,17 @@ def run(service, name: str, request: dict, progress) -> dict:
         if not index:
             raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
         inputs, labels = observation_store.load(session, index)
-    kind = index[0][3]
+    kind = index[0].kind
     loaded = service.serving(Reference.pinned(name, version))
 
     def calibrate(raw: np.ndarray) -> np.ndarray:
         return cal.to_host(service.predict(loaded, cal.validate_inputs(raw, kind)))
 
-    try:
+    with refused_as():
         result = core.power(calibrate, inputs, kind, labels, _shift(fields), streams=fields.streams,
                             max_labels=fields.labels, signal=fields.signal, alpha=fields.alpha,
                             tolerance=fields.tolerance, class_tolerance=fields.class_tolerance,
                             half_life=fields.half_life, checkpoints=fields.checkpoints,
                             confidence=fields.confidence, seed=fields.seed,
                             progress=lambda step, percent: progress.step(step, 5.0 + 0.9 * percent))
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     return {"name": name, "version": version, "input_kind": kind, **result}

@@ -1,4 +1,4 @@
-"""Request model of the drift monitor's power analysis (issue #35): a shift of a calibrator's
+"""Request model of the drift monitor's power analysis: a shift of a calibrator's
 stored labelled rows, the monitor's options and the simulation's size."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Calibration quality over time (issue #20), on domain values: the core's metrics per window of
+"""Calibration quality over time, on domain values: the core's metrics per window of
 stored observations, calibrated (through the version that served each feedback row, through the
 latest version for uploads, or through one ``version`` for every row) and uncalibrated, each with
 a bootstrap interval (``calibration.bootstrap_interval``), and label-free signals per window.
@@ -22,7 +22,7 @@ from calibration import prior_shift, quality_plot
 from ..observations import store as observation_store
 from ..observations.store import Selection
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge
+from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, refused_as
 from ..registry import store
 from ..registry.names import Reference, check_name
 from . import store as alarm_store
@@ -95,10 +95,8 @@ def check_read(rows: int, k: int, budget: int, asked: str) -> None:
 def calibrated_groups(service, name: str, kind: str, inputs: np.ndarray, versions: np.ndarray):
     """``(raw probabilities, calibrated probabilities, usable rows)``: each row through the version in
     ``versions``; rows of a version that was deleted are left out."""
-    try:
+    with refused_as():
         raw = cal.validate_inputs(inputs, kind)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     raw_probs = np.asarray(cal.to_host(raw.probabilities), dtype=np.float64)
     calibrated = np.empty_like(raw_probs)
     usable = np.zeros(len(versions), dtype=bool)
@@ -154,8 +152,8 @@ def quality(service, name: str, query: QualityQuery) -> dict:
         chunks = alarm_store.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
         n = observation_store.index_rows(entries)
-        if entries and n * entries[0][4] > service.max_read_entries:
-            raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0][4]} classes, over "
+        if entries and n * entries[0].n_classes > service.max_read_entries:
+            raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0].n_classes} classes, over "
                            f"the limit of {service.max_read_entries} entries one read may load "
                            "(CALIBRATION_MAX_READ_ENTRIES); ask for fewer or smaller windows")
         inputs, labels = observation_store.load(session, entries) if entries else (None, None)
@@ -165,10 +163,10 @@ def quality(service, name: str, query: QualityQuery) -> dict:
         return answer
     by_chunk = {chunk.id: chunk for chunk in chunks}
     versions = np.concatenate([
-        np.full(entry[1] - entry[5], query.version or by_chunk[entry[0]].version or latest, dtype=np.int64)
+        np.full(entry.rows, query.version or by_chunk[entry.id].version or latest, dtype=np.int64)
         for entry in entries])
     window_of = np.concatenate(window_labels)
-    raw, calibrated, usable = calibrated_groups(service, name, entries[0][3], inputs, versions)
+    raw, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs, versions)
     labels, window_of, versions = labels[usable], window_of[usable], versions[usable]
     answer["skipped_rows"] = int((~usable).sum())
     affordable = BOOTSTRAP_ENTRIES // max(2 * raw.size, 1)
@@ -223,7 +221,7 @@ def label_shift(service, name: str, version: int | None = None, last: int = 50_0
     if version is not None:
         versions[:] = version
     raw_target, target, _ = calibrated_groups(service, name, kind, inputs, versions)
-    raw_source, source, usable = calibrated_groups(service, name, index[0][3], source_inputs,
+    raw_source, source, usable = calibrated_groups(service, name, index[0].kind, source_inputs,
                                                    np.full(len(source_labels), reference, dtype=np.int64))
     source_labels = source_labels[usable]
     if not len(target) or not len(source_labels):

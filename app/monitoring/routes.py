@@ -1,4 +1,4 @@
-"""Calibration quality over time (/v1, issue #20): metrics per window of stored observations,
+"""Calibration quality over time (/v1): metrics per window of stored observations,
 the anytime-valid drift alarms and their evaluation, and the label-shift estimate from the
 prediction log."""
 
@@ -11,8 +11,8 @@ from starlette.responses import Response
 from ..http import admission
 from ..http.auth import READ, WRITE
 from ..http.openapi import body, problems
+from ..jobs.schemas import JobOut
 from ..registry.routes import NAME, _json, job_accepted, request_body
-from ..registry.schemas import JobOut
 from ..registry.service import CalibrationService
 from ..wire.decoding import decode_fields
 from ..wire.encoding import image_format

@@ -1,4 +1,4 @@
-"""The tables of the drift monitors (issue #20): per calibrator version, one monitor of the
+"""The tables of the drift monitors: per calibrator version, one monitor of the
 labelled predictions it served (``signal`` "labelled") and one of its logged predictions without
 labels (``signal`` "label_free"), each holding its anytime-valid e-process
 (``calibration.monitoring.DriftTest``) and, once it crossed ``1/alpha``, its alarm; and the

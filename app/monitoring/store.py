@@ -1,4 +1,4 @@
-"""Rows of the quality and monitoring features (issue #20): the observation chunks with their
+"""Rows of the quality and monitoring features: the observation chunks with their
 times (for windows and for feeding drift monitors in arrival order), the drift monitors, and the
 logged predictions of the label-shift estimate. Every function takes a session from
 ``Database.read()`` or ``write()``; arrays come back through ``observation_store``'s readers."""
@@ -12,6 +12,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..observations.chunks import ChunkRef
 from ..observations.store import byte_range, from_raw
 from ..platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
 from .rows import DriftMonitorRow
@@ -19,8 +20,7 @@ from .rows import DriftMonitorRow
 
 @dataclass(frozen=True)
 class ChunkFacts:
-    """One observation chunk without its arrays; ``index_entry`` is its ``observation_store``
-    index entry (reading from row ``skip``)."""
+    """One observation chunk without its arrays; ``index_entry`` is its ref (reading from row ``skip``)."""
 
     id: int
     source: str
@@ -31,8 +31,8 @@ class ChunkFacts:
     kind: str
     n_classes: int
 
-    def index_entry(self, skip: int = 0) -> tuple:
-        return (self.id, self.n_rows, self.dtype, self.kind, self.n_classes, skip)
+    def index_entry(self, skip: int = 0) -> ChunkRef:
+        return ChunkRef(self.id, self.n_rows, self.dtype, self.kind, self.n_classes, skip)
 
 
 def observation_chunks(session: Session, calibrator_id: int, source: str | None = None,

@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..platform.rows import CalibratorRow, ObservationChunkRow, VersionRow
+from .chunks import ChunkRef
 
 
 def lock_calibrator(session: Session, calibrator_id: int) -> None:
@@ -29,11 +30,11 @@ def last_chunk_id(session: Session, calibrator_id: int) -> int:
                           .where(ObservationChunkRow.calibrator_id == calibrator_id)) or 0
 
 
-def chunks_after(session: Session, calibrator_id: int, chunk_id: int) -> list:
-    """``observation_store.chunk_index`` entries of the chunks stored after ``chunk_id``, oldest first."""
+def chunks_after(session: Session, calibrator_id: int, chunk_id: int) -> list[ChunkRef]:
+    """The refs of the chunks stored after ``chunk_id``, oldest first."""
     rows = session.execute(
         select(ObservationChunkRow.id, ObservationChunkRow.n_rows, ObservationChunkRow.dtype,
                ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
         .where(ObservationChunkRow.calibrator_id == calibrator_id, ObservationChunkRow.id > chunk_id)
         .order_by(ObservationChunkRow.id)).all()
-    return [(r[0], r[1], r[2], r[3], r[4], 0) for r in rows]
+    return [ChunkRef(*row) for row in rows]

@@ -33,6 +33,7 @@ import calibration as cal
 from ..platform.rows import VersionRow
 from ..registry import integrity, store
 from ..registry.cache import load_calibrator
+from ..registry.versions import NewVersion, write_version
 from . import online_store
 from . import store as observation_store
 
@@ -64,7 +65,7 @@ class OnlineUpdates:
         if through is None:
             return None
         pending = online_store.chunks_after(session, calibrator_id, through)
-        usable = [entry for entry in pending if entry[3] == parent.input_kind and entry[4] == parent.n_classes]
+        usable = [entry for entry in pending if entry.kind == parent.input_kind and entry.n_classes == parent.n_classes]
         n = observation_store.index_rows(usable)
         if n < max(self.min_rows, 1):
             return None
@@ -79,15 +80,11 @@ class OnlineUpdates:
         params = calibrator.to_dict()
         params["diagnostics"] = {**params["diagnostics"], "iterations": n,
                                  "message": f"online update of version {parent.version} on {n} rows"}
-        params_json = store.canonical_json(params)
-        row = store.create_version(session, name, {
-            "method": parent.method, "input_kind": parent.input_kind, "n_classes": parent.n_classes,
-            "n_samples": calibrator.n_samples_, "class_names": parent.class_names, "params_json": params_json,
-            "summary": cal.json_safe(calibrator.summary()), "diagnostics": params["diagnostics"],
-            "report": cal.json_safe({"online_update": {
-                "parent_version": parent.version, "rows": n, "chunks": len(usable), "through_chunk": pending[-1][0],
-                "prequential": {"nll": cal.nll(probs, labels), "brier": cal.brier(probs, labels),
-                                "accuracy": cal.accuracy(probs, labels)}}}),
-            "description": parent.description, "tags": parent.tags, "tensor_names": parent.tensor_names},
-            self.integrity_key)
+        report = {"online_update": {
+            "parent_version": parent.version, "rows": n, "chunks": len(usable), "through_chunk": pending[-1].id,
+            "prequential": {"nll": cal.nll(probs, labels), "brier": cal.brier(probs, labels),
+                            "accuracy": cal.accuracy(probs, labels)}}}
+        row = write_version(session, name, NewVersion(
+            calibrator, params, parent.input_kind, parent.n_classes, calibrator.n_samples_, report,
+            parent.class_names, parent.description, parent.tags, parent.tensor_names), self.integrity_key)
         return row.version

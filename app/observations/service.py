@@ -27,6 +27,7 @@ from ..registry import store
 from ..registry.names import check_name
 from ..wire.batches import ArrayBatch, validated
 from . import store as observation_store
+from .chunks import ChunkRef, total_rows
 from .online_updates import OnlineUpdates
 from .schemas import ObservationQuery
 from .store import Selection
@@ -193,7 +194,7 @@ class Observations:
 
     # -- fits on stored data ------------------------------------------------------------------
 
-    def fit_index(self, name: str, query: ObservationQuery) -> list:
+    def fit_index(self, name: str, query: ObservationQuery) -> list[ChunkRef]:
         """The chunks a fit on ``name``'s stored observations reads (fixed when the fit is asked
         for, so that a job fits exactly them), after checking there are some and not too many."""
         with self.db.read() as session:
@@ -205,21 +206,21 @@ class Observations:
         if n * k > self.max_fit_entries:
             raise TooLarge(f"{n} observations of {k} classes are {n * k} entries, over the limit of "
                            f"{self.max_fit_entries} for one fit (CALIBRATION_MAX_FIT_ENTRIES); select fewer (`last`)")
-        return [list(entry) for entry in index]
+        return index
 
-    def load(self, fields, index: list, shared: bool = False) -> ArrayBatch:
+    def load(self, fields, index: list[ChunkRef], shared: bool = False) -> ArrayBatch:
         """The labelled batch of a fit on stored data: the chunks of ``index``, concatenated. The
         array is the fit's own, so the core may reorder its rows while it works (a comparison's
         folds as views instead of copies: ``calibration.allow_reordering``), unless it is
         ``shared`` (a worker's cached arrays, read by several parts)."""
         with self.db.read() as session:
             try:
-                inputs, labels = observation_store.load(session, [tuple(entry) for entry in index])
+                inputs, labels = observation_store.load(session, index)
             except NoResultFound as exc:
                 raise NotFound("observations selected for this fit were deleted before it ran") from exc
-        return ArrayBatch(fields, index[0][3], inputs if shared else cal.allow_reordering(inputs), labels)
+        return ArrayBatch(fields, index[0].kind, inputs if shared else cal.allow_reordering(inputs), labels)
 
 
-def shape_of_index(index: list) -> tuple[int, int, str]:
+def shape_of_index(index: list[ChunkRef]) -> tuple[int, int, str]:
     """Rows, classes and input kind of a fit index."""
-    return observation_store.index_rows(index), index[0][4], index[0][3]
+    return total_rows(index), index[0].n_classes, index[0].kind

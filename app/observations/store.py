@@ -8,7 +8,7 @@ reads them back). Every function takes a session from ``Database.read()`` or ``w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -16,6 +16,7 @@ from sqlalchemy import LargeBinary, delete, func, select
 from sqlalchemy.orm import Session
 
 from ..platform.rows import ObservationChunkRow, VersionRow, utcnow
+from .chunks import ChunkRef, total_rows
 
 LABEL_DTYPE = np.dtype("<i4")
 IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters
@@ -97,61 +98,59 @@ class Selection:
         return clauses
 
 
-def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> list:
-    """The selected chunks' (id, n_rows, dtype, kind, n_classes, rows to skip), oldest first,
-    without their arrays; with ``last``, only the newest chunks that hold those rows."""
+def chunk_index(session: Session, calibrator_id: int, selection: Selection) -> list[ChunkRef]:
+    """The selected chunks, oldest first, without their arrays; with ``last``, only the newest chunks
+    that hold those rows (the oldest of them from the row it starts at)."""
     rows = session.execute(
         select(ObservationChunkRow.id, ObservationChunkRow.n_rows, ObservationChunkRow.dtype,
                ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
         .where(*selection.where(calibrator_id)).order_by(ObservationChunkRow.id)).all()
-    index = [(r[0], r[1], r[2], r[3], r[4], 0) for r in rows]
+    index = [ChunkRef(*row) for row in rows]
     if selection.last is not None:
         kept, wanted = [], selection.last
         for entry in reversed(index):
             if wanted <= 0:
                 break
-            skip = max(entry[1] - wanted, 0)
-            kept.append((*entry[:5], skip))
-            wanted -= entry[1] - skip
+            skip = max(entry.n_rows - wanted, 0)
+            kept.append(replace(entry, skip=skip))
+            wanted -= entry.n_rows - skip
         index = kept[::-1]
     return index
 
 
-def newest_within(session: Session, calibrator_id: int, rows: int, budget: int, **selection) -> list:
+def newest_within(session: Session, calibrator_id: int, rows: int, budget: int, **selection) -> list[ChunkRef]:
     """The index of the newest ``rows`` selected observations, fewer where their entries (rows x
     classes) would be over the read budget ``budget`` (``CALIBRATION_MAX_READ_ENTRIES``)."""
     index = chunk_index(session, calibrator_id, Selection(last=rows, **selection))
-    if index and index_rows(index) * index[0][4] > budget:
-        index = chunk_index(session, calibrator_id, Selection(last=max(budget // index[0][4], 1), **selection))
+    if index and index_rows(index) * index[0].n_classes > budget:
+        index = chunk_index(session, calibrator_id, Selection(last=max(budget // index[0].n_classes, 1), **selection))
     return index
 
 
-def index_rows(index: list) -> int:
-    """How many rows the chunks of ``index`` (``chunk_index``'s entries) select. An entry reads
-    rows ``skip`` to ``n_rows`` of its chunk: ``n_rows`` below the chunk's own (``pieces``) reads a
-    range of it."""
-    return sum(entry[1] - entry[5] for entry in index)
+def index_rows(index: list[ChunkRef]) -> int:
+    """How many rows the chunks of ``index`` select."""
+    return total_rows(index)
 
 
-def pieces(entry: tuple, max_entries: int) -> list[tuple]:
-    """``entry`` cut into entries of at most ``max_entries`` rows x classes (at least one row)."""
-    chunk_id, n_rows, dtype, kind, k, skip = entry
-    step = max(max_entries // max(k if kind != "scores" else 1, 1), 1)
-    return [(chunk_id, min(start + step, n_rows), dtype, kind, k, start) for start in range(skip, n_rows, step)]
+def pieces(entry: ChunkRef, max_entries: int) -> list[ChunkRef]:
+    """``entry`` cut into refs of at most ``max_entries`` rows x classes (at least one row)."""
+    step = max(max_entries // max(entry.n_classes if entry.kind != "scores" else 1, 1), 1)
+    return [replace(entry, n_rows=min(start + step, entry.n_rows), skip=start)
+            for start in range(entry.skip, entry.n_rows, step)]
 
 
-def load(session: Session, index: list, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+def load(session: Session, index: list[ChunkRef], dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """The inputs and labels of the chunks in ``index``, concatenated as ``dtype`` (float64: what
     the core validates them to, so no second copy is made): one output array is allocated and
     each chunk's selected rows are read and copied into it in turn (peak: the output plus the
     selected rows of one chunk)."""
     n = index_rows(index)
-    kind, k = index[0][3], index[0][4]
+    kind, k = index[0].kind, index[0].n_classes
     inputs = np.empty((n,) if kind == "scores" else (n, k), dtype=dtype)
     labels = np.empty(n, dtype=np.int64)
     at = 0
-    for chunk_id, n_rows, chunk_dtype, _, _, skip in index:
-        take = n_rows - skip
+    for ref in index:
+        chunk_id, chunk_dtype, skip, take = ref.id, ref.dtype, ref.skip, ref.rows
         row_bytes = np.dtype(chunk_dtype).itemsize * (1 if kind == "scores" else k)
         data, label_bytes = session.execute(
             select(byte_range(ObservationChunkRow.inputs, skip * row_bytes, take * row_bytes),

@@ -4,10 +4,8 @@ By default glibc serves an allocation from the heap unless it is over the mmap t
 starts at 128 KiB and rises to the size of each mmapped block freed (up to 32 MiB); memory freed
 in the heap stays in the process until the heap's top holds twice that much free. A service that
 allocates arrays of every size from kilobytes to hundreds of megabytes then keeps freed memory it
-cannot reuse: an HTTP fit of 50000 x 100 float32 (19.5 MiB) grew the server's RSS by 74 MiB (3.8x
-the body) with the defaults and by 39 MiB (2.0x) with these thresholds (benchmarks/http_fit.py,
-issue #23 item 9), and the hot path's speed stopped swinging between runs
-(benchmarks/service_latency.py). With them, a block of 32 MiB or more is mmapped and returned
+cannot reuse, and the hot path's speed swings between runs (figures in docs/benchmarks.md,
+"Fixed allocator thresholds"). With them, a block of 32 MiB or more is mmapped and returned
 when freed, and the heap is trimmed once its top holds 64 MiB free. An operator's own
 ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` (glibc reads them at start-up) win; on
 another C library nothing is changed.

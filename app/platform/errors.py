@@ -5,6 +5,7 @@ failed job records."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 
@@ -70,3 +71,25 @@ class IntegrityFailure(ServiceError):
     """A stored calibrator does not match its checksum or cannot be loaded: never served."""
 
     status, title = 500, "Stored calibrator failed its integrity check"
+
+
+
+class refused_as:
+    """Turn a ``ValueError`` raised in the ``with`` block (how the numeric core refuses an input) into
+    ``error`` with the core's message as its detail (or ``detail``, when the message is not for the
+    client), chained to the ``ValueError``. Any other exception passes through unchanged. A class, not a
+    generator, so that entering it on the serving path costs no generator."""
+
+    __slots__ = ("detail", "error")
+
+    def __init__(self, error: Callable[[str], Exception] = InvalidInput, detail: str | None = None):
+        self.error = error
+        self.detail = detail
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> bool:
+        if kind is not None and issubclass(kind, ValueError):
+            raise self.error(str(exc) if self.detail is None else self.detail) from exc
+        return False

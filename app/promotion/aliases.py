@@ -1,5 +1,5 @@
-"""Alias moves that are recorded, reversible and, where an alias asks for it, gated on evidence
-(issue #21); and what an unversioned /v2 call serves.
+"""Alias moves that are recorded, reversible and, where an alias asks for it, gated on evidence;
+and what an unversioned /v2 call serves.
 
 - **Every move is recorded** (``alias_moves``): set, rollback or delete, from and to versions,
   who (the API key id when keys are on) and when, and the evaluation given as evidence.

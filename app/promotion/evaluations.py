@@ -1,4 +1,4 @@
-"""Challenger evaluations (issue #21): two versions of one calibrator compared on the same stored
+"""Challenger evaluations: two versions of one calibrator compared on the same stored
 observations that neither was fitted on, with anytime-valid confidence sequences on their NLL and
 Brier differences (``calibration.compare_losses``: the empirical-Bernstein CS of Waudby-Smith &
 Ramdas 2023 on the per-row paired difference of the floored losses, unclipped, bounded by
@@ -32,7 +32,7 @@ import calibration as cal
 
 from ..observations.schemas import ObservationQuery
 from ..observations.service import shape_of_index
-from ..platform.errors import InvalidInput, NotFound, TooLarge
+from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
 from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import Reference, check_alias, check_name
@@ -63,16 +63,14 @@ def _served_probabilities(service, name: str, index: list, values, kind: str) ->
     """Each labelled prediction's probabilities from the version that served it (the shadow's
     champion: what callers actually got), and the rows per serving version."""
     with service.db.read() as session:
-        versions = promotion_store.chunk_versions(session, [entry[0] for entry in index])
-    served = np.repeat([versions[entry[0]] for entry in index], [entry[1] - entry[5] for entry in index])
+        versions = promotion_store.chunk_versions(session, [entry.id for entry in index])
+    served = np.repeat([versions[entry.id] for entry in index], [entry.rows for entry in index])
     probabilities = None
     for version in np.unique(served).tolist():
         loaded = service.serving(Reference.pinned(name, version))
         rows = served == version
-        try:
+        with refused_as():
             inputs = cal.validate_inputs(values[rows], kind)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         part = service.predict(loaded, inputs)
         if probabilities is None:
             probabilities = np.empty((len(served), part.shape[1]))
@@ -110,11 +108,9 @@ def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
         if loaded is not None and loaded.calibrator.input != batch.kind:
             raise InvalidInput(f"version {loaded.version} takes {loaded.calibrator.input}; the observations "
                                f"are {batch.kind}")
-    try:
+    with refused_as():
         inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = cal.check_labels(batch.labels, inputs.n, inputs.k)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     challenger_probs = service.predict(challenger, inputs)
     if champion is None:
         champion_probs, served = _served_probabilities(service, name, index, batch.values, batch.kind)

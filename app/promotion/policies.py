@@ -1,8 +1,8 @@
-"""Refit policies (issue #21): when a calibrator is refitted, on which data, and whether the new
+"""Refit policies: when a calibrator is refitted, on which data, and whether the new
 version replaces an alias's.
 
 A policy (``PUT /v1/calibrators/{name}/policy``) fires when, since its last refit, ``every_labels``
-labelled observations arrived, a drift alarm was raised (``on_alarm``, issue #20's monitors), or
+labelled observations arrived, a drift alarm was raised (``on_alarm``), or
 ``every_seconds`` passed. ``run`` checks it (``POST .../policy/run``: call it from a scheduler, or
 after posting labels) and, when it fires, submits a ``refit`` job. The job
 
@@ -24,8 +24,9 @@ from sqlalchemy import func, select
 import calibration as cal
 
 from ..monitoring.rows import DriftMonitorRow
+from ..observations.chunks import refs_from_json
 from ..observations.schemas import DataSource, ObservationQuery
-from ..platform.errors import Conflict, InvalidInput, NotFound
+from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import ObservationChunkRow, utcnow
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.schemas import FitFields
@@ -47,10 +48,8 @@ def set_policy(db, name: str, policy: RefitPolicy) -> dict:
         check_alias(policy.alias)
     if not any((policy.every_labels, policy.on_alarm, policy.every_seconds)):
         raise InvalidInput("a policy needs a trigger: every_labels, on_alarm or every_seconds")
-    try:
+    with refused_as():
         cal.create(policy.method, policy.options)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     with db.write() as session:
         calibrator = ps.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
@@ -128,7 +127,7 @@ def run(service, name: str, force: bool = False) -> tuple[bool, dict]:
     fields = FitFields(method=policy.method, options=policy.options, data=DataSource(observations=query),
                        description=f"refit by policy: {'; '.join(reasons)}")
     index = service.observations.fit_index(name, query)
-    request = {"fit": fields.model_dump(mode="json"), "chunks": index, "policy": config,
+    request = {"fit": fields.model_dump(mode="json"), "chunks": [ref.as_json() for ref in index], "policy": config,
                "cut": cut.isoformat() if cut else None, "reasons": reasons}
     job = service.jobs.submit("refit", name, request, None)
     with service.db.write() as session:
@@ -141,7 +140,7 @@ def run_refit(service, name: str, request: dict, progress) -> dict:
     fields = FitFields.model_validate(request["fit"])
     policy = RefitPolicy.model_validate(request["policy"])
     progress.step(f"refitting {fields.method} on stored observations", 5.0)
-    version = service.fit(name, service.observations.load(fields, request["chunks"]))["version"]
+    version = service.fit(name, service.observations.load(fields, refs_from_json(request["chunks"])))["version"]
     result = {"name": name, "version": version, "reasons": request["reasons"], "evaluation": None,
               "verdict": None, "promoted": False, "reason": None}
     if policy.alias is None:

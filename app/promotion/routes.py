@@ -1,4 +1,4 @@
-"""Safe promotion (/v1, issue #21): alias history and rollback, alias gates, what an unversioned
+"""Safe promotion (/v1): alias history and rollback, alias gates, what an unversioned
 /v2 call serves, and challenger evaluations."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from ..http import admission
 from ..http.auth import READ, WRITE
 from ..http.openapi import body, problems
+from ..jobs.schemas import JobOut
 from ..monitoring.schemas import (
     AliasHistoryOut,
     AliasMoveOut,
@@ -20,7 +21,6 @@ from ..monitoring.schemas import (
     ServingOut,
 )
 from ..registry.routes import ALIAS, NAME, _json, actor_of, job_accepted, request_body
-from ..registry.schemas import JobOut
 from ..registry.service import CalibrationService
 from ..wire.decoding import decode_fields
 from . import aliases as promotion

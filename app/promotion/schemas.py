@@ -1,4 +1,4 @@
-"""Request models of safe promotion (issue #21): gated alias moves, gates, serving settings and
+"""Request models of safe promotion: gated alias moves, gates, serving settings and
 challenger evaluations."""
 
 from __future__ import annotations

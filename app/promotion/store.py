@@ -1,5 +1,5 @@
 """Persistence of alias moves (each one recorded), alias gates, calibrator settings and stored
-evaluations (issue #21). Every function takes a session from ``Database.read()`` or ``write()``.
+evaluations. Every function takes a session from ``Database.read()`` or ``write()``.
 
 An alias move first locks its calibrator's row (``SELECT ... FOR UPDATE`` on Postgres; SQLite
 writes are serialised by ``BEGIN IMMEDIATE``), so that the version it moves from, the gate it

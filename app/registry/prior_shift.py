@@ -17,7 +17,7 @@ import numpy as np
 
 from calibration import label_shift
 
-from ..platform.errors import InvalidInput
+from ..platform.errors import InvalidInput, refused_as
 from . import store
 from .cache import LoadedVersion
 
@@ -39,7 +39,5 @@ def adjusted(db, loaded: LoadedVersion, probabilities: np.ndarray, priors: list[
     if source is None:
         raise InvalidInput(f"version {loaded.version} of {loaded.name!r} was stored without its class frequencies: "
                            "send source_priors with priors")
-    try:
+    with refused_as():
         return label_shift.adjust_priors(probabilities, source, priors)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc

@@ -12,6 +12,7 @@ from ..http.auth import ADMIN, READ, WRITE, presented_key
 from ..http.idempotent import idempotent
 from ..http.openapi import body, problems
 from ..http.parts import PartsResponse
+from ..jobs.schemas import JobOut
 from ..promotion.schemas import AliasMoveRequest
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
@@ -28,7 +29,6 @@ from .schemas import (
     EvaluationFields,
     FitFields,
     FitRequest,
-    JobOut,
     ReportOut,
     ReportRequest,
     VersionOut,

@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from calibration import INPUT_KINDS, METHODS
 
-from ..access.keys import NAME_PATTERN as KEY_NAME_PATTERN
 from ..observations.schemas import DataSource, PredictionId
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence")
@@ -223,80 +222,3 @@ class ProblemOut(BaseModel):
     detail: str
     instance: str | None = None
     request_id: str | None = None
-
-
-class CompareFields(Strict):
-    methods: list[str | dict[str, Any]] | None = Field(
-        None, description="Candidates: method names (or 'irova_ts'), or {method, options, name}; "
-                          "default: the default set for the data's size")
-    folds: int = Field(5, ge=2, le=20, description="Stratified cross-validation folds")
-    seed: int = Field(0, ge=0, description="Seed of the fold assignment")
-    preserve_accuracy: bool = Field(False, description="Select among accuracy-preserving candidates only")
-    input_check: bool = input_check_field()
-
-
-class CompareRequest(CompareFields, Arrays):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS,
-                                         "methods": ["temperature", "isotonic_multiclass"], "folds": 2}]},
-    )
-    labels: list[int]
-
-
-class CompareOut(BaseModel):
-    n_samples: int
-    n_classes: int
-    folds: int
-    seed: int
-    uncalibrated: dict[str, float | None] = Field(description="Mean per-fold metrics of the raw input")
-    methods: list[dict[str, Any]] = Field(description="Per candidate: mean and sd across folds of each metric")
-    selection: dict[str, Any] | None = Field(description="The chosen candidate and why (null if none passes)")
-
-
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
-
-
-class JobOut(BaseModel):
-    id: str
-    kind: Literal["fit", "compare", "compare-part", "refit", "alarms", "power"]
-    status: Literal[JOB_STATES]
-    percent: float = Field(description="Work done, 0 to 100")
-    step: str | None = Field(description="What the job is doing (or its state, once finished)")
-    calibrator: str | None = Field(description="The calibrator a fit stores its version in")
-    worker: str | None = Field(description="The process (host:pid) that runs or ran it")
-    result: dict[str, Any] | None = Field(description="The response body (a fit's version), once succeeded")
-    error: dict[str, Any] | None = Field(description="A problem document, once failed")
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    updated_at: datetime = Field(description="The last progress or heartbeat of a running job")
-
-
-class JobList(BaseModel):
-    jobs: list[JobOut]
-
-
-class KeyRequest(Strict):
-    model_config = ConfigDict(extra="forbid",
-                              json_schema_extra={"examples": [{"name": "inference-service", "scopes": ["read"]}]})
-
-    name: str = Field(pattern=KEY_NAME_PATTERN.pattern, description="Who the key is for")
-    scopes: list[Literal["read", "write", "admin"]] = Field(
-        min_length=1, max_length=3, description="admin includes write, which includes read")
-
-
-class KeyOut(BaseModel):
-    id: str
-    name: str
-    scopes: list[str]
-    created_at: str
-    revoked_at: str | None
-
-
-class KeyCreated(KeyOut):
-    key: str = Field(description="The secret key; shown only in this response")
-
-
-class KeyList(BaseModel):
-    keys: list[KeyOut]

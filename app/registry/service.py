@@ -21,7 +21,7 @@ from ..jobs.runner import JobProgress, JobRunner
 from ..observations.online_updates import OnlineUpdates
 from ..observations.service import Observations, shape_of_index
 from ..platform.db import Database
-from ..platform.errors import InvalidInput, NotAcceptable
+from ..platform.errors import InvalidInput, NotAcceptable, refused_as
 from ..prediction_log.service import PredictionLog, log_served
 from ..promotion import aliases as promotion
 from ..wire.batches import ArrayBatch, CalibratedBatch, validated
@@ -40,6 +40,7 @@ from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .device import Device
 from .names import Reference, check_name
 from .schemas import EvaluationFields, FitFields
+from .versions import NewVersion, write_version
 from .views import version_view
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
@@ -87,10 +88,8 @@ class CalibrationService:
         """The unfitted calibrator, its options checked and its cost within the budgets."""
         if method == "auto":
             options = affordable_auto_options(options, n, k, self.max_parameters)
-        try:
+        with refused_as():
             calibrator = cal.create(method, options)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
         check_fit_parameters(calibrator.method, calibrator.options, n, k, self.max_parameters, self.limits.entries)
         return calibrator
 
@@ -116,7 +115,8 @@ class CalibrationService:
         seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
         if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
             self._calibrator(fields.method, {**fields.options, "input": kind}, n, k)
-            request = {"kind": kind, "fields": fields.model_dump(mode="json"), "chunks": index}
+            request = {"kind": kind, "fields": fields.model_dump(mode="json"),
+                       "chunks": [ref.as_json() for ref in index]}
             return True, self.jobs.submit("fit", name, request, None)
         return False, self.fit(name, self.observations.load(fields, index))
 
@@ -129,38 +129,22 @@ class CalibrationService:
         fields, inputs, labels, calibrator = prepared
         if job is not None:
             job.fitting(calibrator, inputs.n, inputs.k)
-        try:
+        with refused_as():
             calibrator.fit_batch(inputs, labels, warn=False)
             if job is not None:
                 job.step("validation report", 80.0)
             params = calibrator.to_dict()
-            summary = cal.json_safe(calibrator.summary())
             report = reports.fit_report(inputs, calibrator.predict_batch, labels)
             if calibrator.method == "auto":
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
-        params_json = store.canonical_json(params)
-        tensor_names = fields.tensor_names.model_dump() if fields.tensor_names else None
-        row_fields = {
-            "method": calibrator.method,
-            "input_kind": batch.kind,
-            "n_classes": inputs.k,
-            "n_samples": inputs.n,
-            "class_names": fields.class_names,
-            "params_json": params_json,
-            "summary": summary,
-            "diagnostics": params["diagnostics"],
-            "report": cal.json_safe(report),
-            "description": fields.description,
-            "tags": fields.tags,
-            "tensor_names": tensor_names,
-        }
+        new = NewVersion(calibrator, params, batch.kind, inputs.k, inputs.n, report, fields.class_names,
+                         fields.description, fields.tags,
+                         fields.tensor_names.model_dump() if fields.tensor_names else None)
         if job is not None:
             job.step("storing the version", 95.0)
         with self.db.write() as session:
-            row = store.create_version(session, name, row_fields, self.integrity_key)
+            row = write_version(session, name, new, self.integrity_key)
             if getattr(calibrator, "updates_online", False):  # labels stored after this update it
                 row.report = {**row.report, "online_update": self.observations.online.watermark(session,
                                                                                                  row.calibrator_id)}
@@ -169,8 +153,7 @@ class CalibrationService:
             if job is not None:
                 job.finish_with(session, view)
         resolved = store.ResolvedVersion(name, row.version, row.checksum, row.id)
-        self.cache.put(LoadedVersion(resolved, calibrator, row_fields["class_names"], row_fields["tensor_names"],
-                                     len(params_json)))
+        self.cache.put(LoadedVersion(resolved, calibrator, new.class_names, new.tensor_names, len(row.params_json)))
         return view
 
     # -- reading ----------------------------------------------------------------------------
@@ -228,10 +211,8 @@ class CalibrationService:
 
     def predict(self, loaded: LoadedVersion, inputs: cal.InputBatch) -> np.ndarray:
         """Calibrated probabilities of validated inputs, on the configured device."""
-        try:
+        with refused_as():
             return self.device.predict(loaded.calibrator, inputs)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
 
     def _checked_inputs(self, loaded: LoadedVersion, batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
         expected = loaded.calibrator.input

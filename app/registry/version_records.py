@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import String, Text, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
-from ..platform.errors import IntegrityFailure, InvalidInput, NotFound
+from ..platform.errors import IntegrityFailure, NotFound, refused_as
 from ..platform.rows import CalibratorRow, VersionRow
 from . import integrity, store
 from .integrity import JSON_COLUMNS, VersionRecord
@@ -104,10 +104,8 @@ def page(session: Session, name: str, page_size: int, page_token: str | None):
     query = (RAW.where(VersionRow.calibrator_id == calibrator.id)
              .order_by(VersionRow.version.desc()).limit(page_size + 1))
     if page_token:
-        try:
+        with refused_as(detail="invalid page_token"):
             before = int(store.decode_token(page_token))
-        except ValueError as exc:
-            raise InvalidInput("invalid page_token") from exc
         query = query.where(VersionRow.version < before)
     rows = list(session.execute(query))
     more = len(rows) > page_size

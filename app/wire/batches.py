@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 import calibration as cal
 
-from ..platform.errors import InvalidInput
+from ..platform.errors import InvalidInput, refused_as
 from ..prediction_log.service import Served
 
 
@@ -63,11 +63,9 @@ def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
     """The batch's input validated by the core, and its labels if it has them. Logits that look
     like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
     sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
-    try:
+    with refused_as():
         inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
     if (batch.kind == "logits" and getattr(batch.fields, "input_check", True)
             and cal.looks_like_probabilities(inputs.logits)):
         raise InvalidInput(LOOKS_LIKE_PROBABILITIES)

@@ -168,3 +168,34 @@ def test_versions_signed_with_the_first_digest_still_verify_and_are_re_signed_by
     with _client(database_url, KEY) as keyed:
         assert _row(keyed)["checksum"].startswith("hmac-sha256-v2:")
         assert keyed.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 200
+
+
+def test_one_function_writes_a_version_as_canonical_sealed_json(database_url):
+    """``registry.versions.write_version`` (what fits and online updates both call): numbered in turn,
+    parameters as sorted-key JSON, diagnostics and summary beside them, and a digest that verifies."""
+    import numpy as np
+
+    import calibration as cal
+    from app.platform.db import Database
+    from app.registry import integrity
+    from app.registry.versions import NewVersion, write_version
+
+    upgrade(database_url)
+    logits = np.array(EXAMPLE_LOGITS, dtype=np.float64)
+    calibrator = cal.create("temperature").fit(logits, np.array(EXAMPLE_LABELS))
+    params = calibrator.to_dict()
+    db = Database(database_url)
+    try:
+        with db.write() as session:
+            first = write_version(session, "written", NewVersion(calibrator, params, "logits", logits.shape[1],
+                                                                 len(logits), {"score": np.float64(0.5)}), None)
+            second = write_version(session, "written", NewVersion(calibrator, params, "logits", logits.shape[1],
+                                                                  len(logits), tags={"by": "test"}), b"k" * 32)
+            rows = [(row.version, row.method, row.params_json, row.diagnostics, row.report, row.tags,
+                     integrity.digest(integrity.record_of("written", row), key) == row.checksum)
+                    for row, key in ((first, None), (second, b"k" * 32))]
+    finally:
+        db.dispose()
+    canonical = orjson.dumps(params, option=orjson.OPT_SORT_KEYS).decode()
+    assert rows == [(1, "temperature", canonical, params["diagnostics"], {"score": 0.5}, None, True),
+                    (2, "temperature", canonical, params["diagnostics"], {}, {"by": "test"}, True)]

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app.http.application import create_app
 from app.settings import Settings
+from app.wiring import create_app
 from tests.helpers import make_reference_input
 
 LOGITS, LABELS = make_reference_input(n=600, k=4, seed=3)
@@ -347,3 +347,28 @@ def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(pos
         with Session(engine) as session:  # the log holds at most its cap (main: 160 of 100)
             held = session.scalar(select(sqlfunc.sum(PredictionChunkRow.n_rows)))
             assert held == 100
+
+
+def test_a_read_selects_chunks_by_ref(api):
+    """``chunk_index`` answers ``ChunkRef`` values: the newest ``last`` rows skip the start of the oldest
+    chunk they reach; ``pieces`` cuts a ref by the read budget; a job keeps refs as JSON lists."""
+    from app.observations import store as observation_store
+    from app.observations.chunks import ChunkRef, refs_from_json, total_rows
+    from app.registry import store
+
+    assert _append(api, "refs", 0, 100).status_code == 201
+    assert _append(api, "refs", 100, 150).status_code == 201
+    with api.app.state.db.read() as session:
+        calibrator_id = store.calibrator_row(session, "refs").id
+        every = observation_store.chunk_index(session, calibrator_id, observation_store.Selection())
+        first, second = every
+        newest = observation_store.chunk_index(session, calibrator_id, observation_store.Selection(last=70))
+        inputs, labels = observation_store.load(session, newest)
+    assert (first.n_rows, first.skip, first.kind, first.n_classes, second.n_rows) == (100, 0, "logits", 4, 50)
+    assert newest == [ChunkRef(first.id, 100, first.dtype, "logits", 4, skip=80), second]
+    assert [ref.rows for ref in newest] == [20, 50] and total_rows(newest) == 70
+    np.testing.assert_allclose(inputs, LOGITS[80:150], rtol=1e-6)
+    np.testing.assert_array_equal(labels, LABELS[80:150])
+    assert [(p.skip, p.n_rows) for p in observation_store.pieces(newest[0], 4 * 8)] == [(80, 88), (88, 96), (96, 100)]
+    assert newest[0].as_json() == [first.id, 100, first.dtype, "logits", 4, 80]
+    assert refs_from_json([ref.as_json() for ref in newest]) == newest

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import calibration as cal
-from app.http.application import create_app
 from app.settings import Settings
+from app.wiring import create_app
 from calibration.online import OnlinePlattScaling
 from tests.helpers import load_split
 

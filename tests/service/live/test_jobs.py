@@ -183,3 +183,50 @@ def test_a_killed_worker_s_fit_fails_instead_of_hanging_and_stores_no_version(pr
                         headers={"Prefer": "respond-async"})
     assert wait_for(http, retried.headers["Location"])["result"]["version"] == 1
     assert len(stored_params(url, "killed")) == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_job_states_are_one_enum_stored_as_their_text(request, backend):
+    """``JobStatus`` is what the store writes and compares; the column keeps the same text as before."""
+    from app.jobs import store as job_store
+    from app.jobs.schemas import JOB_STATES
+    from app.jobs.status import STATES, JobStatus
+    from app.platform.db import Database
+
+    assert JOB_STATES == STATES == ("queued", "running", "succeeded", "failed", "cancelled")
+    url = request.getfixturevalue(f"{backend}_url")
+    upgrade(url)
+    db = Database(url)
+    try:
+        with db.write() as session:
+            job_store.create_job(session, "enum-job", "fit", None, {}, b"")
+        with db.write() as session:
+            assert job_store.claim(session, "enum-job", "here:1")
+        with db.write() as session:
+            assert job_store.finish(session, "enum-job", JobStatus.SUCCEEDED, result={"version": 1})
+        with db.read() as session:
+            status, step = session.execute(text("SELECT status, step FROM jobs WHERE id = 'enum-job'")).one()
+            assert job_store.get_job(session, "enum-job").status == JobStatus.SUCCEEDED
+    finally:
+        db.dispose()
+    assert (type(status), status, step) == (str, "succeeded", "succeeded")
+
+
+def test_every_job_kind_has_one_handler_registered_by_its_domain():
+    """``app.jobs.handlers`` maps each kind the API shows to the handler its domain's ``tasks`` module
+    registered (the wiring imports them all); an unknown kind is refused."""
+    import typing
+
+    import app.wiring  # noqa: F401 - fills the registry
+    from app.jobs.handlers import JOB_HANDLERS, handler_of, job_handler
+    from app.jobs.schemas import JobOut
+
+    kinds = typing.get_args(typing.get_type_hints(JobOut)["kind"])
+    assert {kind: JOB_HANDLERS[kind].__module__ for kind in kinds} == {
+        "fit": "app.registry.tasks", "compare": "app.comparisons.tasks", "compare-part": "app.jobs.tasks",
+        "refit": "app.promotion.tasks", "alarms": "app.monitoring.tasks", "power": "app.monitoring.tasks"}
+    assert set(JOB_HANDLERS) == set(kinds)
+    with pytest.raises(ValueError, match="unknown job kind 'nope'"):
+        handler_of("nope")
+    with pytest.raises(ValueError, match="'fit' already has a handler"):
+        job_handler("fit")(lambda job: None)

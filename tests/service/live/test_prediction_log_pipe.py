@@ -25,7 +25,6 @@ import pytest
 from sqlalchemy import insert, text
 from starlette.testclient import TestClient
 
-from app.http.application import log_writer_process
 from app.main import create_app
 from app.platform.db import Database
 from app.platform.rows import CalibratorRow
@@ -37,6 +36,7 @@ from app.prediction_log.service import PredictionLog
 from app.prediction_log.store import logged_counts, prediction_chunks
 from app.registry.store import ResolvedVersion
 from app.settings import Settings
+from app.wiring import log_writer_process
 from calibration import INPUT_KINDS
 from tests.service.support.fits import fit
 

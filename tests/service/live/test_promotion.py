@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 import calibration as cal
 from app.access import keys
-from app.http.application import create_app
 from app.settings import Settings
+from app.wiring import create_app
 from tests.helpers import load_split, make_reference_input
 from tests.service.support.live import live_server
 

@@ -8,11 +8,12 @@ import orjson
 import pytest
 
 import calibration as cal
+from app.comparisons.schemas import CompareFields
 from app.platform.db import Database
 from app.platform.errors import Conflict, InvalidInput, NotFound
 from app.registry import integrity, store
 from app.registry.names import Reference
-from app.registry.schemas import CalibrateFields, CompareFields, EvaluationFields, FitFields
+from app.registry.schemas import CalibrateFields, EvaluationFields, FitFields
 from app.registry.service import CalibrationService
 from app.wire.batches import ArrayBatch
 from tests.helpers import load_split
