@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from app.platform.db import make_engine
+from app.platform.migrate import upgrade
 from tests.helpers import load_split
 from tests.service.support.databases import create_postgres_database
 from tests.service.support.jobs import KIND, X, Y, wait_for
