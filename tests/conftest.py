@@ -40,12 +40,11 @@ LONGEST_FIRST = (
     "tests/service/test_live.py", "tests/service/test_jobs.py", "tests/test_examples.py",
     "tests/service/test_online_loop.py",
     "tests/service/test_faults.py", "tests/service/test_compare.py", "tests/service/test_fan_out.py",
-    "tests/service/test_dashboard.py", "tests/service/test_dashboard_health.py", "tests/service/test_promotion.py",
+    "tests/service/test_dashboard.py", "tests/service/test_promotion.py", "tests/service/test_dashboard_health.py",
     "tests/client/test_cli.py", "tests/service/test_dashboard_browser.py",
-    "tests/core/test_selection_guard.py", "tests/core/test_selection.py", "tests/service/test_quality.py",
-    "tests/client/test_client.py", "tests/service/test_isolation.py", "tests/service/test_request_budgets.py",
-    "tests/service/test_prediction_log_pipe.py", "tests/service/test_fuzz.py",
-    "tests/core/test_probability_floor.py", "tests/core/test_fold_memory.py",
+    "tests/service/test_quality.py", "tests/client/test_client.py", "tests/core/test_selection_guard.py",
+    "tests/core/test_selection.py", "tests/service/test_isolation.py", "tests/service/test_request_budgets.py",
+    "tests/service/test_prediction_log_pipe.py", "tests/service/test_fuzz.py", "tests/core/test_fold_memory.py",
 )
 
 
