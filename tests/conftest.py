@@ -40,13 +40,13 @@ LONGEST_FIRST = (
     "tests/service/live/test_live.py", "tests/service/live/test_jobs.py", "tests/test_examples.py",
     "tests/service/live/test_online_loop.py", "tests/service/live/test_faults.py",
     "tests/service/live/test_compare.py", "tests/service/live/test_fan_out.py",
-    "tests/service/live/test_dashboard.py", "tests/service/api/test_dashboard_health.py",
-    "tests/service/live/test_promotion.py", "tests/client/test_cli.py",
-    "tests/service/live/test_dashboard_browser.py", "tests/core/test_selection_guard.py",
-    "tests/core/test_selection.py", "tests/service/live/test_quality.py", "tests/client/test_client.py",
+    "tests/service/live/test_dashboard.py", "tests/service/live/test_promotion.py",
+    "tests/service/api/test_dashboard_health.py", "tests/client/test_cli.py",
+    "tests/service/live/test_dashboard_browser.py", "tests/service/live/test_quality.py",
+    "tests/client/test_client.py", "tests/core/test_selection_guard.py", "tests/core/test_selection.py",
     "tests/service/live/test_isolation.py", "tests/service/live/test_request_budgets.py",
     "tests/service/live/test_prediction_log_pipe.py", "tests/service/fuzz/test_fuzz.py",
-    "tests/core/test_probability_floor.py", "tests/core/test_fold_memory.py",
+    "tests/core/test_fold_memory.py",
 )
 
 
