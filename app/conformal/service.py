@@ -173,6 +173,8 @@ class ConformalService:
                       predictor_id: int | None = None) -> tuple[int, cal.SetPredictor]:
         """The set predictor that serves ``loaded`` at ``coverage``: the one with id ``predictor_id``, else
         the version's newest fitted at that level; a 404 naming the level when there is none."""
+        if not (math.isfinite(coverage) and 0 < coverage < 1):
+            raise InvalidInput(f"coverage must lie in (0, 1), got {coverage}")
         name, version, version_id = loaded.name, loaded.version, loaded.resolved.version_id
         level = round(coverage, LEVEL_DIGITS)
         with self.db.read() as session:
@@ -202,15 +204,19 @@ class ConformalService:
 
         return chosen_id, self.cache.get((version_id, chosen_id, checksum), load)
 
-    def sets(self, loaded: LoadedVersion, probabilities: np.ndarray, coverage: float,
-             predictor_id: int | None = None) -> tuple[int, np.ndarray]:
-        """``(set predictor id, boolean mask (n, k))`` of calibrated ``probabilities`` served by ``loaded``."""
-        if not (math.isfinite(coverage) and 0 < coverage < 1):
-            raise InvalidInput(f"coverage must lie in (0, 1), got {coverage}")
-        chosen_id, predictor = self.predictor_for(loaded, coverage, predictor_id)
+    @staticmethod
+    def mask(predictor: cal.SetPredictor, probabilities: np.ndarray, coverage: float) -> np.ndarray:
+        """The boolean ``(n, k)`` set mask of calibrated ``probabilities`` at ``coverage`` (a level of
+        ``predictor``); randomised scores draw one fresh uniform per row."""
         uniforms = (np.random.default_rng().random(len(probabilities))
                     if predictor.randomized and predictor.score != "lac" else None)
         try:
-            return chosen_id, predictor.predict_sets(probabilities, alpha_of(coverage), uniforms=uniforms)
+            return predictor.predict_sets(probabilities, alpha_of(coverage), uniforms=uniforms)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
+
+    def sets(self, loaded: LoadedVersion, probabilities: np.ndarray, coverage: float,
+             predictor_id: int | None = None) -> tuple[int, np.ndarray]:
+        """``(set predictor id, boolean mask (n, k))`` of calibrated ``probabilities`` served by ``loaded``."""
+        chosen_id, predictor = self.predictor_for(loaded, coverage, predictor_id)
+        return chosen_id, self.mask(predictor, probabilities, coverage)

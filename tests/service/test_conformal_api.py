@@ -158,3 +158,142 @@ def test_a_set_predictor_fitted_on_stored_observations(fitted, cut):
     assert stored["source"] == {"kind": "observations", "query": {"source": "upload"}, "rows": 2500}
     core = SetPredictor.fit(version_probabilities(fitted, logits), labels, score="lac", alphas=[0.1])
     assert stored["thresholds"] == [pytest.approx(core.thresholds[0], abs=1e-12)]
+
+
+# -- serving ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def serving(fitted, cut):
+    """Version 1 with an APS set predictor at 0.9 and 0.95 (fitted second: the newest) and a LAC one at 0.9."""
+    lac = fit_sets(fitted, cut, score="lac", coverage=[0.9]).json()
+    aps = fit_sets(fitted, cut).json()
+    logits, labels = cut["held_out"]
+    probabilities = version_probabilities(fitted, logits)
+    cores = {"aps": SetPredictor.fit(probabilities, labels, score="aps", alphas=[0.1, 0.05]),
+             "lac": SetPredictor.fit(probabilities, labels, score="lac", alphas=[0.1])}
+    return fitted, {"aps": aps["id"], "lac": lac["id"]}, cores
+
+
+def rows_of(mask: np.ndarray) -> list[list[int]]:
+    return [np.flatnonzero(row).tolist() for row in mask]
+
+
+def test_calibrate_serves_the_core_s_sets_from_the_newest_set_predictor_at_the_level(serving, cut):
+    client, ids, cores = serving
+    logits, labels = cut["test"]
+    answer = client.post("/v1/calibrators/resnet50/calibrate",
+                         json={"logits": logits.tolist(), "outputs": ["probabilities", "set"], "coverage": 0.95})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    probabilities = np.asarray(body["probabilities"])
+    expected = cores["aps"].predict_sets(probabilities, 0.05)
+    assert body["set"] == rows_of(expected) and body["set_predictor"] == ids["aps"] and body["coverage"] == 0.95
+    assert answer.headers["x-set-predictor"] == str(ids["aps"])
+    covered = np.mean([y in s for y, s in zip(labels, body["set"], strict=True)])
+    assert covered > 0.9 and 1 < np.mean([len(s) for s in body["set"]]) < 10  # 400 test rows: 0.95, 3.5 classes
+    older = client.post("/v1/calibrators/resnet50/versions/1/calibrate",
+                        json={"logits": logits.tolist(), "outputs": ["set"], "coverage": 0.9,
+                              "set_predictor": ids["lac"]}).json()
+    assert older["set"] == rows_of(cores["lac"].predict_sets(probabilities, 0.1)) and "probabilities" not in older
+
+
+def test_an_npy_caller_gets_the_uint8_mask(serving, cut):
+    client, ids, cores = serving
+    logits, _ = cut["test"]
+    buffer = io.BytesIO()
+    np.save(buffer, logits)
+    answer = client.post("/v1/calibrators/resnet50/calibrate", content=buffer.getvalue(),
+                         params={"outputs": "set", "coverage": "0.9"},
+                         headers={"content-type": "application/x-npy", "accept": "application/x-npy"})
+    assert answer.status_code == 200, answer.text
+    mask = np.load(io.BytesIO(answer.content))
+    assert mask.dtype == np.uint8 and mask.shape == (400, 10)
+    probabilities = np.asarray(client.post("/v1/calibrators/resnet50/calibrate",
+                                           json={"logits": logits.tolist()}).json()["probabilities"])
+    assert np.array_equal(mask, cores["aps"].predict_sets(probabilities, 0.1).astype(np.uint8))
+    assert answer.headers["x-set-predictor"] == str(ids["aps"])
+    both = client.post("/v1/calibrators/resnet50/calibrate", content=buffer.getvalue(),
+                       params={"outputs": "probabilities,set", "coverage": "0.9"},
+                       headers={"content-type": "application/x-npy", "accept": "application/x-npy"})
+    assert both.status_code == 422 and "one array" in both.json()["detail"]
+
+
+def test_an_alias_serves_its_version_s_set_predictor(serving, cut):
+    client, ids, cores = serving
+    logits, labels = cut["fit"]
+    assert client.post("/v1/calibrators/resnet50/versions", json={"method": "temperature", "logits": logits[:500]
+                                                                  .tolist(), "labels": labels[:500].tolist()}
+                       ).status_code == 201
+    assert client.put("/v1/calibrators/resnet50/aliases/production", json={"version": 1}).status_code == 200
+    test_logits = cut["test"][0][:50].tolist()
+    served = client.post("/v1/calibrators/resnet50@production/calibrate",
+                         json={"logits": test_logits, "outputs": ["probabilities", "set"], "coverage": 0.9}).json()
+    assert served["version"] == 1 and served["set_predictor"] == ids["aps"]
+    assert served["set"] == rows_of(cores["aps"].predict_sets(np.asarray(served["probabilities"]), 0.1))
+    latest = client.post("/v1/calibrators/resnet50/calibrate",
+                         json={"logits": test_logits, "outputs": ["set"], "coverage": 0.9})
+    assert latest.status_code == 404
+    assert "version 2: no set predictor at coverage 0.9" in latest.json()["detail"]
+
+
+@pytest.mark.parametrize(("fields", "status", "says"), [
+    ({"outputs": ["set"], "coverage": 0.8}, 404, "no set predictor at coverage 0.8 (fitted levels: [0.9, 0.95])"),
+    ({"outputs": ["set"], "coverage": 0.9, "set_predictor": 999}, 404, "has no set predictor 999"),
+    ({"outputs": ["set"], "coverage": 0.95, "set_predictor": "lac"}, 422, "set_predictor"),
+    ({"outputs": ["set"]}, 422, "outputs 'set' needs `coverage`"),
+    ({"outputs": ["probabilities"], "coverage": 0.9}, 422, "add 'set' to outputs"),
+    ({"outputs": ["set"], "coverage": 1.5}, 422, "coverage"),
+])
+def test_bad_set_requests_are_problems_that_say_why(serving, cut, fields, status, says):
+    client, ids, _ = serving
+    if fields.get("set_predictor") == "lac":
+        fields = {**fields, "set_predictor": ids["lac"]}  # fitted at 0.9 only
+        status, says = 404, f"set predictor {ids['lac']} at coverage 0.95"
+    answer = client.post("/v1/calibrators/resnet50/calibrate", json={"logits": cut["test"][0][:5].tolist(), **fields})
+    assert answer.status_code == status and says in answer.json()["detail"], answer.text
+
+
+def test_v2_serves_the_set_tensor_as_json_and_binary(serving, cut):
+    client, ids, cores = serving
+    logits = np.ascontiguousarray(cut["test"][0][:20], dtype=np.float32)
+    request = {"inputs": [{"name": "logits", "shape": list(logits.shape), "datatype": "FP32",
+                           "data": logits.ravel().tolist()}],
+               "outputs": [{"name": "probabilities"}, {"name": "set"}], "parameters": {"coverage": 0.9}}
+    answer = client.post("/v2/models/resnet50/infer", json=request)
+    assert answer.status_code == 200, answer.text
+    outputs = {o["name"]: o for o in answer.json()["outputs"]}
+    probabilities = np.asarray(outputs["probabilities"]["data"], dtype=np.float64).reshape(20, 10)
+    sets = outputs["set"]
+    assert sets["datatype"] == "BOOL" and sets["shape"] == [20, 10]
+    assert sets["parameters"] == {"coverage": 0.9, "set_predictor": ids["aps"]}
+    # FP32 probabilities on the wire: compare with the core on the float64 ones the service used
+    exact = np.asarray(client.post("/v1/calibrators/resnet50/calibrate", json={"logits": logits.tolist()}
+                                   ).json()["probabilities"])
+    assert np.allclose(probabilities, exact, atol=1e-6)
+    expected = cores["aps"].predict_sets(exact, 0.1)
+    assert np.array_equal(np.asarray(sets["data"]).reshape(20, 10), expected)
+    binary = client.post("/v2/models/resnet50/versions/1/infer",
+                         json={**request, "outputs": [{"name": "set", "parameters": {"binary_data": True}}]})
+    header_length = int(binary.headers["inference-header-content-length"])
+    header = orjson.loads(binary.content[:header_length])
+    assert header["outputs"][0]["parameters"]["binary_data_size"] == 200
+    mask = np.frombuffer(binary.content[header_length:], dtype=np.bool_).reshape(20, 10)
+    assert np.array_equal(mask, expected)
+    missing = client.post("/v2/models/resnet50/infer", json={**request, "parameters": {}})
+    assert missing.status_code == 400 and "needs the request parameter 'coverage'" in missing.json()["error"]
+    unknown = client.post("/v2/models/resnet50/infer", json={**request, "parameters": {"coverage": 0.5}})
+    assert unknown.status_code == 404 and "no set predictor at coverage 0.5" in unknown.json()["error"]
+
+
+def test_logged_predictions_with_sets_keep_their_ids_and_take_labels(serving, cut):
+    client, _, _ = serving
+    assert client.put("/v1/calibrators/resnet50/logging", json={"sample_rate": 1}).status_code == 200
+    logits, labels = cut["test"]
+    prediction_ids = [f"p{i}" for i in range(100)]
+    answer = client.post("/v1/calibrators/resnet50/calibrate",
+                         json={"logits": logits[:100].tolist(), "outputs": ["set"], "coverage": 0.9,
+                               "ids": prediction_ids}).json()
+    assert answer["ids"] == prediction_ids and answer["logged"] == 100 and len(answer["set"]) == 100
+    labelled = client.post("/v1/calibrators/resnet50/labels", json={"ids": prediction_ids,
+                                                                  "labels": labels[:100].tolist()}).json()
+    assert labelled["labelled"] == 100
