@@ -356,3 +356,21 @@ def test_the_digest_is_the_sha256_of_the_whole_record_and_keyed_the_hmac(databas
         second = keyed.post(BASE, json=body).json()
         assert second["checksum"] == "hmac-sha256-v2:" + digest_text(
             hmac.new(KEY.encode(), stored_record(keyed, second), hashlib.sha256).digest())
+
+
+def test_held_out_rows_are_held_to_the_fit_budgets(database_url, cut):
+    logits, labels = cut["held_out"]
+    fit = {"method": "temperature", "logits": cut["fit"][0][:500].tolist(), "labels": cut["fit"][1][:500].tolist()}
+    settings = Settings(database_url=database_url, max_entries=10_000, max_fit_entries=5_000)
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/calibrators/resnet50/versions", json=fit).status_code == 201
+        posted = client.post(BASE, content=npz(logits=logits[:1001], labels=labels[:1001]),
+                             params={"coverage": "0.9"}, headers={"content-type": "application/x-npz"})
+        assert posted.status_code == 413 and "CALIBRATION_MAX_ENTRIES" in posted.json()["detail"]
+        assert client.post("/v1/calibrators/resnet50/observations",
+                           content=npz(logits=logits[:600], labels=labels[:600]),
+                           headers={"content-type": "application/x-npz"}).status_code == 201
+        stored = client.post(BASE, json={"coverage": [0.9], "data": {"observations": {}}})
+        assert stored.status_code == 413 and "CALIBRATION_MAX_FIT_ENTRIES" in stored.json()["detail"]
+        within = client.post(BASE, json={"coverage": [0.9], "data": {"observations": {"last": 500}}})
+        assert within.status_code == 201 and within.json()["n_samples"] == 500
