@@ -286,6 +286,8 @@ def test_v2_serves_the_set_tensor_as_json_and_binary(serving, cut):
     assert header["outputs"][0]["parameters"]["binary_data_size"] == 200
     mask = np.frombuffer(binary.content[header_length:], dtype=np.bool_).reshape(20, 10)
     assert np.array_equal(mask, expected)
+    metadata = client.get("/v2/models/resnet50").json()  # the version has set predictors: the output is listed
+    assert metadata["outputs"][-1] == {"name": "set", "datatype": "BOOL", "shape": [-1, 10]}
     missing = client.post("/v2/models/resnet50/infer", json={**request, "parameters": {}})
     assert missing.status_code == 400 and "needs the request parameter 'coverage'" in missing.json()["error"]
     unknown = client.post("/v2/models/resnet50/infer", json={**request, "parameters": {"coverage": 0.5}})
