@@ -13,16 +13,18 @@ from typing import Any
 import httpx
 
 from . import _protocol as protocol
+from . import _sets as sets
 from ._protocol import Call, Operation, Report, RetryPolicy, Sleep
 from .errors import ConnectionFailed
 from .models import Calibrated, Calibrator, Job, PredictionSets, Version
 from .online_methods import OnlineLoop
+from .set_methods import SetMethods
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 Progress = Callable[[float], Any]
 
 
-class _Methods(OnlineLoop):
+class _Methods(OnlineLoop, SetMethods):
     """The public methods, shared by both clients: each builds an operation (``_protocol``) and
     hands it to ``_run``, which the sync client runs to a value and the async one to a
     coroutine."""
@@ -77,38 +79,11 @@ class _Methods(OnlineLoop):
         ``probabilities`` asked too, they are its ``.probabilities``. ``set`` alone travels as
         ``.npy`` both ways (the service's uint8 mask) unless ``binary=False`` or ``ids`` are given."""
         if outputs is not None and "set" in outputs:
-            return self._run(protocol.calibrate_sets(ref, logits, version, input, outputs, coverage, set_predictor,
-                                                     binary and not with_version, ids))
+            return self._run(sets.calibrate_sets(ref, logits, version, input, outputs, coverage, set_predictor,
+                                                 binary and not with_version, ids))
         if outputs is not None and list(outputs) != ["probabilities"]:
             raise ValueError("outputs are ['probabilities'] (the default) or include 'set'")
         return self._run(protocol.calibrate(ref, logits, version, input, with_version, binary, ids, dtype))
-
-    # -- prediction sets -------------------------------------------------------------------
-
-    def fit_set_predictor(self, name: str, version: int, logits=None, labels=None, *, input: str = "logits",
-                          coverage: float | Sequence[float] = 0.9, score: str = "aps",
-                          class_conditional: bool = False, k_reg: int = 0, lam: float = 0.0,
-                          randomized: bool = False, seed: int = 0, observations: dict | None = None) -> dict:
-        """Fit a conformal set predictor of ``name``'s ``version`` on held-out labelled rows
-        (``logits`` or, with ``input``, probabilities, and ``labels``: rows the calibrator was
-        not fitted on), or on the calibrator's stored observations (``observations``: a query such
-        as ``{"source": "upload"}`` or ``{"last": 5000}``). ``coverage``: one level or several
-        (e.g. ``[0.9, 0.95]``); ``score``: ``lac``, ``aps`` or ``raps`` (with ``k_reg`` and
-        ``lam``); ``class_conditional``: coverage for every class. Returns the stored set
-        predictor (its ``id``, thresholds per level, counts, digest)."""
-        return self._run(protocol.fit_set_predictor(name, version, logits, labels, input, coverage, score,
-                                                    class_conditional, k_reg, lam, randomized, seed, observations))
-
-    def set_predictors(self, name: str, version: int) -> list[dict]:
-        """The set predictors of ``name``'s ``version``, newest first."""
-        return self._run(protocol.set_predictors(name, version))
-
-    def set_predictor(self, name: str, version: int, set_predictor: int) -> dict:
-        return self._run(protocol.set_predictor(name, version, set_predictor))
-
-    def delete_set_predictor(self, name: str, version: int, set_predictor: int) -> None:
-        return self._run(protocol.delete(f"/v1/calibrators/{protocol._segment(name)}/versions/{int(version)}"
-                                         f"/set-predictors/{int(set_predictor)}"))
 
     def report(self, ref: str, logits, labels, *, version: int | None = None, input: str = "logits",
                n_bins: int = 15, bootstrap: int = 0, confidence: float = 0.95, seed: int = 0,

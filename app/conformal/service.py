@@ -169,6 +169,23 @@ class ConformalService:
 
     # -- serving ----------------------------------------------------------------------------
 
+    def for_calibrate(self, loaded: LoadedVersion, outputs: list[str], coverage: float | None,
+                      predictor_id: int | None, one_array: bool) -> tuple[int, cal.SetPredictor] | None:
+        """The ``(id, set predictor)`` a calibrate call asks for when its ``outputs`` include ``set``
+        (at ``coverage``; the only output of a ``one_array`` answer, an ``.npy``), else ``None``;
+        ``coverage`` and ``set_predictor`` without ``set`` are refused."""
+        if "set" not in outputs:
+            if coverage is not None or predictor_id is not None:
+                raise InvalidInput("`coverage` and `set_predictor` choose the prediction sets: add 'set' to outputs")
+            return None
+        if coverage is None:
+            raise InvalidInput("outputs 'set' needs `coverage`: a coverage level the version's set predictor was "
+                               "fitted at (e.g. 0.9)")
+        if one_array and set(outputs) != {"set"}:
+            raise InvalidInput("an .npy answer is one array: ask outputs=set alone for the (n, k) uint8 set mask, "
+                               "or JSON (or /v2) for sets beside probabilities")
+        return self.predictor_for(loaded, coverage, predictor_id)
+
     def levels(self, loaded: LoadedVersion) -> list[float]:
         """The coverage levels the served version's set predictors were fitted at, ascending."""
         with self.db.read() as session:
