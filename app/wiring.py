@@ -15,6 +15,8 @@ from .access import routes as keys
 from .access.idempotency import IdempotencyKeys
 from .comparisons import routes as evaluation
 from .comparisons import tasks as comparison_tasks
+from .conformal import routes as conformal_routes
+from .conformal.service import ConformalService
 from .dashboard import routes as ui
 from .http import application, health
 from .http.auth import KeyVerifier
@@ -91,6 +93,7 @@ class Services:
     jobs: JobRunner
     prediction_log: PredictionLog
     service: CalibrationService
+    conformal: ConformalService
     scheduler: Scheduler
     idempotency: IdempotencyKeys
     keys: KeyVerifier | None
@@ -126,6 +129,7 @@ def build(settings: Settings) -> Services:
                                  online_update_rows=settings.online_update_rows,
                                  max_read_entries=settings.max_read_entries)
     return Services(database, jobs, prediction_log, service,
+                    ConformalService(database, service, integrity_key(settings), settings.cache_size),
                     Scheduler(service, settings.schedule_seconds, WebhookPolicy.of(settings)),
                     IdempotencyKeys(database, settings.idempotency_seconds, settings.idempotency_lease_seconds),
                     KeyVerifier(database, settings.api_key_cache_seconds) if settings.api_keys_enabled else None)
@@ -134,12 +138,13 @@ def build(settings: Settings) -> Services:
 def edge(services: Services) -> application.Edge:
     """What the HTTP edge serves: the services' state, the collectors and every domain's router."""
     return application.Edge(
-        state={"db": services.database, "service": services.service, "idempotency": services.idempotency,
+        state={"db": services.database, "service": services.service,
+               "conformal": services.conformal, "idempotency": services.idempotency,
                "keys": services.keys},
         collectors=[JobCollector(services.database), QualityCollector(services.database),
                     LogCapCollector(services.database)],
-        routers=[calibrators.router, evaluation.router, observations.router, quality_routes.router,
-                 promotion_routes.router, health.router, keys.router, v2.router,
+        routers=[calibrators.router, evaluation.router, conformal_routes.router, observations.router,
+                 quality_routes.router, promotion_routes.router, health.router, keys.router, v2.router,
                  ui.router],  # the dashboard at /ui (HTML, not in the OpenAPI document)
         served_by=[calibrators.router, v2.router],
         docs_order=calibrators.DOCS_ORDER,

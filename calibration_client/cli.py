@@ -6,7 +6,7 @@ the exit status says what went wrong (``EXIT_CODES`` in ``commands.base``). One 
 in the order ``--help`` lists them: ``fitting`` (fit, calibrate), ``reports`` (report, metrics, compare), ``registry``
 (versions, calibrators, alias, jobs, methods), ``online`` (observe, logging, label, observations,
 refit, quality, power), ``alarms`` (alarms, label-shift), ``promotion`` (evaluate, evaluations,
-promote, gate, rollback, history) and ``policy``.
+promote, gate, rollback, history), ``policy`` and ``sets`` (set-predictor, set-predictors, sets).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .commands.base import app
 
 # the commands register in this order, the order --help lists them
 # isort: off
-from .commands import fitting, reports, registry, online, alarms, promotion, policy  # noqa: F401
+from .commands import fitting, reports, registry, online, alarms, promotion, policy, sets  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]

@@ -13,17 +13,19 @@ from typing import Any
 import httpx
 
 from . import _protocol as protocol
+from . import _sets as sets
 from . import _transport as transport
 from ._transport import Call, Operation, Report, RetryPolicy, Sleep
 from .errors import ConnectionFailed
-from .models import Calibrated, Calibrator, Job, Version
+from .models import Calibrated, Calibrator, Job, PredictionSets, Version
 from .online_methods import OnlineLoop
+from .set_methods import SetMethods
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 Progress = Callable[[float], Any]
 
 
-class _Methods(OnlineLoop):
+class _Methods(OnlineLoop, SetMethods):
     """The public methods, shared by both clients: each builds an operation (``_protocol``) and
     hands it to ``_run``, which the sync client runs to a value and the async one to a
     coroutine."""
@@ -52,7 +54,8 @@ class _Methods(OnlineLoop):
 
     def calibrate(self, ref: str, logits, *, version: int | None = None, input: str = "logits",
                   with_version: bool = False, binary: bool = True, ids: Sequence[str] | None = None,
-                  dtype: str | None = None) -> Calibrated:
+                  dtype: str | None = None, outputs: Sequence[str] | None = None, coverage: float | None = None,
+                  set_predictor: int | None = None) -> Calibrated | PredictionSets:
         """Calibrated probabilities of a batch from ``ref`` (``name`` for the latest version,
         ``name@alias``, or ``name`` with ``version=`` pinned), as a ``Calibrated`` array.
 
@@ -68,7 +71,19 @@ class _Methods(OnlineLoop):
         JSON body or, with a binary body, in the ``Prediction-Ids`` header. The answer's ``.ids``
         are the ids the service used: yours, or without them the ones it generated; ``.logged``
         how many rows it kept (0: this request was not sampled). Both are ``None`` when the
-        calibrator does not log."""
+        calibrator does not log.
+
+        ``outputs=["set"]`` (or ``["probabilities", "set"]``) with ``coverage`` (a level the
+        version's set predictor was fitted at, ``fit_set_predictor``) returns ``PredictionSets``:
+        the conformal prediction sets as an ``(n, k)`` boolean mask, from the newest set predictor
+        of the serving version at that level, or the one with id ``set_predictor``; with
+        ``probabilities`` asked too, they are its ``.probabilities``. ``set`` alone travels as
+        ``.npy`` both ways (the service's uint8 mask) unless ``binary=False`` or ``ids`` are given."""
+        if outputs is not None and "set" in outputs:
+            return self._run(sets.calibrate_sets(ref, logits, version, input, outputs, coverage, set_predictor,
+                                                 binary and not with_version, ids))
+        if outputs is not None and list(outputs) != ["probabilities"]:
+            raise ValueError("outputs are ['probabilities'] (the default) or include 'set'")
         return self._run(protocol.calibrate(ref, logits, version, input, with_version, binary, ids, dtype))
 
     def report(self, ref: str, logits, labels, *, version: int | None = None, input: str = "logits",

@@ -7,7 +7,9 @@ FP64, given as JSON ``data`` (nested or flat, row-major) or as binary data after
 (``Inference-Header-Content-Length``, ``binary_data_size`` per input). Outputs are the
 probabilities (FP64 for FP64 input, else FP32, or as the query parameter ``dtype`` asks; computed
 in float64, only the answer is cast), and on request the predicted class (INT64) and the
-confidence; each as JSON ``data`` or binary data (``binary_data`` per output, or
+confidence, and the conformal prediction set (output ``set``, BOOL ``[n, k]``: class ``j`` is in row
+``i``'s set; the request parameter ``coverage`` picks the level, ``set_predictor`` a set predictor by
+id); each as JSON ``data`` or binary data (``binary_data`` per output, or
 ``binary_data_output`` for all), sent from the outputs' own buffers after the JSON header. Logits
 that look like probabilities (rows non-negative, summing to 1) are refused unless the request
 parameter ``input_check`` is false.
@@ -21,12 +23,12 @@ import orjson
 import calibration as cal
 
 from ..platform.errors import refused_as
-from .requests import HEADER_LENGTH, InferenceRequest, RequestedOutput, bad, parse_request, short
+from .requests import HEADER_LENGTH, SET_OUTPUT, InferenceRequest, RequestedOutput, bad, parse_request, short
 
 __all__ = ["HEADER_LENGTH", "InferenceRequest", "accepted_inputs", "answer_datatype", "bad", "infer",
            "model_metadata", "output_names", "parse_request"]
 
-OUTPUT_DTYPES = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8")}
+OUTPUT_DTYPES = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8"), "BOOL": np.dtype("?")}
 ANSWER_DATATYPES = {"float32": "FP32", "float64": "FP64"}  # the query parameter ``dtype``
 LOOKS_LIKE_PROBABILITIES = ("these look like probabilities; send them as `probabilities` (every row of the logits "
                             "is non-negative and sums to 1, and this model was fitted on logits; set the request "
@@ -53,14 +55,15 @@ def accepted_inputs(tensor_names: dict | None) -> list[str] | None:
 
 def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: dict | None,
           model_name: str, model_version: int, predict=None, log=None,
-          dtype: str | None = None) -> tuple[list[bytes | memoryview], dict[str, str]]:
+          dtype: str | None = None, sets=None) -> tuple[list[bytes | memoryview], dict[str, str]]:
     """Run the calibrator (through ``predict(calibrator, scores)``, the service's device, when
     given) and encode the response: the JSON header, then the binary outputs if asked, as parts
     to send one after another (``answer_datatype`` says the probabilities' datatype from
     ``dtype``). ``log(array, ids)`` hands
     the input to the prediction log and returns what it did (``app.prediction_log.service.Served``), or
     ``None`` when the calibrator does not log; with logging on the response's ``parameters`` carry
-    ``ids`` and ``logged``."""
+    ``ids`` and ``logged``. ``sets``, given when the request asks for the output ``set``, is
+    ``(set predictor id, probabilities -> boolean mask)``."""
     allowed = accepted_inputs(tensor_names)
     if allowed and request.input_name not in allowed:
         raise bad(f"unknown input {short(request.input_name)}; this model takes {', '.join(allowed)}")
@@ -76,15 +79,20 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)
     served = log(request.array, request.ids) if log else None
     names = output_names(tensor_names)
-    by_name = {name: kind for kind, name in names.items()}
+    by_name = {SET_OUTPUT: SET_OUTPUT, **{name: kind for kind, name in names.items()}}
     wanted = request.outputs if request.outputs else [RequestedOutput(names["probabilities"], None)]
     probability_type = answer_datatype(dtype, request.datatype)
     outputs, binary = [], []
     for spec in wanted:
         kind = by_name.get(spec.name)
         if kind is None:
-            raise bad(f"unknown output {short(spec.name)}; outputs are {', '.join(names.values())}")
-        if kind == "probabilities":
+            raise bad(f"unknown output {short(spec.name)}; outputs are {', '.join(names.values())}, {SET_OUTPUT}")
+        extra = None
+        if kind == SET_OUTPUT:
+            chosen, masked = sets
+            value, datatype = masked(probabilities), "BOOL"
+            extra = {"coverage": request.coverage, "set_predictor": chosen}
+        elif kind == "probabilities":
             value, datatype = probabilities, probability_type
         elif kind == "predicted_class":
             value, datatype = cal.predicted_class(probabilities, getattr(scores, scores.source)), "INT64"
@@ -92,8 +100,10 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
             value, datatype = probabilities.max(axis=1), probability_type
         value = np.ascontiguousarray(value, dtype=OUTPUT_DTYPES[datatype])
         entry = {"name": spec.name, "datatype": datatype, "shape": list(value.shape)}
+        if extra is not None:
+            entry["parameters"] = extra
         if request.binary_default if spec.binary is None else spec.binary:
-            entry["parameters"] = {"binary_data_size": value.nbytes}
+            entry["parameters"] = {**(extra or {}), "binary_data_size": value.nbytes}
             binary.append(memoryview(value.reshape(-1).view(np.uint8)))
         else:
             entry["data"] = value.ravel()

@@ -27,6 +27,8 @@ INT64_MAX = 2**63 - 1
 MAX_DIMENSIONS = 2  # a calibrator takes [n] (binary scores) or [n, k]
 
 
+SET_OUTPUT = "set"  # the conformal prediction sets' output name
+
 @dataclass
 class RequestedOutput:
     name: str
@@ -43,6 +45,11 @@ class InferenceRequest:
     binary_default: bool
     input_check: bool = True
     ids: list[str] | None = None  # prediction ids (request parameter ``ids``), for the prediction log
+    coverage: float | None = None  # the level of the ``set`` output (request parameter ``coverage``)
+    set_predictor: int | None = None  # the set predictor of the ``set`` output (request parameter)
+
+    def wants_sets(self) -> bool:
+        return any(spec.name == SET_OUTPUT for spec in self.outputs or [])
 
 
 def short(value) -> str:
@@ -191,6 +198,20 @@ def parse_request(body: bytes, header_length: str | None, limits: RequestLimits 
     ids = request_parameters.get("ids")
     if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
         raise bad("parameter 'ids' must be a list of prediction id strings")
-    return InferenceRequest(request_id, name, datatype, array, outputs,
-                            _flag(request_parameters, "binary_data_output", False, ""),
-                            _flag(request_parameters, "input_check", True, ""), ids)
+    coverage = request_parameters.get("coverage")
+    if coverage is not None and (type(coverage) not in (int, float) or not 0 < coverage < 1):
+        raise bad(f"parameter 'coverage' must be a number in (0, 1), got {short(coverage)}")
+    set_predictor = request_parameters.get("set_predictor")
+    if set_predictor is not None and (type(set_predictor) is not int or not 0 < set_predictor < 2**31):
+        raise bad(f"parameter 'set_predictor' must be a set predictor id (a positive integer), got "
+                  f"{short(set_predictor)}")
+    parsed = InferenceRequest(request_id, name, datatype, array, outputs,
+                              _flag(request_parameters, "binary_data_output", False, ""),
+                              _flag(request_parameters, "input_check", True, ""), ids,
+                              None if coverage is None else float(coverage), set_predictor)
+    if parsed.wants_sets() and parsed.coverage is None:
+        raise bad("output 'set' needs the request parameter 'coverage' (a level the version's set predictor was "
+                  "fitted at, e.g. 0.9)")
+    if not parsed.wants_sets() and (coverage is not None or set_predictor is not None):
+        raise bad("parameters 'coverage' and 'set_predictor' choose the prediction sets: ask for the output 'set'")
+    return parsed

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
+from ..conformal.service import ConformalService
 from ..http import hot_path
 from ..http.auth import READ
 from ..http.health import readiness
@@ -77,24 +78,29 @@ async def ready(request: Request):
     return JSONResponse({"ready": status == 200}, status_code=status)
 
 
-def _metadata(service: CalibrationService, name: str, version: str | None = None) -> bytes:
+def _metadata(service: CalibrationService, conformal: ConformalService, name: str, version: str | None = None) -> bytes:
     reference = _reference(name, version)
-    _serving(service, reference, version)
-    return dump_json(oip.model_metadata(**{**service.model_metadata(reference), "name": name}))
+    loaded = _serving(service, reference, version)
+    described = service.model_metadata(reference)
+    metadata = oip.model_metadata(**{**described, "name": name})
+    if conformal.levels(loaded):  # the version has prediction sets: the output `set` (parameter `coverage`)
+        metadata["outputs"].append({"name": oip.SET_OUTPUT, "datatype": "BOOL", "shape": [-1, described["n_classes"]]})
+    return dump_json(metadata)
 
 
 @router.get("/models/{name}", summary="Model metadata (latest version, or the calibrator's /v2 default)",
             response_model=V2ModelMetadata,
             dependencies=[READ])
 async def model(request: Request, name: str = MODEL):
-    return Response(await run_in_threadpool(_metadata, request.app.state.service, name),
+    return Response(await run_in_threadpool(_metadata, request.app.state.service, request.app.state.conformal, name),
                     media_type="application/json")
 
 
 @router.get("/models/{name}/versions/{version}", summary="Model version metadata",
             response_model=V2ModelMetadata, dependencies=[READ])
 async def model_version(request: Request, name: str = MODEL, version: str = VERSION):
-    metadata = await run_in_threadpool(_metadata, request.app.state.service, name, version)
+    metadata = await run_in_threadpool(_metadata, request.app.state.service, request.app.state.conformal, name,
+                                       version)
     return Response(metadata, media_type="application/json")
 
 
@@ -117,15 +123,19 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
 
 
 def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None,
-           dtype: str | None = None):
+           dtype: str | None = None, conformal: ConformalService | None = None):
     loaded = _serving(service, check_servable(_reference(name, version)), version)
     request = oip.parse_request(body, header_length, service.limits)
+    sets = None
+    if request.wants_sets():  # chosen before anything is logged: a missing level is a 404
+        chosen, predictor = conformal.predictor_for(loaded, request.coverage, request.set_predictor)
+        sets = chosen, lambda probabilities: conformal.mask(predictor, probabilities, request.coverage)
 
     def log(array, ids):
         return log_served(service.prediction_log, loaded, loaded.calibrator.input, array, ids)
 
     return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, loaded.version,
-                     service.device.predict, log, dtype)
+                     service.device.predict, log, dtype, sets)
 
 
 INFER_DOC = {
@@ -152,7 +162,7 @@ async def infer(request: Request, name: str = MODEL):
     body = await request.body()
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, None, body,
                                           request.headers.get(oip.HEADER_LENGTH),
-                                          request.query_params.get("dtype"))
+                                          request.query_params.get("dtype"), request.app.state.conformal)
     return PartsResponse(content, headers=headers, media_type=headers["content-type"])
 
 
@@ -163,5 +173,5 @@ async def infer_version(request: Request, name: str = MODEL, version: str = VERS
     body = await request.body()
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, version,
                                           body, request.headers.get(oip.HEADER_LENGTH),
-                                          request.query_params.get("dtype"))
+                                          request.query_params.get("dtype"), request.app.state.conformal)
     return PartsResponse(content, headers=headers, media_type=headers["content-type"])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..access import keys
+from ..conformal.service import ConformalService
 from ..http import admission, hot_path
 from ..http.auth import ADMIN, READ, WRITE, presented_key
 from ..http.idempotent import idempotent
@@ -16,7 +19,7 @@ from ..jobs.schemas import JobOut
 from ..promotion.schemas import AliasMoveRequest
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from ..wire.encoding import Parts, calibrated_body, calibrated_headers, image_format
+from ..wire.encoding import Parts, calibrated_body, calibrated_headers, image_format, wants
 from . import store
 from .names import Reference, check_alias, check_name, check_servable
 from .schemas import (
@@ -78,11 +81,18 @@ def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async:
 
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
-               accept: str | None) -> tuple[bytes | Parts, str, dict]:
+               accept: str | None, conformal: ConformalService) -> tuple[bytes | Parts, str, dict]:
     loaded = service.serving(check_servable(reference))
     batch = decode_batch(body, CalibrateFields, need_labels=False, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
+    fields = batch.fields  # the set predictor is chosen before anything is logged
+    chosen = conformal.for_calibrate(loaded, fields.outputs, fields.coverage, fields.set_predictor,
+                                     wants(accept, NPY_TYPE))
     result = service.calibrate(loaded, batch)
+    if chosen is not None:
+        coverage = batch.fields.coverage
+        result = replace(result, sets=conformal.mask(chosen[1], result.probabilities, coverage),
+                         set_predictor=chosen[0], coverage=coverage)
     return *calibrated_body(result, batch.fields.outputs, accept, batch.fields.dtype), calibrated_headers(result)
 
 
@@ -249,7 +259,8 @@ REPORT_DOC = dict(
              dependencies=[READ])
 async def calibrate(request: Request, ref: str = REF):
     content, media, headers = await hot_path.run(request, _calibrate, _service(request), Reference.parse(ref),
-                                                 await calibrate_body(request), request.headers.get("accept"))
+                                                 await calibrate_body(request), request.headers.get("accept"),
+                                                 request.app.state.conformal)
     return PartsResponse(content, media_type=media, headers=headers)
 
 
@@ -258,7 +269,7 @@ async def calibrate(request: Request, ref: str = REF):
 async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
     content, media, headers = await hot_path.run(request, _calibrate, _service(request),
                                                  Reference.pinned(name, version), await calibrate_body(request),
-                                                 request.headers.get("accept"))
+                                                 request.headers.get("accept"), request.app.state.conformal)
     return PartsResponse(content, media_type=media, headers=headers)
 
 
