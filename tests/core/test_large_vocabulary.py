@@ -1,0 +1,43 @@
+"""Fits at LLM vocabularies (tens of thousands of classes, a few hundred rows): ensemble
+temperature scaling's Brier temperature comes from Halley's method started in a subsample's
+basin, as on many rows, not from two dozen evaluations of the full-data grid, and equals the
+grid's answer; its weights are the exact minimum of the quadratic at that temperature."""
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration.methods.brier_temperature import BrierSums
+from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
+from calibration.methods.shifted_logits import ShiftedLogits
+from calibration.methods.temperature import solve_brier_temperature
+
+
+def vocabulary_set(n=400, k=50000, seed=11, temperature=2.0):
+    """float32 logits 3 N(0, 1) and labels drawn from their softmax at ``temperature``."""
+    rng = np.random.default_rng(seed)
+    logits = (3.0 * rng.standard_normal((n, k))).astype(np.float32)
+    labels = np.empty(n, dtype=np.int64)
+    for i, row in enumerate(logits):
+        e = np.exp(row.astype(np.float64) / temperature)
+        labels[i] = min(int(np.searchsorted(np.cumsum(e / e.sum()), rng.random())), k - 1)
+    return logits, labels
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    return vocabulary_set()
+
+
+def test_ets_at_a_large_vocabulary_takes_halley_from_a_subsample_and_finds_the_grids_temperature(vocabulary):
+    logits, labels = vocabulary
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    assert "Halley" in ets.diagnostics_.message and ets.diagnostics_.converged
+    assert ets.diagnostics_.iterations <= 6  # full-data passes of the solve (the grid took 35)
+    shifted = ShiftedLogits(logits, labels)
+    t_grid, diagnostics = solve_brier_temperature(shifted)
+    assert diagnostics.converged
+    assert ets.temperature_ == pytest.approx(t_grid, rel=1e-12)
+    assert abs(BrierSums(shifted, 1 / ets.temperature_).slope) < 1e-12
+    gram, linear = BrierSums(shifted, 1 / ets.temperature_, quadratic=True).quadratic()
+    np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
