@@ -10,7 +10,8 @@ import calibration as cal
 from calibration.methods.brier_temperature import BrierSums
 from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
 from calibration.methods.shifted_logits import ShiftedLogits
-from calibration.methods.temperature import solve_brier_temperature
+from calibration.methods.temperature import solve_brier_temperature, solve_nll_temperature
+from calibration.solvers import increasing_root
 
 
 def vocabulary_set(n=400, k=50000, seed=11, temperature=2.0):
@@ -41,3 +42,19 @@ def test_ets_at_a_large_vocabulary_takes_halley_from_a_subsample_and_finds_the_g
     assert abs(BrierSums(shifted, 1 / ets.temperature_).slope) < 1e-12
     gram, linear = BrierSums(shifted, 1 / ets.temperature_, quadratic=True).quadratic()
     np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
+
+
+def test_a_root_hit_to_the_last_bit_ends_the_solve():
+    """A step below half an ulp leaves the iterate where it is; that is convergence, not a step
+    outside the bracket to be replaced by bisection (which took 30 more evaluations, each a pass
+    over the logits)."""
+    root = increasing_root(lambda x: (x - 0.5 + 1e-17, 1.0), 0.5, 1e-6, 1e6)
+    assert root.converged and root.x == 0.5 and root.iterations == 1
+
+
+def test_the_nll_temperature_of_a_few_rows_of_a_large_vocabulary_takes_a_few_halley_steps(vocabulary):
+    logits, labels = vocabulary
+    shifted = ShiftedLogits(logits[:64], labels[:64])
+    t, diagnostics = solve_nll_temperature(shifted)
+    assert diagnostics.converged and diagnostics.iterations <= 6
+    assert abs(shifted.nll_gradient(1 / t)[0]) < 1e-12
