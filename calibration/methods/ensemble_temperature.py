@@ -58,8 +58,9 @@ EPS = float(np.finfo(np.float64).eps)
 
 
 def label_probabilities(shifted: ShiftedLogits, beta: float) -> list[np.ndarray]:
-    """Label entries of ``softmax(beta d)`` and ``softmax(d)``, row block by row block."""
-    return [np.exp(b * shifted.d_label) / shifted.moments(b, 0)[0] for b in (beta, 1.0)]
+    """Label entries of ``softmax(beta d)`` and ``softmax(d)``, from one pass over the row blocks."""
+    sums = shifted.exp_sums((beta, 1.0))
+    return [np.exp(b * shifted.d_label) / s0 for b, s0 in zip((beta, 1.0), sums, strict=True)]
 
 
 def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarray:

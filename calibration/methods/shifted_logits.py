@@ -89,6 +89,18 @@ class ShiftedLogits:
                     row_sums(term, out[degree][rows])
         return out
 
+    def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
+        """``sum_j exp(beta d_j)`` per row for each ``beta``, in one pass over the row blocks."""
+        out = [np.empty(self.n) for _ in betas]
+        e = np.empty((self.rows, self.k))
+        for rows, d in self.blocks():
+            weights = e[: len(d)]
+            for beta, sums in zip(betas, out, strict=True):
+                np.multiply(d, beta, out=weights)
+                np.exp(weights, out=weights)
+                row_sums(weights, sums[rows])
+        return out
+
     def count_top_ties(self) -> np.ndarray:
         """How many entries of each row equal its maximum."""
         ties = np.empty(self.n, dtype=np.int64)
@@ -140,6 +152,9 @@ class DeviceShiftedLogits(ShiftedLogits):
                 term *= d
                 parts[degree].append(xp.sum(term, axis=1))
         return [to_host(xp.concat(sums) if len(sums) > 1 else sums[0]) for sums in parts]
+
+    def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
+        return [self.moments(beta, 0)[0] for beta in betas]
 
     def count_top_ties(self) -> np.ndarray:
         return to_host(self.xp.sum(self.xp.astype(self.d == 0, self.xp.int64), axis=1))
