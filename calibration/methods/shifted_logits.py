@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import device, label_entries, namespace, on_cpu, to_host
-from ..inputs import InputBatch
+from ..inputs import FlooredLogProbabilities, InputBatch
 from ..softmax import softmax
 
 CHUNK_ELEMENTS = 1 << 15
@@ -24,7 +24,8 @@ def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 class ShiftedLogits:
-    """Logits ``z`` (float64, or float32 widened a block at a time) with their row maxima, so
+    """Logits ``z`` (float64, float32 widened a block at a time, or the logs of probabilities
+    taken a block at a time: ``inputs.FlooredLogProbabilities``) with their row maxima, so
     that ``d = z - max_j z`` is available block by block, and row sums over ``exp(beta * d)`` and
     its moments.
 
@@ -172,7 +173,12 @@ class DeviceShiftedLogits(ShiftedLogits):
 
 
 def shifted_logits(scores: InputBatch, labels: np.ndarray) -> ShiftedLogits:
-    """The shifted logits of a batch, on its device when it has one."""
+    """The shifted logits of a batch, on its device when it has one; on the host, probabilities'
+    logits are taken a block at a time (``FlooredLogProbabilities``) unless the batch holds them."""
     if scores.xp is np:
-        return ShiftedLogits(scores.given if scores.source == "logits" else scores.logits, labels)
+        if scores.source == "logits":
+            return ShiftedLogits(scores.given, labels)
+        if "logits" in scores.__dict__:
+            return ShiftedLogits(scores.logits, labels)
+        return ShiftedLogits(FlooredLogProbabilities(scores.given), labels)
     return DeviceShiftedLogits(scores.logits, labels)

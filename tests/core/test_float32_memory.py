@@ -100,3 +100,24 @@ def test_float32_metrics_refuse_negative_entries_naming_the_row(metric, float32_
     bad[17, 1] += np.float32(0.5)
     with pytest.raises(ValueError, match="row 17"):
         getattr(cal, metric)(bad, labels[:50])
+
+
+PROBABILITY_FITS = [("temperature", {}), ("expectation_consistency", {}), ("ensemble_temperature", {}),
+                    ("ensemble_temperature", {"loss": "nll"})]
+
+
+@pytest.mark.parametrize(("method", "options"), PROBABILITY_FITS, ids=[f"{m}-{o}" for m, o in PROBABILITY_FITS])
+def test_fits_on_float32_probabilities_take_their_logs_a_block_at_a_time(method, options):
+    """The logits of probabilities, ``log(max(p, 1e-12))``, are computed for the rows a pass reads:
+    no float64 copy of the probabilities nor of their logs (together 4x the float32 input), and the
+    parameters of the fit on those logits given as logits."""
+    logits, labels = float32_set(20000, 300, seed=6)
+    p = cal.softmax(logits.astype(np.float64)).astype(np.float32)
+    p[7] = 0
+    p[7, labels[7]] = 1  # entries of 0: logs at the floor
+    wide_logs = np.log(np.clip(p.astype(np.float64), 1e-12, None))
+    expected = cal.create(method, options).fit(wide_logs, labels)
+    del wide_logs
+    fitted, peak = peak_of(lambda: cal.create(method, {**options, "input": "probabilities"}).fit(p, labels))
+    assert peak < 1.5 * p.nbytes
+    assert fitted.to_dict()["params"] == expected.to_dict()["params"]
