@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 
 import calibration as cal
+from calibration.base import Calibrator
+from calibration.inputs import validate_inputs
 from calibration.methods.brier_temperature import BrierSums
 from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
 from calibration.methods.shifted_logits import ShiftedLogits
 from calibration.methods.temperature import solve_brier_temperature, solve_nll_temperature
+from calibration.probability_floor import EPSILON
 from calibration.solvers import increasing_root
 
 
@@ -58,3 +61,16 @@ def test_the_nll_temperature_of_a_few_rows_of_a_large_vocabulary_takes_a_few_hal
     t, diagnostics = solve_nll_temperature(shifted)
     assert diagnostics.converged and diagnostics.iterations <= 6
     assert abs(shifted.nll_gradient(1 / t)[0]) < 1e-12
+
+
+def test_ets_floor_counts_without_a_prediction_pass_equal_those_of_the_predictions(vocabulary):
+    logits, labels = vocabulary
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    tiny = logits[:20].copy()
+    tiny[:, 0] = -1e4  # an entry far below the floor in every row
+    batch = validate_inputs(tiny, "logits")
+    ets.weights_ = np.array([0.9, 0.05, 0.05])  # every entry at least 0.05 / k: the shortcut's case
+    assert ets.weights_[2] / tiny.shape[1] >= EPSILON
+    assert ets._floor_counts(batch, labels[:20]) == Calibrator._floor_counts(ets, batch, labels[:20]) == (0, 0)
+    ets.weights_ = np.array([0.5, 0.5, 0.0])  # no uniform weight: the predictions are read
+    assert ets._floor_counts(batch, labels[:20]) == (20, 0)
