@@ -2,11 +2,15 @@
 vocabulary sizes, each timed against one log-softmax pass over the float64 logits in memory
 (the floor: a fit needs at least one pass over the data), in interleaved rounds so that a slow
 spell on a shared machine hits the fits and the floor alike; then each fit's tracemalloc peak as
-a multiple of the float32 input's bytes. A last table gives the peaks of TS, EC, ETS and vector
-scaling on 50000 x 1000 float32 (vector scaling's peak is reached in its first Newton
-iterations, so it is measured with ``max_iterations=3``).
+a multiple of the float32 input's bytes. The ``metrics`` row times the eight metrics of a report
+(ECE, MCE, adaptive ECE, classwise ECE, Brier, NLL, accuracy, mean confidence) together on the
+float32 softmax of the same logits, its peak being the largest of the eight. A last table gives
+the peaks of TS, EC, ETS and vector scaling on 50000 x 1000 float32 (vector scaling's peak is
+reached in its first Newton iterations, so it is measured with ``max_iterations=3``).
 
     flock /tmp/cpu.lock .venv/bin/python -m benchmarks.large_vocab [--sizes 1024x50257,2048x32000] [--rounds 3]
+
+The load average (1 minute) is printed before and after, in the environment line.
 
 BLAS threads are left as the environment sets them (``OPENBLAS_NUM_THREADS``), printed in the
 output's environment line."""
@@ -29,7 +33,22 @@ FITS = {
     "temperature": lambda z, y: cal.TemperatureScaling().fit(z, y),
     "expectation_consistency": lambda z, y: cal.ExpectationConsistency().fit(z, y),
     "ensemble_temperature": lambda z, y: cal.EnsembleTemperatureScaling().fit(z, y),
+    "ensemble_temperature (nll)": lambda z, y: cal.EnsembleTemperatureScaling(loss="nll").fit(z, y),
 }
+METRICS = ("ece", "mce", "adaptive_ece", "classwise_ece", "brier", "nll", "accuracy", "mean_confidence")
+
+
+def float32_softmax(z):
+    """The softmax of float32 logits as float32 probabilities, a block of rows at a time."""
+    p = np.empty_like(z)
+    step = max(1, (1 << 20) // z.shape[1])
+    for start in range(0, len(z), step):
+        p[start:start + step] = cal.softmax(z[start:start + step].astype(np.float64)).astype(np.float32)
+    return p
+
+
+def all_metrics(p, y):
+    return [getattr(cal, name)(p, y) for name in METRICS]
 
 
 def log_softmax_pass(z):
@@ -70,12 +89,14 @@ def timed(fn) -> float:
 
 def vocabulary_rows(n, k, rounds):
     z, y = synthetic(n, k)
+    p = float32_softmax(z)
     wide = z.astype(np.float64)  # the floor's input; not held during the peaks below
-    ratios = {name: [] for name in FITS}
-    seconds = {name: [] for name in FITS}
+    work = {**FITS, "metrics": lambda z, y: all_metrics(p, y)}
+    ratios = {name: [] for name in work}
+    seconds = {name: [] for name in work}
     bases = []
     for _ in range(rounds):
-        for name, fit in FITS.items():
+        for name, fit in work.items():
             base = timed(lambda w=wide: log_softmax_pass(w))
             elapsed = timed(lambda fit=fit: fit(z, y))
             bases.append(base)
@@ -83,11 +104,16 @@ def vocabulary_rows(n, k, rounds):
             seconds[name].append(elapsed)
     del wide
     rows = []
-    for name, fit in FITS.items():
-        ratio, fitted = peak(fit, z, y)
+    for name, fit in work.items():
+        if name == "metrics":
+            ratio = max(peak(lambda z, y, m=m: getattr(cal, m)(p, y), z, y)[0] for m in METRICS)
+            temperature = ""
+        else:
+            ratio, fitted = peak(fit, z, y)
+            temperature = f"{fitted.temperature_:.12f}"
         r = ratios[name]
         rows.append([f"{n}x{k}", name, f"{statistics.median(r):.2f}x", f"{min(r):.2f}-{max(r):.2f}",
-                     f"{statistics.median(seconds[name]):.2f}", f"{ratio:.2f}x", f"{fitted.temperature_:.12f}"])
+                     f"{statistics.median(seconds[name]):.2f}", f"{ratio:.2f}x", temperature])
     rows.append([f"{n}x{k}", "(log-softmax pass, float64)", "1.00x", "", f"{statistics.median(bases):.2f}", "", ""])
     return rows
 
@@ -109,19 +135,24 @@ def main():
     parser.add_argument("--sizes", default="1024x50257,2048x32000,8192x50257")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--name", default="large_vocab")
+    parser.add_argument("--no-imagenet", dest="imagenet", action="store_false",
+                        help="leave out the 50000 x 1000 peaks")
     args = parser.parse_args()
     env = environment(["numpy", "scipy"])
     env["OPENBLAS_NUM_THREADS"] = os.environ.get("OPENBLAS_NUM_THREADS", "(default)")
+    env["load average before"] = f"{os.getloadavg()[0]:.2f}"
     rows = []
     for size in args.sizes.split(","):
         n, k = (int(part) for part in size.split("x"))
         rows += vocabulary_rows(n, k, args.rounds)
-    peaks = imagenet_peaks()
+    peaks = imagenet_peaks() if args.imagenet else []
+    env["load average after"] = f"{os.getloadavg()[0]:.2f}"
     notes = ("Ratio: fit seconds over one log-softmax pass over the float64 logits, timed just before "
              f"it in the same round; median and range of {args.rounds} interleaved rounds. Peak: "
              "tracemalloc's peak during one fit as a multiple of the float32 input's bytes (a float64 "
-             "copy alone is 2x).\n\n| size | fit | peak / input bytes |\n|---|---|---|\n"
-             + "\n".join(f"| {' | '.join(row)} |" for row in peaks))
+             "copy alone is 2x)."
+             + ("\n\n| size | fit | peak / input bytes |\n|---|---|---|\n"
+                + "\n".join(f"| {' | '.join(row)} |" for row in peaks) if peaks else ""))
     write(args.name, "Fits on float32 logits at large vocabularies", ["size", "fit", "time / floor", "range",
           "seconds", "peak / input bytes", "temperature"], rows, env, notes)
 

@@ -59,7 +59,8 @@ def increasing_root(
 
     Safeguards (as ``rtsafe`` in Numerical Recipes): a step that leaves the known bracket, or
     that is not at most half of the step before the last, is replaced by bisection in log x,
-    so the bracket shrinks geometrically whatever the function does.
+    so the bracket shrinks geometrically whatever the function does. A step too small to move
+    ``x`` (below half its ulp) ends the solve there, converged.
     """
     a, b = lo, hi
     seen_negative = seen_positive = False
@@ -82,7 +83,8 @@ def increasing_root(
                 if denominator > 0.5:  # Halley's correction, where it is a modest one
                     step, name, tolerance = step / denominator, "Halley", RTOL_HALLEY
         candidate = x - step
-        if a < candidate < b and abs(step) <= 0.5 * step_before:
+        # a step below half an ulp leaves x where it is (possibly on a bracket end): x is the root
+        if (a < candidate < b or candidate == x) and abs(step) <= 0.5 * step_before:
             if abs(step) <= (rtol or tolerance) * candidate:
                 return RootResult(candidate, iteration, True, value, f"{name} step below tolerance")
         else:

@@ -17,12 +17,16 @@ allocated.
 
 ``fit_brier_temperature``: the Brier objective is not convex, so its basin is found as
 ``temperature.solve_brier_temperature`` finds it (the minimum of ``GRID_FACTORS`` around the
-NLL-optimal temperature), but on a subsample of ``COARSE_ROWS`` rows; Halley's method on ``L'``
-then runs on ``WARM_START_ROWS`` rows and on all rows. Each step must stay within
-``[beta0 / 4, 4 beta0]``, at most halve the step before and see ``L'' > 0``; where a safeguard
-fails, and on ``4 * WARM_START_ROWS`` rows or fewer, the full-data grid is used. The solve stops
-after a step below ``STEP_TOLERANCE`` relative; after a Halley step of 1e-6 the iterate is
-exact to O(1e-18) (1e-12 where the Newton step had to be taken).
+NLL-optimal temperature), but on a coarse subsample of rows; Halley's method on ``L'`` then runs
+on a warm-start subsample (where it is at most a quarter of the rows) and on all rows. The
+subsamples are sized in entries, not rows (``COARSE_ROWS`` and ``WARM_START_ROWS`` rows of
+``ENTRY_CLASSES`` classes, at least ``MIN_COARSE_ROWS`` and ``MIN_WARM_ROWS`` rows), so that at
+vocabularies of 10^4-10^5 classes the grid's two dozen evaluations cost a few passes over the
+logits, not two dozen. Each step must stay within ``[beta0 / 4, 4 beta0]``, at most halve the
+step before and see ``L'' > 0``; where a safeguard fails, and on batches of at most
+``4 * WARM_START_ROWS`` rows and ``4 * WARM_START_ROWS * ENTRY_CLASSES`` entries, the full-data
+grid is used. The solve stops after a step below ``STEP_TOLERANCE`` relative; after a Halley step
+of 1e-6 the iterate is exact to O(1e-18) (1e-12 where the Newton step had to be taken).
 
 ``BrierSums.quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
 ``<p_a, p_b>`` over the components ``softmax(beta d)``, ``softmax(d)``, ``1/k``) and ``h``
@@ -45,6 +49,9 @@ from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature,
 STEP_TOLERANCE = 1e-6
 NEAR = 1e-2  # a Halley step below this (relative) is followed by one of about its cube
 COARSE_ROWS = 1024
+MIN_COARSE_ROWS = 64
+MIN_WARM_ROWS = 256
+ENTRY_CLASSES = 1000  # the subsamples hold COARSE_ROWS or WARM_START_ROWS rows of this many classes
 BLOCK_ELEMENTS = 1 << 17  # rows of 1 MiB float64 blocks: fewer numpy calls than ShiftedLogits'
 MAX_STEPS = 30
 
@@ -157,23 +164,37 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
     return None
 
 
+def subsample_rows(shifted: ShiftedLogits, rows: int, least: int) -> int:
+    """Rows of a subsample of ``rows * ENTRY_CLASSES`` entries (at most ``rows``, at least ``least``)."""
+    return max(least, min(rows, rows * ENTRY_CLASSES // shifted.k))
+
+
+def is_large(shifted: ShiftedLogits) -> bool:
+    """Whether the Brier temperature is solved from subsamples (else on the full-data grid)."""
+    return shifted.n > 4 * WARM_START_ROWS or shifted.n * shifted.k > 4 * WARM_START_ROWS * ENTRY_CLASSES
+
+
 def warm_brier_beta(shifted: ShiftedLogits) -> float | None:
-    """The Brier-optimal inverse temperature of ``WARM_START_ROWS`` rows, by Halley's method from
-    the minimum of ``GRID_FACTORS`` around the NLL-optimal temperature of ``COARSE_ROWS`` rows."""
-    coarse = shifted.subsample(COARSE_ROWS)
+    """The Brier-optimal inverse temperature from a subsample's basin: the minimum of
+    ``GRID_FACTORS`` around the NLL-optimal temperature of a coarse subsample, refined by Halley's
+    method on a warm-start subsample where that is at most a quarter of the rows."""
+    coarse = shifted.subsample(subsample_rows(shifted, COARSE_ROWS, MIN_COARSE_ROWS))
     try:
         centre, _ = solve_nll_temperature(coarse)
         grid, _, best = grid_minimum(lambda t: BrierSums(coarse, 1.0 / t, loss_only=True).loss, centre)
     except ValueError:
         return None
-    solved = halley_brier(shifted.subsample(WARM_START_ROWS), 1.0 / grid[best], rtol=1e-4)
+    warm_rows = subsample_rows(shifted, WARM_START_ROWS, MIN_WARM_ROWS)
+    if 4 * warm_rows > shifted.n:
+        return 1.0 / grid[best]
+    solved = halley_brier(shifted.subsample(warm_rows), 1.0 / grid[best], rtol=1e-4)
     return None if solved is None else solved[0]
 
 
 def fit_brier_temperature(shifted: ShiftedLogits):
     """``(T, diagnostics, (sums, delta) or None)``: Halley's method from a subsample's basin on
-    large host inputs, else ``solve_brier_temperature`` (then no sums)."""
-    if not isinstance(shifted, DeviceShiftedLogits) and shifted.n > 4 * WARM_START_ROWS:
+    large host inputs (``is_large``), else ``solve_brier_temperature`` (then no sums)."""
+    if not isinstance(shifted, DeviceShiftedLogits) and is_large(shifted):
         warm = warm_brier_beta(shifted)
         solved = None if warm is None else halley_brier(shifted, warm, STEP_TOLERANCE, quadratic=True)
         if solved is not None:

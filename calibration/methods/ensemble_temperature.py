@@ -48,18 +48,20 @@ from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import InputBatch
 from ..metrics.validated import row_blocks
 from ..options import INPUT_OPTION, Option
+from ..probability_floor import EPSILON
 from ..softmax import softmax
 from .brier_temperature import BrierSums, fit_brier_temperature
 from .shifted_logits import ShiftedLogits, shifted_logits
 from .temperature import solve_nll_temperature
 
 COMPONENTS = ("temperature_scaled", "identity", "uniform")
-EPS = float(np.finfo(np.float64).eps)
+EPS = float(np.finfo(np.float64).eps)  # the float64 resolution of the weight solves
 
 
 def label_probabilities(shifted: ShiftedLogits, beta: float) -> list[np.ndarray]:
-    """Label entries of ``softmax(beta d)`` and ``softmax(d)``, row block by row block."""
-    return [np.exp(b * shifted.d_label) / shifted.moments(b, 0)[0] for b in (beta, 1.0)]
+    """Label entries of ``softmax(beta d)`` and ``softmax(d)``, from one pass over the row blocks."""
+    sums = shifted.exp_sums((beta, 1.0))
+    return [np.exp(b * shifted.d_label) / s0 for b, s0 in zip((beta, 1.0), sums, strict=True)]
 
 
 def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarray:
@@ -205,6 +207,14 @@ class EnsembleTemperatureScaling(Calibrator):
             block += w2 * (softmax(logits) if scores.source == "logits" else scores.probability_rows(rows))
             block += w3 / scores.k
         return out
+
+    def _floor_counts(self, scores: InputBatch, labels: np.ndarray) -> tuple[int, int]:
+        """No pass over the predictions where ``w3 / k >= EPSILON``: every predicted entry is a sum
+        of non-negative terms and ``w3 / k``, so in floating point at least ``w3 / k`` (rounding
+        is monotone): no row is floored and no label gets 0."""
+        if self.weights_[2] / scores.k >= EPSILON:
+            return 0, 0
+        return super()._floor_counts(scores, labels)
 
     def _params(self) -> dict:
         return {"temperature": self.temperature_, "weights": self.weights_.tolist()}

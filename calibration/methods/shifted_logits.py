@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import device, label_entries, namespace, on_cpu, to_host
-from ..inputs import InputBatch
+from ..inputs import FlooredLogProbabilities, InputBatch
 from ..softmax import softmax
 
 CHUNK_ELEMENTS = 1 << 15
@@ -24,7 +24,8 @@ def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 class ShiftedLogits:
-    """Logits ``z`` (float64, or float32 widened a block at a time) with their row maxima, so
+    """Logits ``z`` (float64, float32 widened a block at a time, or the logs of probabilities
+    taken a block at a time: ``inputs.FlooredLogProbabilities``) with their row maxima, so
     that ``d = z - max_j z`` is available block by block, and row sums over ``exp(beta * d)`` and
     its moments.
 
@@ -89,6 +90,18 @@ class ShiftedLogits:
                     row_sums(term, out[degree][rows])
         return out
 
+    def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
+        """``sum_j exp(beta d_j)`` per row for each ``beta``, in one pass over the row blocks."""
+        out = [np.empty(self.n) for _ in betas]
+        e = np.empty((self.rows, self.k))
+        for rows, d in self.blocks():
+            weights = e[: len(d)]
+            for beta, sums in zip(betas, out, strict=True):
+                np.multiply(d, beta, out=weights)
+                np.exp(weights, out=weights)
+                row_sums(weights, sums[rows])
+        return out
+
     def count_top_ties(self) -> np.ndarray:
         """How many entries of each row equal its maximum."""
         ties = np.empty(self.n, dtype=np.int64)
@@ -141,6 +154,9 @@ class DeviceShiftedLogits(ShiftedLogits):
                 parts[degree].append(xp.sum(term, axis=1))
         return [to_host(xp.concat(sums) if len(sums) > 1 else sums[0]) for sums in parts]
 
+    def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
+        return [self.moments(beta, 0)[0] for beta in betas]
+
     def count_top_ties(self) -> np.ndarray:
         return to_host(self.xp.sum(self.xp.astype(self.d == 0, self.xp.int64), axis=1))
 
@@ -157,7 +173,12 @@ class DeviceShiftedLogits(ShiftedLogits):
 
 
 def shifted_logits(scores: InputBatch, labels: np.ndarray) -> ShiftedLogits:
-    """The shifted logits of a batch, on its device when it has one."""
+    """The shifted logits of a batch, on its device when it has one; on the host, probabilities'
+    logits are taken a block at a time (``FlooredLogProbabilities``) unless the batch holds them."""
     if scores.xp is np:
-        return ShiftedLogits(scores.given if scores.source == "logits" else scores.logits, labels)
+        if scores.source == "logits":
+            return ShiftedLogits(scores.given, labels)
+        if "logits" in scores.__dict__:
+            return ShiftedLogits(scores.logits, labels)
+        return ShiftedLogits(FlooredLogProbabilities(scores.given), labels)
     return DeviceShiftedLogits(scores.logits, labels)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..inputs import check_probabilities
-from ._inputs import probabilities_and_labels, top_label, top_label_of
+from ._inputs import probabilities_and_labels, row_blocks, top_label, top_label_of
 
 
 def equal_width_bin(values: np.ndarray, n_bins: int) -> np.ndarray:
@@ -148,19 +148,27 @@ def classwise_ece(probs, labels, n_bins: int = 15) -> float:
     The entries are selected on their IEEE bit patterns read as unsigned integers, which order
     non-negative floats as the floats do and put every negative float (sign bit set) above the
     edge, so the sign check needs only the selected entries, not a pass over all of them.
+    Float32 probabilities are widened a block of rows at a time (no float64 copy of the matrix);
+    their column totals are then added block by block, which changes only their rounding.
     """
     _check_bins(n_bins)
-    p, y = probabilities_and_labels(probs, labels, nonnegative=False)
+    p, y = probabilities_and_labels(probs, labels, nonnegative=False, keep_float32=True)
     n, k = p.shape
     first_edge = np.linspace(0.0, 1.0, n_bins + 1)[1:2]
-    flat = np.flatnonzero(p.view(np.uint64) > first_edge.view(np.uint64))
-    values = p.ravel()[flat]
+    flats, parts, column_sums = [], [], np.zeros(k)
+    for rows in row_blocks(n, k) if p.dtype == np.float32 else [slice(0, n)]:
+        block = np.ascontiguousarray(p[rows], dtype=np.float64)  # float32 widened a block at a time
+        flat = np.flatnonzero(block.view(np.uint64) > first_edge.view(np.uint64))
+        flats.append(flat + rows.start * k)
+        parts.append(block.ravel()[flat])
+        column_sums += np.einsum("ij->j", block)
+    flat, values = (flats[0], parts[0]) if len(parts) == 1 else (np.concatenate(flats), np.concatenate(parts))
     if values.size and not values.min() >= 0:
         check_probabilities(p)  # raises, naming the first negative entry
     keys = flat % k * n_bins + equal_width_bin(values, n_bins)
     sums = np.bincount(keys, weights=values, minlength=k * n_bins).reshape(k, n_bins)
-    sums[:, 0] = np.einsum("ij->j", p) - sums[:, 1:].sum(axis=1)
-    label_probs = p[np.arange(n), y]
+    sums[:, 0] = column_sums - sums[:, 1:].sum(axis=1)
+    label_probs = p[np.arange(n), y].astype(np.float64)
     hits = np.bincount(y * n_bins + equal_width_bin(label_probs, n_bins), minlength=k * n_bins)
     return float(np.abs(sums - hits.reshape(k, n_bins)).sum() / (n * k))
 

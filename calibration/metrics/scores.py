@@ -25,7 +25,7 @@ import numpy as np
 
 from ..backend import device, label_entries, namespace, row_dot, to_host
 from ..probability_floor import EPSILON
-from ._inputs import labelled_probabilities, probabilities_and_labels, top_label_of
+from ._inputs import is_float32_matrix, labelled_probabilities, probabilities_and_labels, top_label_of
 from .validated import row_blocks
 
 UNSUPPORTED_RATIO = 1e-6
@@ -42,12 +42,33 @@ def label_ranks(values, labels: np.ndarray) -> np.ndarray:
     return to_host(xp.count_nonzero(ahead, axis=1))
 
 
+def float32_labelled(probs, labels) -> tuple[np.ndarray, np.ndarray]:
+    """A validated float32 numpy ``(n, k)`` as it is (no float64 copy) and its labels."""
+    return probabilities_and_labels(probs, labels, keep_float32=True)
+
+
+def squared_norms(p: np.ndarray) -> np.ndarray:
+    """``<p_i, p_i>`` per row of a float32 ``p``, each block of rows widened to float64 (exact)
+    and reduced as ``row_dot`` reduces the float64 matrix's rows."""
+    out = np.empty(p.shape[0])
+    for rows in row_blocks(*p.shape):
+        block = p[rows].astype(np.float64)
+        out[rows] = row_dot(block, block)
+    return out
+
+
 def brier(probs, labels) -> float:
+    if is_float32_matrix(probs):
+        p, y = float32_labelled(probs, labels)
+        return float(np.mean(squared_norms(p) - 2.0 * label_entries(p, y).astype(np.float64) + 1.0))
     p, y, _ = labelled_probabilities(probs, labels)
     return float(namespace(p).mean(row_dot(p, p) - 2.0 * label_entries(p, y) + 1.0))
 
 
 def nll(probs, labels) -> float:
+    if is_float32_matrix(probs):
+        p, y = float32_labelled(probs, labels)
+        return float(-np.mean(np.log(np.maximum(label_entries(p, y).astype(np.float64), EPSILON))))
     p, y, _ = labelled_probabilities(probs, labels)
     xp = namespace(p)
     entries = label_entries(p, y)
@@ -55,6 +76,9 @@ def nll(probs, labels) -> float:
 
 
 def accuracy(probs, labels) -> float:
+    if is_float32_matrix(probs):  # widening keeps the order and the ties: the same argmax
+        p, y = float32_labelled(probs, labels)
+        return float(np.mean((np.argmax(p, axis=1) == y).astype(np.float64)))
     p, _, y = labelled_probabilities(probs, labels)
     xp = namespace(p)
     return float(xp.mean(xp.astype(xp.argmax(p, axis=1) == y, xp.float64)))
@@ -69,6 +93,9 @@ def top_n_accuracy(probs, labels, n: int = 5) -> float:
 
 def mean_confidence(probs, labels=None) -> float:
     """Labels are accepted (and checked) for a uniform signature, not used."""
+    if is_float32_matrix(probs):
+        p, _ = float32_labelled(probs, labels)
+        return float(np.mean(np.max(p, axis=1).astype(np.float64)))
     p, _, _ = labelled_probabilities(probs, labels)
     xp = namespace(p)
     return float(xp.mean(xp.max(p, axis=1)))

@@ -21,17 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..probability_floor import EPSILON
+from ._inputs import BLOCK_ENTRIES as BLOCK_ENTRIES  # their home is _inputs; imported from here too
+from ._inputs import row_blocks as row_blocks
 from .binned import _binned_error, adaptive_error, diagram_of, equal_width_bin, maximum_error
 from .kde import kde_error
-
-BLOCK_ENTRIES = 1 << 19  # entries of one row block: 4 MiB in float64 (the report then holds 0.6x a 50000 x 100
-# float32 matrix at its peak, 1.2x with 16 MiB blocks, and is no slower)
-
-
-def row_blocks(n: int, k: int, entries: int = BLOCK_ENTRIES):
-    """Slices of consecutive rows, about ``entries`` entries each (at least one row)."""
-    step = max(1, entries // max(k, 1))
-    return [slice(start, min(start + step, n)) for start in range(0, n, step)]
 
 
 class ValidatedMetrics:

@@ -1,0 +1,76 @@
+"""Fits at LLM vocabularies (tens of thousands of classes, a few hundred rows): ensemble
+temperature scaling's Brier temperature comes from Halley's method started in a subsample's
+basin, as on many rows, not from two dozen evaluations of the full-data grid, and equals the
+grid's answer; its weights are the exact minimum of the quadratic at that temperature."""
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration.base import Calibrator
+from calibration.inputs import validate_inputs
+from calibration.methods.brier_temperature import BrierSums
+from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
+from calibration.methods.shifted_logits import ShiftedLogits
+from calibration.methods.temperature import solve_brier_temperature, solve_nll_temperature
+from calibration.probability_floor import EPSILON
+from calibration.solvers import increasing_root
+
+
+def vocabulary_set(n=400, k=50000, seed=11, temperature=2.0):
+    """float32 logits 3 N(0, 1) and labels drawn from their softmax at ``temperature``."""
+    rng = np.random.default_rng(seed)
+    logits = (3.0 * rng.standard_normal((n, k))).astype(np.float32)
+    labels = np.empty(n, dtype=np.int64)
+    for i, row in enumerate(logits):
+        e = np.exp(row.astype(np.float64) / temperature)
+        labels[i] = min(int(np.searchsorted(np.cumsum(e / e.sum()), rng.random())), k - 1)
+    return logits, labels
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    return vocabulary_set()
+
+
+def test_ets_at_a_large_vocabulary_takes_halley_from_a_subsample_and_finds_the_grids_temperature(vocabulary):
+    logits, labels = vocabulary
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    assert "Halley" in ets.diagnostics_.message and ets.diagnostics_.converged
+    assert ets.diagnostics_.iterations <= 6  # full-data passes of the solve (the grid took 35)
+    shifted = ShiftedLogits(logits, labels)
+    t_grid, diagnostics = solve_brier_temperature(shifted)
+    assert diagnostics.converged
+    assert ets.temperature_ == pytest.approx(t_grid, rel=1e-12)
+    assert abs(BrierSums(shifted, 1 / ets.temperature_).slope) < 1e-12
+    gram, linear = BrierSums(shifted, 1 / ets.temperature_, quadratic=True).quadratic()
+    np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
+
+
+def test_a_root_hit_to_the_last_bit_ends_the_solve():
+    """A step below half an ulp leaves the iterate where it is; that is convergence, not a step
+    outside the bracket to be replaced by bisection (which took 30 more evaluations, each a pass
+    over the logits)."""
+    root = increasing_root(lambda x: (x - 0.5 + 1e-17, 1.0), 0.5, 1e-6, 1e6)
+    assert root.converged and root.x == 0.5 and root.iterations == 1
+
+
+def test_the_nll_temperature_of_a_few_rows_of_a_large_vocabulary_takes_a_few_halley_steps(vocabulary):
+    logits, labels = vocabulary
+    shifted = ShiftedLogits(logits[:64], labels[:64])
+    t, diagnostics = solve_nll_temperature(shifted)
+    assert diagnostics.converged and diagnostics.iterations <= 6
+    assert abs(shifted.nll_gradient(1 / t)[0]) < 1e-12
+
+
+def test_ets_floor_counts_without_a_prediction_pass_equal_those_of_the_predictions(vocabulary):
+    logits, labels = vocabulary
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    tiny = logits[:20].copy()
+    tiny[:, 0] = -1e4  # an entry far below the floor in every row
+    batch = validate_inputs(tiny, "logits")
+    ets.weights_ = np.array([0.9, 0.05, 0.05])  # every entry at least 0.05 / k: the shortcut's case
+    assert ets.weights_[2] / tiny.shape[1] >= EPSILON
+    assert ets._floor_counts(batch, labels[:20]) == Calibrator._floor_counts(ets, batch, labels[:20]) == (0, 0)
+    ets.weights_ = np.array([0.5, 0.5, 0.0])  # no uniform weight: the predictions are read
+    assert ets._floor_counts(batch, labels[:20]) == (20, 0)
