@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 import calibration as cal
@@ -278,3 +279,9 @@ class QualityCollector:
             log_e.add_metric([name, str(version), signal], log_e_value)
             alarm.add_metric([name, str(version), signal], 1.0 if alarmed else 0.0)
         yield from (ece, log_e, alarm)
+
+
+def alarmed_versions(session, calibrator_id: int, since) -> list[int]:
+    """The versions of a calibrator whose drift monitor raised its alarm after ``since``."""
+    return list(session.scalars(select(DriftMonitorRow.version).where(
+        DriftMonitorRow.calibrator_id == calibrator_id, DriftMonitorRow.alarmed_at > since)).all())

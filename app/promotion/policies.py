@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 
 import calibration as cal
 
-from ..monitoring.rows import DriftMonitorRow
+from ..monitoring.alarms import alarmed_versions
 from ..observations.chunks import refs_from_json
 from ..observations.schemas import DataSource, ObservationQuery
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
@@ -79,8 +79,7 @@ def _reasons(session, calibrator_id: int, policy: RefitPolicy, since) -> list[st
         if new >= policy.every_labels:
             reasons.append(f"{new} labelled observations since {since.isoformat()} (every {policy.every_labels})")
     if policy.on_alarm:
-        alarms = session.scalars(select(DriftMonitorRow.version).where(
-            DriftMonitorRow.calibrator_id == calibrator_id, DriftMonitorRow.alarmed_at > since)).all()
+        alarms = alarmed_versions(session, calibrator_id, since)
         if alarms:
             reasons.append(f"drift alarm on version(s) {', '.join(map(str, sorted(alarms)))}")
     if policy.every_seconds and utcnow() - since >= timedelta(seconds=policy.every_seconds):
