@@ -30,6 +30,7 @@ from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import ObservationChunkRow, utcnow
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.schemas import FitFields
+from ..registry.serving import Serving
 from . import aliases as promotion
 from . import evaluations
 from . import store as ps
@@ -102,7 +103,7 @@ def _cut(session, calibrator_id: int, last: int, holdout: float):
     return None
 
 
-def run(service, name: str, force: bool = False) -> tuple[bool, dict]:
+def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
     """Check the policy; when it fires (or ``force``), submit a refit job: ``(True, job)``, else
     ``(False, why not)``."""
     check_name(name)
@@ -134,7 +135,7 @@ def run(service, name: str, force: bool = False) -> tuple[bool, dict]:
     return True, job
 
 
-def run_refit(service, name: str, request: dict, progress) -> dict:
+def run_refit(service: Serving, name: str, request: dict, progress) -> dict:
     """The refit job: fit, then evaluate against the policy's alias and promote if it says so."""
     fields = FitFields.model_validate(request["fit"])
     policy = RefitPolicy.model_validate(request["policy"])
