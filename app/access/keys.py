@@ -11,6 +11,7 @@ move aliases), which includes ``read`` (get, list, calibrate, report, metrics, c
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -20,11 +21,15 @@ from sqlalchemy import select, update
 
 from ..platform.db import Database
 from ..platform.rows import ApiKeyRow, utcnow
-from ..registry.store import checksum
 
 SCOPES = ("read", "write", "admin")
 KEY_PATTERN = re.compile(r"^cal_([0-9a-f]{12})_[A-Za-z0-9_-]{43}$")
 NAME_PATTERN = re.compile(r"^[\w .@-]{1,128}$")
+
+
+def checksum(key: str) -> str:
+    """The SHA-256 of a key (hex): what is stored in place of the key."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def implied_scopes(scopes: str) -> frozenset[str]:

@@ -10,13 +10,14 @@ import calibration as cal
 from ..jobs.inputs import job_input
 from ..jobs.runner import JobProgress
 from ..platform.errors import refused_as
+from ..registry.serving import Serving
 from ..wire.batches import ArrayBatch, validated
 from ..wire.costs import check_fit_parameters, estimated_fit_seconds
 from .schemas import CompareFields
 
 
 class Comparisons:
-    def __init__(self, service):
+    def __init__(self, service: Serving):
         self.service = service
 
     def _comparison_inputs(self, batch: ArrayBatch):

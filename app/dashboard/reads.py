@@ -25,6 +25,7 @@ from ..observations import store as observation_store
 from ..platform.errors import ServiceError
 from ..promotion import store as promotion_store
 from ..registry import store
+from ..registry.serving import Serving
 
 SPARK_WINDOWS = 12  # windows of rows in the home page's sparkline
 NICE_SIZES = (50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10_000, 20_000, 25_000, 50_000, 100_000)
@@ -51,7 +52,7 @@ def state_of(summary: dict, alarms: dict) -> tuple[str, str]:
     return "ok", f"{len(alarms['monitors'])} monitor(s) below 1/alpha"
 
 
-def health(service, calibrator: dict) -> dict:
+def health(service: Serving, calibrator: dict) -> dict:
     """The home page's facts about one calibrator (``list_calibrators``' entry)."""
     name = calibrator["name"]
     summary = service.observations.summary(name)
@@ -69,7 +70,7 @@ def health(service, calibrator: dict) -> dict:
             "window": window, "sparkline": spark}
 
 
-def trajectories(service, name: str, max_rows: int) -> list[dict]:
+def trajectories(service: Serving, name: str, max_rows: int) -> list[dict]:
     """Per labelled monitor (version ascending): ``rows`` and ``log_e`` (at most
     ``TRAJECTORY_POINTS`` points, the first crossing kept), its threshold and alarm; a monitor fed
     more than ``max_rows`` rows is not replayed (``skipped``)."""
@@ -111,7 +112,7 @@ def trajectories(service, name: str, max_rows: int) -> list[dict]:
     return out
 
 
-def alarm_windows(service, name: str, window: str, alarms: dict) -> list[dict]:
+def alarm_windows(service: Serving, name: str, window: str, alarms: dict) -> list[dict]:
     """Each alarm with the label of the quality window (``quality.quality``'s labels for ``window``)
     holding the row at which it fired: for a labelled monitor, its ``alarm_rows``-th labelled row of
     its version in arrival order; for a label-free one, the newest observation before it was raised."""
@@ -140,7 +141,7 @@ def alarm_windows(service, name: str, window: str, alarms: dict) -> list[dict]:
     return out
 
 
-def evaluations(service, name: str, limit: int = 20) -> list[dict]:
+def evaluations(service: Serving, name: str, limit: int = 20) -> list[dict]:
     """The newest ``limit`` evaluations, whole (the stored result: confidence sequences, ECE intervals)."""
     with service.db.read() as session:
         return [{"id": r.id, **r.result, "created_at": r.created_at}

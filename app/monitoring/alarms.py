@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 import calibration as cal
@@ -31,6 +32,7 @@ from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import Reference, check_name
+from ..registry.serving import Serving
 from . import store as alarm_store
 from . import webhooks
 from .quality import calibrated_groups
@@ -83,14 +85,14 @@ def alarms(db: Database, name: str, drift: float | None = None) -> dict:
     return {"name": name, "alarms": [v for v in views if v["alarm"]], "monitors": views}
 
 
-def _residuals(service, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
+def _residuals(service: Serving, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
     inputs, labels = observation_store.load(session, entries)
     _, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs,
                                               np.full(len(labels), version, dtype=np.int64))
     return calibrated, labels[usable]
 
 
-def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
+def _feed(service: Serving, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
     """Feed ``test`` the rows of ``chunks`` (``version``'s feedback, in arrival order), in batches
     of under twice ``FEED_ENTRIES`` entries, or of the read budget if smaller (a larger chunk in pieces)."""
     batch, entries = [], 0
@@ -107,7 +109,7 @@ def _feed(service, name: str, version: int, test: monitoring.DriftTest, chunks: 
             batch, entries = [], 0
 
 
-def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
+def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
     with service.db.read() as session:
         index = observation_store.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
                                                 source="feedback", version=version)
@@ -117,7 +119,7 @@ def _recent_ece(service, name: str, calibrator_id: int, version: int) -> tuple[f
     return (cal.ece(probs, labels), len(labels)) if len(labels) else (None, 0)
 
 
-def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
+def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
              class_tolerance: float = 0.02, webhook_url: str | None = None) -> dict:
     """Bring every version's monitors up to date: on the labelled rows it served and, without
     labels, on its logged predictions against the labelled observations (uploads if any) as the
@@ -161,7 +163,7 @@ def evaluate(service, name: str, alpha: float = 0.01, tolerance: float = 0.02, h
     return {**alarms(service.db, name), "new_alarms": new_alarms}
 
 
-def _labelled(service, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
+def _labelled(service: Serving, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
     with service.db.read() as session:
         chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
     if state is None and not chunks:  # its rows were deleted meanwhile
@@ -173,7 +175,7 @@ def _labelled(service, name: str, calibrator_id: int, version: int, options: dic
     return test, chunks[-1].id if chunks else after, ece, ece_rows, {}
 
 
-def _reference(service, name: str, calibrator_id: int, version: int) -> np.ndarray | None:
+def _reference(service: Serving, name: str, calibrator_id: int, version: int) -> np.ndarray | None:
     """The label-free monitor's reference: the calibrated probabilities of the newest labelled
     observations (uploads if there are any) through ``version``."""
     with service.db.read() as session:
@@ -186,7 +188,7 @@ def _reference(service, name: str, calibrator_id: int, version: int) -> np.ndarr
     return probs if len(probs) else None
 
 
-def _label_free(service, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
+def _label_free(service: Serving, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
     if state is None:
         probs = _reference(service, name, calibrator_id, version)
         if probs is None:  # nothing labelled to compare with
@@ -278,3 +280,9 @@ class QualityCollector:
             log_e.add_metric([name, str(version), signal], log_e_value)
             alarm.add_metric([name, str(version), signal], 1.0 if alarmed else 0.0)
         yield from (ece, log_e, alarm)
+
+
+def alarmed_versions(session, calibrator_id: int, since) -> list[int]:
+    """The versions of a calibrator whose drift monitor raised its alarm after ``since``."""
+    return list(session.scalars(select(DriftMonitorRow.version).where(
+        DriftMonitorRow.calibrator_id == calibrator_id, DriftMonitorRow.alarmed_at > since)).all())

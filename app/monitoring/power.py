@@ -21,6 +21,7 @@ from ..observations import store as observation_store
 from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge, refused_as
 from ..registry import store
 from ..registry.names import Reference, check_name
+from ..registry.serving import Serving
 from .power_schemas import PowerRequest
 
 
@@ -31,7 +32,7 @@ def _index(session, calibrator_id: int, rows: int, budget: int) -> list:
         observation_store.newest_within(session, calibrator_id, rows, budget)
 
 
-def submit(service, name: str, fields: PowerRequest, settings) -> dict:
+def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
     """Check ``fields`` against the limits and the calibrator, and queue the ``power`` job."""
     check_name(name)
     if service.jobs is None:
@@ -63,7 +64,7 @@ def _shift(fields: PowerRequest) -> core.Shift:
                       tuple(fields.swap_classes) if fields.swap_classes else None)
 
 
-def run(service, name: str, request: dict, progress) -> dict:
+def run(service: Serving, name: str, request: dict, progress) -> dict:
     """The ``power`` job: read the rows, simulate the shifted and the null streams."""
     fields = PowerRequest.model_validate({k: v for k, v in request.items() if k != "rows"})
     version = int(request["version"])

@@ -25,6 +25,7 @@ from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, refused_as
 from ..registry import store
 from ..registry.names import Reference, check_name
+from ..registry.serving import Serving
 from . import store as alarm_store
 
 METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
@@ -92,7 +93,7 @@ def check_read(rows: int, k: int, budget: int, asked: str) -> None:
                            f"{max(budget // k, 1)} rows")
 
 
-def calibrated_groups(service, name: str, kind: str, inputs: np.ndarray, versions: np.ndarray):
+def calibrated_groups(service: Serving, name: str, kind: str, inputs: np.ndarray, versions: np.ndarray):
     """``(raw probabilities, calibrated probabilities, usable rows)``: each row through the version in
     ``versions``; rows of a version that was deleted are left out."""
     with refused_as():
@@ -138,7 +139,7 @@ def label_free(probs: np.ndarray) -> dict:
             "predicted_class_distribution": (np.bincount(probs.argmax(axis=1), minlength=k) / len(probs)).tolist()}
 
 
-def quality(service, name: str, query: QualityQuery) -> dict:
+def quality(service: Serving, name: str, query: QualityQuery) -> dict:
     """The quality history of ``name``: one entry per window, oldest first."""
     check_name(name)
     if query.windows < 1 or query.bootstrap < 0 or query.n_bins < 1 or not 0 < query.confidence < 1:
@@ -189,7 +190,8 @@ def _window_order(key: str):
     return (0, int(key.split()[1].split("-")[0]), key) if key.startswith("rows ") else (1, 0, key)
 
 
-def label_shift(service, name: str, version: int | None = None, last: int = 50_000, alpha: float = 0.05) -> dict:
+def label_shift(service: Serving, name: str, version: int | None = None, last: int = 50_000,
+                alpha: float = 0.05) -> dict:
     """Class priors of production estimated from the newest ``last`` logged predictions (no labels):
     EM (Saerens et al. 2002) on their calibrated probabilities, each through the version that
     served it (or through ``version``), and BBSE (Lipton et al. 2018) against the labelled
@@ -248,7 +250,7 @@ def suggestion(raw_source: np.ndarray, source_labels: np.ndarray, raw_target: np
                                                   "converged": bcts.converged, "rows": len(source_labels)}}
 
 
-def quality_figure(service, name: str, query: QualityQuery, fmt: str) -> bytes:
+def quality_figure(service: Serving, name: str, query: QualityQuery, fmt: str) -> bytes:
     """The quality history as a picture (``png`` or ``svg``): ECE calibrated and not, and accuracy
     against mean confidence, per window with their intervals."""
     answer = quality(service, name, query)

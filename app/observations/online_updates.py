@@ -31,8 +31,9 @@ from sqlalchemy.orm import Session
 import calibration as cal
 
 from ..platform.rows import VersionRow
-from ..registry import integrity, store
+from ..registry import integrity
 from ..registry.cache import load_calibrator
+from ..registry.resolved import ResolvedVersion
 from ..registry.versions import NewVersion, write_version
 from . import online_store
 from . import store as observation_store
@@ -70,7 +71,7 @@ class OnlineUpdates:
         if n < max(self.min_rows, 1):
             return None
         values, labels = observation_store.load(session, usable)
-        calibrator = load_calibrator(store.ResolvedVersion(name, parent.version, parent.checksum, parent.id),
+        calibrator = load_calibrator(ResolvedVersion(name, parent.version, parent.checksum, parent.id),
                                      integrity.record_of(name, parent), self.integrity_key)
         try:
             probs = calibrator.update_batch(cal.validate_inputs(values, parent.input_kind), labels)

@@ -36,6 +36,7 @@ from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
 from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import Reference, check_alias, check_name
+from ..registry.serving import Serving
 from . import store as promotion_store
 from .rows import EvaluationRow
 from .schemas import EvaluationRequest
@@ -59,7 +60,8 @@ def _interval(metric, probs, labels, fields: EvaluationRequest, **kwargs) -> dic
                                   seed=fields.seed, **kwargs).to_dict()
 
 
-def _served_probabilities(service, name: str, index: list, values, kind: str) -> tuple[np.ndarray, dict[int, int]]:
+def _served_probabilities(service: Serving, name: str, index: list, values,
+                          kind: str) -> tuple[np.ndarray, dict[int, int]]:
     """Each labelled prediction's probabilities from the version that served it (the shadow's
     champion: what callers actually got), and the rows per serving version."""
     with service.db.read() as session:
@@ -78,7 +80,7 @@ def _served_probabilities(service, name: str, index: list, values, kind: str) ->
     return probabilities, {v: int((served == v).sum()) for v in np.unique(served).tolist()}
 
 
-def evaluate(service, name: str, fields: EvaluationRequest) -> dict:
+def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
     """Compare ``fields.challenger`` with ``fields.champion`` (or, without one, with the versions that
     served each labelled prediction: a shadow evaluation) on held-out observations; store and
     return the evaluation."""

@@ -23,13 +23,14 @@ from sqlalchemy import func, select
 
 import calibration as cal
 
-from ..monitoring.rows import DriftMonitorRow
+from ..monitoring.alarms import alarmed_versions
 from ..observations.chunks import refs_from_json
 from ..observations.schemas import DataSource, ObservationQuery
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import ObservationChunkRow, utcnow
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.schemas import FitFields
+from ..registry.serving import Serving
 from . import aliases as promotion
 from . import evaluations
 from . import store as ps
@@ -79,8 +80,7 @@ def _reasons(session, calibrator_id: int, policy: RefitPolicy, since) -> list[st
         if new >= policy.every_labels:
             reasons.append(f"{new} labelled observations since {since.isoformat()} (every {policy.every_labels})")
     if policy.on_alarm:
-        alarms = session.scalars(select(DriftMonitorRow.version).where(
-            DriftMonitorRow.calibrator_id == calibrator_id, DriftMonitorRow.alarmed_at > since)).all()
+        alarms = alarmed_versions(session, calibrator_id, since)
         if alarms:
             reasons.append(f"drift alarm on version(s) {', '.join(map(str, sorted(alarms)))}")
     if policy.every_seconds and utcnow() - since >= timedelta(seconds=policy.every_seconds):
@@ -103,7 +103,7 @@ def _cut(session, calibrator_id: int, last: int, holdout: float):
     return None
 
 
-def run(service, name: str, force: bool = False) -> tuple[bool, dict]:
+def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
     """Check the policy; when it fires (or ``force``), submit a refit job: ``(True, job)``, else
     ``(False, why not)``."""
     check_name(name)
@@ -135,7 +135,7 @@ def run(service, name: str, force: bool = False) -> tuple[bool, dict]:
     return True, job
 
 
-def run_refit(service, name: str, request: dict, progress) -> dict:
+def run_refit(service: Serving, name: str, request: dict, progress) -> dict:
     """The refit job: fit, then evaluate against the policy's alias and promote if it says so."""
     fields = FitFields.model_validate(request["fit"])
     policy = RefitPolicy.model_validate(request["policy"])

@@ -26,6 +26,7 @@ from ..monitoring import webhooks
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
 from ..platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from ..registry.serving import Serving
 from ..settings import get_settings
 from . import policies
 from .rows import RefitPolicyRow
@@ -53,7 +54,7 @@ def data_marks(db) -> dict[str, tuple[int, int]]:
 
 
 class Scheduler:
-    def __init__(self, service, seconds: float, webhook_policy: webhooks.WebhookPolicy | None = None):
+    def __init__(self, service: Serving, seconds: float, webhook_policy: webhooks.WebhookPolicy | None = None):
         self.service = service
         self.seconds = seconds
         self.webhook_policy = webhook_policy or webhooks.WebhookPolicy.of(get_settings())

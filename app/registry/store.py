@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass
 
 import orjson
 from sqlalchemy import bindparam, delete, func, or_, select
@@ -23,6 +22,7 @@ from ..platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
 from ..promotion.rows import CalibratorSettingRow
 from . import integrity
 from .names import Reference
+from .resolved import ResolvedVersion
 
 MAX_PAGE_SIZE = 1000
 
@@ -33,19 +33,6 @@ def canonical_json(value) -> str:
 
 def checksum(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ResolvedVersion:
-    """The version a reference points at, with what is needed to load it (its row id) and to
-    trust it (its checksum)."""
-
-    name: str
-    version: int
-    checksum: str
-    version_id: int
-    calibrator_id: int = 0
-    log_rate: float = 0.0  # share of calibrate requests the prediction log keeps (0: logging off)
 
 
 def calibrator_row(session: Session, name: str) -> CalibratorRow:
