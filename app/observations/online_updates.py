@@ -33,7 +33,7 @@ import calibration as cal
 from ..platform.rows import VersionRow
 from ..registry import integrity
 from ..registry.cache import load_calibrator
-from ..registry.resolved import ResolvedVersion
+from ..registry.names import ResolvedVersion
 from ..registry.versions import NewVersion, write_version
 from . import online_store
 from . import store as observation_store

@@ -37,7 +37,7 @@ from ..platform.db import Database
 from ..platform.errors import InvalidInput
 from ..platform.logs import first_line
 from ..platform.rows import utcnow
-from ..registry.resolved import ResolvedVersion
+from ..registry.names import ResolvedVersion
 from . import epoch_store as prediction_epoch_store
 from . import store as prediction_log_store
 from .buffer import LogBuffer, LogStats, Pending, name_thread

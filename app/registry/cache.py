@@ -28,7 +28,7 @@ from calibration import Calibrator, from_dict
 
 from ..platform.errors import IntegrityFailure
 from . import integrity
-from .resolved import ResolvedVersion
+from .names import ResolvedVersion
 
 
 def load_calibrator(resolved: ResolvedVersion, record: integrity.VersionRecord, key: bytes | None) -> Calibrator:

@@ -3,7 +3,9 @@
 
 A rule holds for the whole string (``re.fullmatch``: a ``$`` would let a trailing newline
 through, which is then stored and breaks the ``Location`` header), and the length is checked
-first, against the columns' widths, so an over-long name never reaches the database."""
+first, against the columns' widths, so an over-long name never reaches the database.
+``ResolvedVersion`` is what a reference resolves to, passed from the registry to serving, the cache
+and the prediction log."""
 
 from __future__ import annotations
 
@@ -85,3 +87,16 @@ class Reference:
     @classmethod
     def pinned(cls, name: str, version: int) -> Reference:
         return cls(check_name(name), version=version)
+
+
+@dataclass(frozen=True)
+class ResolvedVersion:
+    """The version a reference points at, with what is needed to load it (its row id) and to
+    trust it (its checksum)."""
+
+    name: str
+    version: int
+    checksum: str
+    version_id: int
+    calibrator_id: int = 0
+    log_rate: float = 0.0  # share of calibrate requests the prediction log keeps (0: logging off)

@@ -34,10 +34,10 @@ from .schemas import (
     FitRequest,
     ReportOut,
     ReportRequest,
+    VersionList,
     VersionOut,
 )
 from .service import CalibrationService
-from .version_schemas import VersionList
 
 router = APIRouter(prefix="/v1", tags=["calibrators"])
 

@@ -231,3 +231,17 @@ class ProblemOut(BaseModel):
     detail: str
     instance: str | None = None
     request_id: str | None = None
+
+
+class DamagedVersion(BaseModel):
+    version: int
+    detail: str = Field(description="Why it is refused: a stored column that cannot be read, or that does not "
+                                    "match the version's digest")
+
+
+class VersionList(BaseModel):
+    name: str
+    versions: list[VersionOut] = Field(description="The intact versions of this page")
+    damaged: list[DamagedVersion] = Field([], description="Versions of this page whose stored record is damaged "
+                                                          "(getting or serving one is a 500 problem naming it)")
+    next_page_token: str | None = None

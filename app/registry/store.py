@@ -21,8 +21,7 @@ from ..platform.errors import Conflict, InvalidInput, NotFound
 from ..platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
 from ..promotion.rows import CalibratorSettingRow
 from . import integrity
-from .names import Reference
-from .resolved import ResolvedVersion
+from .names import Reference, ResolvedVersion
 
 MAX_PAGE_SIZE = 1000
 
