@@ -39,6 +39,7 @@ from . import prior_shift, reports, store, version_records
 from .cache import CalibratorCache, LoadedVersion, load_calibrator
 from .device import Device
 from .names import Reference, check_name
+from .resolutions import Resolutions
 from .schemas import EvaluationFields, FitFields
 from .views import version_view
 
@@ -59,6 +60,7 @@ class CalibrationService:
         self.integrity_key = integrity_key
         self.device = Device(device)
         self.cache = CalibratorCache(cache_size, cache_bytes)
+        self.resolutions = Resolutions(db)
         self.limits = RequestLimits(max_body_bytes, max_array_bytes, max_json_bytes, max_entries)
         self.max_parameters = max_parameters
         self.max_read_entries = max_read_entries  # stored rows x classes one read loads (monitoring.quality.check_read)
@@ -212,9 +214,9 @@ class CalibrationService:
     # -- serving ----------------------------------------------------------------------------
 
     def serving(self, reference: Reference) -> LoadedVersion:
-        """The version a reference means, loaded (one query; the version is loaded once per
-        (name, version, checksum) and kept in the cache)."""
-        resolved = store.resolve(self.db, reference)
+        """The version a reference means (``resolutions``: one query, none while the database is
+        unchanged), loaded (once per (name, version, checksum), then kept in the cache)."""
+        resolved = self.resolutions.resolve(reference)
 
         def load() -> LoadedVersion:
             with self.db.read() as session:
