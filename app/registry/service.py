@@ -226,7 +226,11 @@ class CalibrationService:
                                  len(record.params_json))
 
         loaded = self.cache.get(resolved, load)
-        return loaded if loaded.resolved == resolved else replace(loaded, resolved=resolved)
+        if loaded.resolved is resolved or loaded.resolved == resolved:
+            return loaded
+        loaded = replace(loaded, resolved=resolved)  # its row changed (a log rate), or a fit put it
+        self.cache.put(loaded)  # kept as now resolved: the next calls take it as it is
+        return loaded
 
     def predict(self, loaded: LoadedVersion, inputs: cal.InputBatch) -> np.ndarray:
         """Calibrated probabilities of validated inputs, on the configured device."""
