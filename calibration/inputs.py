@@ -117,6 +117,8 @@ def looks_like_probabilities(x, tolerance: float = LOOKALIKE_TOLERANCE) -> bool:
         return False
 
     def all_rows(a) -> bool:
+        if xp is np and a.dtype == np.float32:  # summed in float64: float32 row sums err by ~1e-7·√k
+            a = a.astype(np.float64)
         return bool(xp.min(a) >= 0) and bool(xp.all(xp.abs(xp.sum(a, axis=1) - 1.0) <= tolerance))
 
     return all_rows(x[:1]) and all_rows(x)

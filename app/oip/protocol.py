@@ -251,7 +251,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         scores = cal.validate_inputs(request.array, calibrator.input, request.input_name)
     except ValueError as exc:
         raise bad(str(exc)) from exc
-    if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.logits):
+    if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.given):
         raise bad(LOOKS_LIKE_PROBABILITIES)
     try:
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)

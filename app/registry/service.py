@@ -253,7 +253,7 @@ class CalibrationService:
             probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
                                                  batch.fields.source_priors)
         served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
-        return CalibratedBatch(loaded.name, loaded.version, probabilities, getattr(inputs, inputs.source),
+        return CalibratedBatch(loaded.name, loaded.version, probabilities, inputs.given,
                                loaded.class_names, served, getattr(batch.values, "dtype", None))
 
     def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):

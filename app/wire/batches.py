@@ -69,7 +69,7 @@ def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
     if (batch.kind == "logits" and getattr(batch.fields, "input_check", True)
-            and cal.looks_like_probabilities(inputs.logits)):
+            and cal.looks_like_probabilities(inputs.given)):
         raise InvalidInput(LOOKS_LIKE_PROBABILITIES)
     return inputs, labels
 
