@@ -26,7 +26,7 @@ from .backend import from_host, namespace, to_host
 from .inputs import InputBatch, check_labels, first_bad_row, validate_inputs
 from .metrics.validated import row_blocks
 from .options import INPUT_OPTION, Option, validate_options
-from .probability_floor import EPSILON, fit_floor_counts, floor_probabilities
+from .probability_floor import EPSILON, clear_of_floor, fit_floor_counts, floor_probabilities
 from .softmax import predicted_class
 
 FORMAT_VERSION = 1
@@ -173,6 +173,8 @@ class Calibrator:
             )
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below instead
             probabilities = self._predict(scores)
+        if scores.xp is np and clear_of_floor(probabilities):  # the common case, in two passes
+            return probabilities
         if not math.isfinite(float(scores.xp.sum(probabilities))):  # NaN and infinity both propagate
             host = to_host(probabilities)
             row = first_bad_row(~np.isfinite(host))

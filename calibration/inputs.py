@@ -117,6 +117,8 @@ def looks_like_probabilities(x, tolerance: float = LOOKALIKE_TOLERANCE) -> bool:
         return False
 
     def all_rows(a) -> bool:
+        if xp is np and a.dtype == np.float32:  # summed in float64: float32 row sums err by ~1e-7·√k
+            a = a.astype(np.float64)
         return bool(xp.min(a) >= 0) and bool(xp.all(xp.abs(xp.sum(a, axis=1) - 1.0) <= tolerance))
 
     return all_rows(x[:1]) and all_rows(x)
@@ -189,33 +191,6 @@ class InputBatch:
         if self.xp is np or getattr(self, self.source).dtype == self.xp.float64:
             return self
         return InputBatch(**{self.source: self.xp.astype(getattr(self, self.source), self.xp.float64)})
-
-
-class FlooredLogProbabilities:
-    """The logits ``log(max(p, PROBABILITY_FLOOR))`` of numpy probabilities ``p`` (float32 widened,
-    or float64), computed in float64 for the rows or entries read, as ``InputBatch.logits``
-    computes them for the whole batch (the same numbers), so that a pass over row blocks holds
-    neither a float64 copy of ``p`` nor the logs. Indexing with a slice that names a step
-    (``z[::step]``) gives such a view of those rows; any other index gives their logs as an array,
-    and a numpy function given the whole view (``np.asarray``) gets all of them."""
-
-    def __init__(self, probabilities: np.ndarray):
-        self.probabilities = probabilities
-        self.shape = probabilities.shape
-        self.ndim = probabilities.ndim
-        self.dtype = np.dtype(np.float64)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, index):
-        if isinstance(index, slice) and index.step is not None:
-            return FlooredLogProbabilities(self.probabilities[index])
-        return np.log(np.clip(np.asarray(self.probabilities[index], dtype=np.float64), min=PROBABILITY_FLOOR))
-
-    def __array__(self, dtype=None, copy=None):
-        logs = self[:]
-        return logs if dtype is None else logs.astype(dtype)
 
 
 def validate_inputs(x, kind: str, name: str | None = None) -> InputBatch:

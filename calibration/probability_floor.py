@@ -42,6 +42,15 @@ EPSILON = float(np.finfo(np.float64).eps)
 LOG_BOUND = -math.log(EPSILON)
 
 
+def clear_of_floor(probabilities: np.ndarray) -> bool:
+    """Whether every entry of a numpy array is finite and ``>= EPSILON``: then the floor leaves it
+    bit for bit and nothing overflowed. Two reductions over the whole array (its minimum and
+    maximum; NaN fails both comparisons), cheaper than the row minima and the sum that find which
+    rows to floor or where a non-finite entry is."""
+    return bool(np.minimum.reduce(probabilities, axis=None) >= EPSILON) and \
+        bool(np.maximum.reduce(probabilities, axis=None) < math.inf)
+
+
 def floor_probabilities(probabilities):
     """``(floored, n_rows_floored)``: ``probabilities`` (any Array API array, rows summing to 1)
     with the floor rule applied (see the module), and how many rows it changed. A numpy array is

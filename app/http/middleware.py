@@ -47,6 +47,31 @@ def _json_problem(status: int, detail: str, request_id: str, title: str = "Conte
                          "detail": detail, "request_id": request_id})
 
 
+async def _within(receive, seconds: float, limit: float):
+    """``await receive()``, cancelled after ``seconds`` (then ``BodyTooSlow(limit)``). What
+    ``asyncio.timeout`` does (a timer that cancels the task, told apart from any other
+    cancellation by the task's cancel count), without its context object and state machine: one
+    timer handle, ~2.5 us a message against ~5.5 (two messages for a 64 x 1000 float32 body)."""
+    task = asyncio.current_task()
+    cancelling = task.cancelling()
+    expired = False
+
+    def expire():
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(max(0.0, seconds), expire)
+    try:
+        return await receive()
+    except asyncio.CancelledError:
+        if expired and task.uncancel() <= cancelling:
+            raise BodyTooSlow(limit) from None
+        raise
+    finally:
+        timer.cancel()
+
+
 class RequestMiddleware:
     def __init__(self, app, max_body_bytes: int, registry: CollectorRegistry, max_header_bytes: int = 65536,
                  body_seconds: float = 60.0):
@@ -115,11 +140,7 @@ class RequestMiddleware:
             nonlocal received, body_done
             if body_done:
                 return await receive()
-            try:  # a timeout scope, not wait_for: 3.11's wait_for wraps receive() in a new task
-                async with asyncio.timeout(max(0.0, body_deadline - time.perf_counter())):
-                    message = await receive()
-            except TimeoutError:
-                raise BodyTooSlow(self.body_seconds) from None
+            message = await _within(receive, body_deadline - time.perf_counter(), self.body_seconds)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:

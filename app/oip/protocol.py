@@ -73,7 +73,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         raise bad(f"input {short(request.input_name)}: expected shape {expected}, got {list(request.array.shape)}")
     with refused_as(bad):
         scores = cal.validate_inputs(request.array, calibrator.input, request.input_name)
-    if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.logits):
+    if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.given):
         raise bad(LOOKS_LIKE_PROBABILITIES)
     with refused_as(bad):
         probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)

@@ -8,6 +8,7 @@ themselves take the row locks they need.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -92,6 +93,9 @@ class Database:
         self._compiled: dict = {}
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(writer, expire_on_commit=False)
+        self._watch = None  # the connection that reads ``data_version`` (SQLite), opened on first use
+        self._watch_lock = threading.Lock()
+        self._watchable = self.dialect == "sqlite" and make_url(url).database not in (None, "", ":memory:")
 
     @property
     def dialect(self) -> str:
@@ -146,10 +150,32 @@ class Database:
         finally:
             connection.close()
 
+    def data_version(self) -> int | None:
+        """A number that changes whenever any connection, of this process or another, commits to
+        the database: SQLite's ``PRAGMA data_version``, read on a connection of its own that never
+        writes (the pragma counts the commits of every *other* connection), ~1 µs. ``None`` where
+        there is no such cheap signal (Postgres, an in-memory SQLite database): the caller must
+        then ask the database itself.
+
+        Read it *before* reading what it guards: a commit between the two then shows as a newer
+        number at the next read, never as an old number with new data."""
+        if not self._watchable:
+            return None
+        with self._watch_lock:
+            if self._watch is None:
+                pooled = self.engine.raw_connection()
+                pooled.detach()  # its own for good: never handed to a writer
+                self._watch = pooled.dbapi_connection
+            return self._watch.execute("PRAGMA data_version").fetchone()[0]
+
     def _lookup(self, statement: Select, params: dict) -> tuple | None:
         with self._lookups.connect() as connection:
             return connection.execute(statement, params).first()
 
     def dispose(self) -> None:
+        with self._watch_lock:
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
         self.engine.dispose()
         self._lookups.engine.dispose()

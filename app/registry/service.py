@@ -36,7 +36,7 @@ from ..wire.costs import (
     estimated_fit_seconds,
 )
 from . import prior_shift, reports, store, version_records
-from .cache import CalibratorCache, LoadedVersion, load_calibrator
+from .cache import CalibratorCache, LoadedVersion, Resolutions, load_calibrator
 from .device import Device
 from .names import Reference, check_name
 from .schemas import EvaluationFields, FitFields
@@ -60,6 +60,7 @@ class CalibrationService:
         self.integrity_key = integrity_key
         self.device = Device(device)
         self.cache = CalibratorCache(cache_size, cache_bytes)
+        self.resolutions = Resolutions(db)
         self.limits = RequestLimits(max_body_bytes, max_array_bytes, max_json_bytes, max_entries)
         self.max_parameters = max_parameters
         self.max_read_entries = max_read_entries  # stored rows x classes one read loads (monitoring.quality.check_read)
@@ -195,9 +196,9 @@ class CalibrationService:
     # -- serving ----------------------------------------------------------------------------
 
     def serving(self, reference: Reference) -> LoadedVersion:
-        """The version a reference means, loaded (one query; the version is loaded once per
-        (name, version, checksum) and kept in the cache)."""
-        resolved = store.resolve(self.db, reference)
+        """The version a reference means (``resolutions``: one query, none while the database is
+        unchanged), loaded (once per (name, version, checksum), then kept in the cache)."""
+        resolved = self.resolutions.resolve(reference)
 
         def load() -> LoadedVersion:
             with self.db.read() as session:
@@ -207,7 +208,11 @@ class CalibrationService:
                                  len(record.params_json))
 
         loaded = self.cache.get(resolved, load)
-        return loaded if loaded.resolved == resolved else replace(loaded, resolved=resolved)
+        if loaded.resolved is resolved or loaded.resolved == resolved:
+            return loaded
+        loaded = replace(loaded, resolved=resolved)  # its row changed (a log rate), or a fit put it
+        self.cache.put(loaded)  # kept as now resolved: the next calls take it as it is
+        return loaded
 
     def predict(self, loaded: LoadedVersion, inputs: cal.InputBatch) -> np.ndarray:
         """Calibrated probabilities of validated inputs, on the configured device."""
@@ -228,7 +233,7 @@ class CalibrationService:
             probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
                                                  batch.fields.source_priors)
         served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
-        return CalibratedBatch(loaded.name, loaded.version, probabilities, getattr(inputs, inputs.source),
+        return CalibratedBatch(loaded.name, loaded.version, probabilities, inputs.given,
                                loaded.class_names, served, getattr(batch.values, "dtype", None))
 
     def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):

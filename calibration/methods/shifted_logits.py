@@ -9,10 +9,37 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import device, label_entries, namespace, on_cpu, to_host
-from ..inputs import FlooredLogProbabilities, InputBatch
+from ..inputs import PROBABILITY_FLOOR, InputBatch
 from ..softmax import softmax
 
 CHUNK_ELEMENTS = 1 << 15
+
+
+class FlooredLogProbabilities:
+    """The logits ``log(max(p, PROBABILITY_FLOOR))`` of numpy probabilities ``p`` (float32 widened,
+    or float64), computed in float64 for the rows or entries read, as ``InputBatch.logits``
+    computes them for the whole batch (the same numbers), so that a pass over row blocks holds
+    neither a float64 copy of ``p`` nor the logs. Indexing with a slice that names a step
+    (``z[::step]``) gives such a view of those rows; any other index gives their logs as an array,
+    and a numpy function given the whole view (``np.asarray``) gets all of them."""
+
+    def __init__(self, probabilities: np.ndarray):
+        self.probabilities = probabilities
+        self.shape = probabilities.shape
+        self.ndim = probabilities.ndim
+        self.dtype = np.dtype(np.float64)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice) and index.step is not None:
+            return FlooredLogProbabilities(self.probabilities[index])
+        return np.log(np.clip(np.asarray(self.probabilities[index], dtype=np.float64), min=PROBABILITY_FLOOR))
+
+    def __array__(self, dtype=None, copy=None):
+        logs = self[:]
+        return logs if dtype is None else logs.astype(dtype)
 
 
 def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -25,7 +52,7 @@ def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 class ShiftedLogits:
     """Logits ``z`` (float64, float32 widened a block at a time, or the logs of probabilities
-    taken a block at a time: ``inputs.FlooredLogProbabilities``) with their row maxima, so
+    taken a block at a time: ``FlooredLogProbabilities``) with their row maxima, so
     that ``d = z - max_j z`` is available block by block, and row sums over ``exp(beta * d)`` and
     its moments.
 

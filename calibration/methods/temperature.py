@@ -161,6 +161,9 @@ class TemperatureCalibrator(Calibrator):
     accuracy_preserving = True
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
+        if scores.source == "logits" and scores.xp is np and "logits" not in scores.__dict__:
+            # float32 logits not yet widened: widened and divided in one pass (the same numbers)
+            return softmax(np.divide(scores.given, self.temperature_, dtype=np.float64), overwrite=True)
         return softmax(scores.logits / self.temperature_, overwrite=True)
 
     def _params(self) -> dict:

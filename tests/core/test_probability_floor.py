@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import log_loss
 
 import calibration as cal
-from calibration.probability_floor import EPSILON, LOG_BOUND, floor_probabilities
+from calibration.probability_floor import EPSILON, LOG_BOUND, clear_of_floor, floor_probabilities
 from tests.helpers import DATASETS, load_split, sweep
 
 FAST = ["temperature", "vector", "isotonic_multiclass", "isotonic_one_vs_all", "histogram_binning",
@@ -129,3 +129,19 @@ def test_a_tie_that_renormalising_would_create_at_the_top_is_undone():
     assert p[0, 0] > p[0, 1] and plain[0, 0] == plain[0, 1]
     q, _ = floor_probabilities(p)
     assert q[0, 0] > q[0, 1] == plain[0, 1] and q[0, 0] == pytest.approx(plain[0, 0], rel=3e-16)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(2, 6), st.integers(0, 2**32 - 1),
+       st.sampled_from([None, 0.0, 1e-300, EPSILON, np.nan, np.inf, -np.inf]))
+def test_clear_of_floor_is_exactly_finite_and_nothing_to_floor(n, k, seed, planted):
+    """The serving fast path (``predict_batch`` returns the array as it is) is taken exactly when
+    the floor would change nothing and every entry is finite."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(k), size=n)
+    if planted is not None:
+        p[rng.integers(n), rng.integers(k)] = planted
+    expected = bool(np.isfinite(p).all()) and floor_probabilities(p)[1] == 0
+    assert clear_of_floor(p) is expected
+    low32 = p.astype(np.float32)
+    assert clear_of_floor(low32) is (bool(np.isfinite(p).all()) and bool(low32.min() >= EPSILON))

@@ -12,6 +12,8 @@ import tracemalloc
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import calibration as cal
 from calibration.methods.brier_temperature import BrierSums, fit_brier_temperature
@@ -133,3 +135,28 @@ def test_fits_on_the_fast_paths_store_plain_json_and_read_back_exactly(method):
     fitted = cal.create(method, {"objective": "brier"} if method == "temperature" else {}).fit(logits, labels)
     stored = orjson.loads(orjson.dumps(fitted.to_dict()))
     np.testing.assert_array_equal(cal.from_dict(stored).predict_proba(logits[:100]), fitted.predict_proba(logits[:100]))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 40), st.integers(2, 30), st.integers(0, 2**32 - 1), st.floats(0.05, 20.0))
+def test_serving_float32_logits_unwidened_gives_the_widened_answer_bit_for_bit(n, k, seed, temperature):
+    """Temperature scaling widens and divides float32 logits in one pass when nothing has widened
+    them yet; the answer is the one computed from the float64 copy."""
+    rng = np.random.default_rng(seed)
+    logits = (5 * rng.standard_normal((n, k))).astype(np.float32)
+    model = cal.TemperatureScaling()
+    model.temperature_, model.n_classes_ = temperature, k
+    fresh = cal.validate_inputs(logits, "logits")
+    widened = cal.validate_inputs(logits, "logits")
+    widened.logits  # noqa: B018  (the float64 copy made first)
+    np.testing.assert_array_equal(model.predict_batch(fresh), model.predict_batch(widened))
+    assert "logits" not in fresh.__dict__
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 8), st.integers(2, 2000), st.integers(0, 2**32 - 1), st.booleans())
+def test_the_lookalike_check_of_float32_input_is_the_check_of_its_float64_widening(n, k, seed, softmax_rows):
+    rng = np.random.default_rng(seed)
+    x = rng.dirichlet(np.ones(k), size=n) if softmax_rows else rng.standard_normal((n, k))
+    x32 = x.astype(np.float32)
+    assert cal.looks_like_probabilities(x32) == cal.looks_like_probabilities(x32.astype(np.float64))

@@ -1,0 +1,111 @@
+"""References resolved once while the database is unchanged (``app.registry.cache.Resolutions``): what
+another replica or process commits (an alias move, a new version, a deleted version) is served
+from the very next call, and an unchanged database costs no lookup."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.platform.db import Database
+from app.platform.errors import NotFound
+from app.registry import store
+from app.registry.names import Reference
+from app.registry.schemas import CalibrateFields, FitFields
+from app.registry.service import CalibrationService
+from app.wire.batches import ArrayBatch
+from tests.helpers import load_split
+
+KIND, X, Y = load_split("cifar10_resnet50_cross_entropy", "val")
+X, Y = X[:300], Y[:300]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def replica(url: str) -> CalibrationService:
+    """A service with its own database engine and connections, as another replica has."""
+    return CalibrationService(Database(url), cache_size=8, max_body_bytes=1 << 24)
+
+
+@pytest.fixture
+def replicas(database_url):
+    ours, theirs = replica(database_url), replica(database_url)
+    ours.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
+    ours.fit("demo", ArrayBatch(FitFields(method="temperature", options={"objective": "brier"}), KIND, X, Y))
+    ours.set_alias("demo", "production", 1)
+    yield ours, theirs
+    ours.db.dispose()
+    theirs.db.dispose()
+
+
+def served_version(service: CalibrationService, reference: Reference) -> int:
+    loaded = service.serving(reference)
+    result = service.calibrate(loaded, ArrayBatch(CalibrateFields(), KIND, X[:5], None))
+    assert np.allclose(result.probabilities.sum(axis=1), 1.0)
+    return result.version
+
+
+def in_another_process(url: str, code: str) -> None:
+    program = ("from app.platform.db import Database\n"
+               "from app.registry.service import CalibrationService\n"
+               f"service = CalibrationService(Database({url!r}), cache_size=8, max_body_bytes=1 << 24)\n" + code)
+    subprocess.run([sys.executable, "-c", program], cwd=REPO, check=True, timeout=120)
+
+
+def test_an_alias_moved_or_a_version_added_by_another_replica_is_served_at_the_next_call(replicas):
+    ours, theirs = replicas
+    alias, latest = Reference.parse("demo@production"), Reference("demo")
+    assert (served_version(ours, alias), served_version(ours, latest)) == (1, 2)
+    assert (served_version(ours, alias), served_version(ours, latest)) == (1, 2)  # now remembered
+    theirs.set_alias("demo", "production", 2)
+    assert served_version(ours, alias) == 2
+    theirs.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
+    assert served_version(ours, latest) == 3
+    theirs.delete_alias("demo", "production")
+    with pytest.raises(NotFound, match="no alias 'production'"):
+        ours.serving(alias)
+
+
+def test_a_version_deleted_by_another_process_is_never_served(replicas, database_url):
+    ours, _ = replicas
+    pinned, latest = Reference.pinned("demo", 2), Reference("demo")
+    assert (served_version(ours, pinned), served_version(ours, latest)) == (2, 2)
+    in_another_process(database_url, "service.delete_version('demo', 2)\n"
+                                     "service.set_alias('demo', 'production', 1)\n")
+    with pytest.raises(NotFound, match="has no version 2"):
+        ours.serving(pinned)
+    assert served_version(ours, latest) == 1
+    in_another_process(database_url, "service.delete_calibrator('demo')\n")
+    with pytest.raises(NotFound, match="no calibrator named 'demo'"):
+        ours.serving(latest)
+
+
+def test_an_unchanged_database_is_not_asked_again(sqlite_url, monkeypatch):
+    from app.platform.migrate import upgrade
+
+    upgrade(sqlite_url)
+    service = replica(sqlite_url)
+    service.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
+    lookups = []
+    resolve = store.resolve
+    monkeypatch.setattr(store, "resolve", lambda db, reference: lookups.append(reference) or resolve(db, reference))
+    for _ in range(5):
+        assert served_version(service, Reference("demo")) == 1
+    assert lookups == [Reference("demo")]
+    service.set_alias("demo", "production", 1)  # any commit: looked up again
+    assert served_version(service, Reference("demo")) == 1
+    assert len(lookups) == 2
+    service.db.dispose()
+
+
+def test_only_sqlite_files_have_a_change_counter(sqlite_url, postgres_url):
+    database = Database(sqlite_url)
+    first = database.data_version()
+    assert isinstance(first, int) and database.data_version() == first
+    for other in (Database(postgres_url), Database("sqlite://")):
+        assert other.data_version() is None
+        other.dispose()
+    database.dispose()
