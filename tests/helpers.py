@@ -7,9 +7,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from scipy.integrate import quad
 from scipy.special import expit, softmax
-from scipy.stats import norm
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CALIBRATION_SHARED_DIR", REPO.parent / "shared"))
@@ -93,7 +91,18 @@ def synthetic_binary(rng, n, b0, b1):
 
 def true_binary_ece(b0, b1):
     """E|z1 - P(class 1 | z1)|, with P(class 1 | x) = sigmoid(-2x), by quadrature."""
+    from scipy.integrate import quad
+    from scipy.stats import norm
+
     def integrand(x):
         return abs(expit(b0 + b1 * x) - expit(-2 * x)) * 0.5 * (norm.pdf(x, -1) + norm.pdf(x, 1))
 
     return quad(integrand, -12, 12, limit=400, points=[0])[0]
+
+
+def binomtest(*args, **kwargs):
+    """``scipy.stats.binomtest``, imported on use: scipy.stats at module level would load in every
+    test process while it only collects."""
+    from scipy.stats import binomtest as test
+
+    return test(*args, **kwargs)

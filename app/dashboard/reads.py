@@ -61,7 +61,7 @@ def health(service: Serving, calibrator: dict) -> dict:
     if summary["total_rows"]:
         try:
             answer = quality.quality(service, name, quality.QualityQuery(window=window, bootstrap=0,
-                                                                         windows=SPARK_WINDOWS))
+                                                                         windows=SPARK_WINDOWS, metrics=("ece",)))
             spark = [(w["window"], w["calibrated"]["ece"]["estimate"]) for w in answer["windows"]]
         except ServiceError:  # over the read budget: the monitors' ECE stands in
             spark = []

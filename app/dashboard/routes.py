@@ -41,6 +41,8 @@ COOKIE = "calibration_ui_key"
 PAGE_SIZE = 50
 JOBS_SHOWN = 100
 QUALITY_BOOTSTRAP = 100  # resamples of the online page's quality intervals
+# the metrics the online page draws (chart and table), each with its interval; the others are not computed
+QUALITY_DRAWN = ("ece", "nll", "accuracy")
 CALIBRATOR_JOBS = 10  # the newest jobs listed on a calibrator's page
 HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
            "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
@@ -131,7 +133,8 @@ async def online(request: Request, name: str, window: str | None = Query(None, m
         summary = service.observations.summary(name)
         automatic = reads.row_window(summary["total_rows"])
         chosen = window.strip() if window and window.strip() else automatic
-        answer = quality.quality(service, name, quality.QualityQuery(window=chosen, bootstrap=QUALITY_BOOTSTRAP))
+        answer = quality.quality(service, name, quality.QualityQuery(window=chosen, bootstrap=QUALITY_BOOTSTRAP,
+                                                                    metrics=QUALITY_DRAWN))
         alarms = drift_alarms.alarms(service.db, name)
         state, detail = reads.state_of(summary, alarms)
         facts = {"summary": summary, "quality": answer, "alarms": alarms, "state": state, "detail": detail,

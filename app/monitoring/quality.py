@@ -41,7 +41,10 @@ class QualityQuery:
     """``window``: ``hour``, ``day`` or a number of rows; ``version``: score every row through
     this version (default: each feedback row through the version that served it, uploads through
     the latest); ``windows``: how many of the newest windows; ``bootstrap``: resamples per interval
-    (0: none)."""
+    (0: none); ``metrics``: the ``METRICS`` to compute (``None``: all); ``intervals``: those of them
+    that get a bootstrap interval (``None``: all), the others an estimate only. A metric's interval
+    is the same whichever others are asked (its resamples' seed is ``seed`` plus its place in
+    ``METRICS``)."""
 
     window: str = "day"
     version: int | None = None
@@ -50,6 +53,8 @@ class QualityQuery:
     bootstrap: int = 100
     confidence: float = 0.95
     seed: int = 0
+    metrics: tuple[str, ...] | None = None
+    intervals: tuple[str, ...] | None = None
 
 
 def window_size(window: str) -> int | None:
@@ -114,11 +119,14 @@ def calibrated_groups(service: Serving, name: str, kind: str, inputs: np.ndarray
 
 
 def metrics_of(probs: np.ndarray, labels: np.ndarray, query: QualityQuery) -> dict:
-    """Every metric of ``METRICS`` with its bootstrap interval (``low``/``high`` null without one)."""
+    """The metrics of ``METRICS`` the query asks for, each with its bootstrap interval if asked
+    (``low``/``high`` null without one)."""
     out = {}
     for offset, (metric, fn) in enumerate(METRICS.items()):
+        if query.metrics is not None and metric not in query.metrics:
+            continue
         kwargs = {"n_bins": query.n_bins} if metric in BINNED else {}
-        if query.bootstrap:
+        if query.bootstrap and (query.intervals is None or metric in query.intervals):
             interval = cal.bootstrap_interval(fn, probs, labels, n_resamples=query.bootstrap,
                                               confidence=query.confidence, seed=query.seed + offset, **kwargs)
             values = {"estimate": interval.estimate, "low": interval.low, "high": interval.high}
@@ -144,6 +152,9 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
     check_name(name)
     if query.windows < 1 or query.bootstrap < 0 or query.n_bins < 1 or not 0 < query.confidence < 1:
         raise InvalidInput("windows and n_bins must be >= 1, bootstrap >= 0 and confidence in (0, 1)")
+    unknown = (set(query.metrics or ()) | set(query.intervals or ())) - set(METRICS)
+    if unknown:
+        raise InvalidInput(f"unknown metrics {sorted(unknown)}; known: {list(METRICS)}")
     db: Database = service.db
     with db.read() as session:
         calibrator = store.calibrator_row(session, name)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
 
 from calibration.label_free import label_free_test, reference_of, residuals, rows_needed
 from calibration.monitoring import DriftTest, label_free_residuals
+from tests.helpers import binomtest
 
 STREAMS, ROWS, ALPHA = 300, 2000, 0.05
 

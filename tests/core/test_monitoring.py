@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import softmax
-from scipy.stats import binomtest
 
 from calibration.label_shift import adjust_priors, bbse_priors, em_priors
 from calibration.monitoring import STATE_FIELDS, DriftTest, class_residuals, drift_test, top_label_residuals
+from tests.helpers import binomtest
 
 
 def calibrated_stream(rng, streams: int, n: int, k: int = 10, temperature: float = 1.0):

@@ -9,11 +9,10 @@ import math
 import numpy as np
 import pytest
 from scipy.special import softmax
-from scipy.stats import binomtest
 
 import calibration as cal
 from calibration.power import Shift, clopper_pearson, power, quantile_interval
-from tests.helpers import load_split
+from tests.helpers import binomtest, load_split
 
 ALPHA, EPS, HALF_LIFE, MAX_BET = 0.01, 0.02, 1000.0, 0.5
 

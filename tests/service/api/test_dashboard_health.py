@@ -9,12 +9,15 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
 from app.dashboard.html import evalue
 from app.dashboard.reads import row_window, trajectories
 from app.main import create_app
+from app.monitoring import quality
+from app.platform.errors import InvalidInput
 from app.platform.migrate import upgrade
 from app.settings import Settings
 from tests.helpers import load_split
@@ -138,6 +141,44 @@ def test_the_window_selector_changes_the_charts_points_to_the_apis_windows(api, 
                 f"rows {row // size * size}-{(row // size + 1) * size - 1}")
     assert 2000 <= row < 4000
     assert f'<g class="alarm-marker" data-window="{expected}" data-version="1" data-signal="labelled">' in html
+
+
+def _counted(calls: dict, metric: str, fn):
+    def counted(*args, **kwargs):
+        calls[metric] = calls.get(metric, 0) + 1
+        return fn(*args, **kwargs)
+    return counted
+
+
+def test_the_pages_compute_only_the_metrics_they_draw(api, monkeypatch):
+    """The online page bootstraps only the metrics it draws (ECE in its chart and table, NLL and
+    accuracy in its table); the home's sparkline reads ECE estimates only: the other metrics
+    (KDE-ECE the dearest) are never computed for a view."""
+    client, _ = api
+    calls: dict = {}
+    for metric, fn in list(quality.METRICS.items()):
+        monkeypatch.setitem(quality.METRICS, metric, _counted(calls, metric, fn))
+    html = client.get(f"/ui/calibrators/{NAME}/online", params={"window": "2500"}).text
+    assert set(calls) == {"ece", "nll", "accuracy"}, calls
+    table = re.search(r'<table id="quality">.*?</table>', html, re.S).group(0)
+    assert table.count('<span class="muted">[') == 2 * 4                 # 2 windows x 4 interval cells
+    assert "100 bootstrap resamples" in table
+    calls.clear()
+    assert client.get("/ui").status_code == 200
+    assert set(calls) == {"ece"}, calls
+
+
+def test_a_metrics_interval_is_the_same_whichever_others_are_asked():
+    _, logits, labels = load_split("cifar10_resnet50_cross_entropy", "test")
+    probs = np.exp(logits[:400] - logits[:400].max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    everything = quality.metrics_of(probs, labels[:400], quality.QualityQuery(bootstrap=30))
+    some = quality.metrics_of(probs, labels[:400], quality.QualityQuery(bootstrap=30, metrics=("nll", "ece"),
+                                                                          intervals=("nll",)))
+    assert some == {"nll": everything["nll"], "ece": {**everything["ece"], "low": None, "high": None}}
+    assert everything["ece"]["low"] < everything["ece"]["estimate"] < everything["ece"]["high"]
+    with pytest.raises(InvalidInput, match="unknown metrics"):
+        quality.quality(None, NAME, quality.QualityQuery(metrics=("ece", "auc")))
 
 
 def test_the_default_window_and_the_e_value_trajectory_replayed_to_the_stored_e_value(api, online_page):
