@@ -9,12 +9,16 @@ from .base import Calibrator, ConvergenceWarning, FitDiagnostics
 from .candidates import candidate, default_candidates
 from .comparison import Comparison, MethodResult, compare, prepare_comparison
 from .conformal import (
+    SCORES as CONFORMAL_SCORES,
+)
+from .conformal import (
     AdaptiveConformal,
     CoverageAlarm,
     DtACI,
     SetPredictor,
     conformal_quantile,
     coverage_and_size,
+    quantile_rank,
 )
 from .inputs import (
     INPUT_KINDS,
@@ -78,6 +82,7 @@ from .sequential import compare_losses, difference_cs, empirical_bernstein_cs, f
 from .softmax import log_softmax, predicted_class, softmax
 
 __all__ = [
+    "CONFORMAL_SCORES",
     "INPUT_KINDS",
     "METHODS",
     "PROBABILITY_FLOOR",
@@ -149,6 +154,7 @@ __all__ = [
     "nll",
     "predicted_class",
     "prepare_comparison",
+    "quantile_rank",
     "reliability_diagram",
     "reliability_figure",
     "row_blocks",

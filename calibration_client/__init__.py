@@ -24,7 +24,7 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .models import Calibrated, Calibrator, Job, Version
+from .models import Calibrated, Calibrator, Job, PredictionSets, Version
 
 __all__ = [
     "AsyncClient",
@@ -40,6 +40,7 @@ __all__ = [
     "JobFailed",
     "NotFound",
     "PayloadTooLarge",
+    "PredictionSets",
     "ServerError",
     "Unauthorized",
     "Unavailable",

@@ -469,9 +469,10 @@ def list_methods(context: typer.Context, as_json: JsonFlag = False) -> None:
     out.print(table)
 
 
-# register observe, logging, label, observations, refit, quality (cli_online) and alarms, label-shift,
-# evaluate, evaluations, promote, gate, rollback, history, policy (cli_loop)
-from . import cli_loop, cli_online  # noqa: E402, F401
+# register observe, logging, label, observations, refit, quality (cli_online), alarms, label-shift,
+# evaluate, evaluations, promote, gate, rollback, history, policy (cli_loop) and set-predictor,
+# set-predictors, sets (cli_sets)
+from . import cli_loop, cli_online, cli_sets  # noqa: E402, F401
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import httpx
 from . import _protocol as protocol
 from ._protocol import Call, Operation, Report, RetryPolicy, Sleep
 from .errors import ConnectionFailed
-from .models import Calibrated, Calibrator, Job, Version
+from .models import Calibrated, Calibrator, Job, PredictionSets, Version
 from .online_methods import OnlineLoop
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -51,7 +51,8 @@ class _Methods(OnlineLoop):
 
     def calibrate(self, ref: str, logits, *, version: int | None = None, input: str = "logits",
                   with_version: bool = False, binary: bool = True, ids: Sequence[str] | None = None,
-                  dtype: str | None = None) -> Calibrated:
+                  dtype: str | None = None, outputs: Sequence[str] | None = None, coverage: float | None = None,
+                  set_predictor: int | None = None) -> Calibrated | PredictionSets:
         """Calibrated probabilities of a batch from ``ref`` (``name`` for the latest version,
         ``name@alias``, or ``name`` with ``version=`` pinned), as a ``Calibrated`` array.
 
@@ -67,8 +68,47 @@ class _Methods(OnlineLoop):
         JSON body or, with a binary body, in the ``Prediction-Ids`` header. The answer's ``.ids``
         are the ids the service used: yours, or without them the ones it generated; ``.logged``
         how many rows it kept (0: this request was not sampled). Both are ``None`` when the
-        calibrator does not log."""
+        calibrator does not log.
+
+        ``outputs=["set"]`` (or ``["probabilities", "set"]``) with ``coverage`` (a level the
+        version's set predictor was fitted at, ``fit_set_predictor``) returns ``PredictionSets``:
+        the conformal prediction sets as an ``(n, k)`` boolean mask, from the newest set predictor
+        of the serving version at that level, or the one with id ``set_predictor``; with
+        ``probabilities`` asked too, they are its ``.probabilities``. ``set`` alone travels as
+        ``.npy`` both ways (the service's uint8 mask) unless ``binary=False`` or ``ids`` are given."""
+        if outputs is not None and "set" in outputs:
+            return self._run(protocol.calibrate_sets(ref, logits, version, input, outputs, coverage, set_predictor,
+                                                     binary and not with_version, ids))
+        if outputs is not None and list(outputs) != ["probabilities"]:
+            raise ValueError("outputs are ['probabilities'] (the default) or include 'set'")
         return self._run(protocol.calibrate(ref, logits, version, input, with_version, binary, ids, dtype))
+
+    # -- prediction sets -------------------------------------------------------------------
+
+    def fit_set_predictor(self, name: str, version: int, logits=None, labels=None, *, input: str = "logits",
+                          coverage: float | Sequence[float] = 0.9, score: str = "aps",
+                          class_conditional: bool = False, k_reg: int = 0, lam: float = 0.0,
+                          randomized: bool = False, seed: int = 0, observations: dict | None = None) -> dict:
+        """Fit a conformal set predictor of ``name``'s ``version`` on held-out labelled rows
+        (``logits`` or, with ``input``, probabilities, and ``labels``: rows the calibrator was
+        not fitted on), or on the calibrator's stored observations (``observations``: a query such
+        as ``{"source": "upload"}`` or ``{"last": 5000}``). ``coverage``: one level or several
+        (e.g. ``[0.9, 0.95]``); ``score``: ``lac``, ``aps`` or ``raps`` (with ``k_reg`` and
+        ``lam``); ``class_conditional``: coverage for every class. Returns the stored set
+        predictor (its ``id``, thresholds per level, counts, digest)."""
+        return self._run(protocol.fit_set_predictor(name, version, logits, labels, input, coverage, score,
+                                                    class_conditional, k_reg, lam, randomized, seed, observations))
+
+    def set_predictors(self, name: str, version: int) -> list[dict]:
+        """The set predictors of ``name``'s ``version``, newest first."""
+        return self._run(protocol.set_predictors(name, version))
+
+    def set_predictor(self, name: str, version: int, set_predictor: int) -> dict:
+        return self._run(protocol.set_predictor(name, version, set_predictor))
+
+    def delete_set_predictor(self, name: str, version: int, set_predictor: int) -> None:
+        return self._run(protocol.delete(f"/v1/calibrators/{protocol._segment(name)}/versions/{int(version)}"
+                                         f"/set-predictors/{int(set_predictor)}"))
 
     def report(self, ref: str, logits, labels, *, version: int | None = None, input: str = "logits",
                n_bins: int = 15, bootstrap: int = 0, confidence: float = 0.95, seed: int = 0,

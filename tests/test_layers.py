@@ -18,8 +18,8 @@ from tests.helpers import REPO
 
 ROOTS = ("app", "calibration")
 #: the parts of the product, each a package of ``app`` with the same file names
-DOMAINS = ("access", "comparisons", "dashboard", "jobs", "monitoring", "observations", "oip", "prediction_log",
-           "promotion", "registry")
+DOMAINS = ("access", "comparisons", "conformal", "dashboard", "jobs", "monitoring", "observations", "oip",
+           "prediction_log", "promotion", "registry")
 #: the layers under and over the domains, by rank: a module imports only modules of its rank or below
 RANKS = {"platform": 0, "settings": 0, "wire": 1, **dict.fromkeys(DOMAINS, 2), "http": 3,
          "main": 4, "cli": 4, "worker": 4, "wiring": 4}

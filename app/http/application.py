@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry
 from ..access import routes as keys
 from ..access.idempotency import IdempotencyKeys
 from ..comparisons import routes as evaluation
+from ..conformal import routes as conformal_routes
+from ..conformal.service import ConformalService
 from ..dashboard import routes as ui
 from ..jobs.metrics import JobCollector
 from ..jobs.runner import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
@@ -130,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                                              settings.max_fit_entries),
                                            online_update_rows=settings.online_update_rows,
                                            max_read_entries=settings.max_read_entries)
+    app.state.conformal = ConformalService(database, app.state.service, integrity_key(settings), settings.cache_size)
     scheduler = Scheduler(app.state.service, settings.schedule_seconds, WebhookPolicy.of(settings))
     app.state.idempotency = IdempotencyKeys(database, settings.idempotency_seconds,
                                             settings.idempotency_lease_seconds)
@@ -143,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     work_pool = admission.install(app, settings.work_threads, settings.work_queue)
     app.include_router(calibrators.router)
     app.include_router(evaluation.router)
+    app.include_router(conformal_routes.router)
     app.include_router(observations.router)
     app.include_router(quality_routes.router)
     app.include_router(promotion_routes.router)

@@ -6,7 +6,9 @@ FP64, given as JSON ``data`` (nested or flat, row-major) or as binary data after
 (``Inference-Header-Content-Length``, ``binary_data_size`` per input). Outputs are the
 probabilities (FP64 for FP64 input, else FP32, or as the query parameter ``dtype`` asks; computed
 in float64, only the answer is cast), and on request the predicted class (INT64) and the
-confidence; each as JSON ``data`` or binary data (``binary_data`` per output, or
+confidence, and the conformal prediction set (output ``set``, BOOL ``[n, k]``: class ``j`` is in row
+``i``'s set; the request parameter ``coverage`` picks the level, ``set_predictor`` a set predictor by
+id); each as JSON ``data`` or binary data (``binary_data`` per output, or
 ``binary_data_output`` for all), sent from the outputs' own buffers after the JSON header. Logits
 that look like probabilities (rows non-negative, summing to 1) are refused unless the request
 parameter ``input_check`` is false.
@@ -28,7 +30,8 @@ from ..wire.costs import RequestLimits
 
 HEADER_LENGTH = "inference-header-content-length"
 DTYPES = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
-OUTPUT_DTYPES = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8")}
+OUTPUT_DTYPES = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8"), "BOOL": np.dtype("?")}
+SET_OUTPUT = "set"  # the conformal prediction sets' output name
 ANSWER_DATATYPES = {"float32": "FP32", "float64": "FP64"}  # the query parameter ``dtype``
 
 
@@ -68,6 +71,11 @@ class InferenceRequest:
     binary_default: bool
     input_check: bool = True
     ids: list[str] | None = None  # prediction ids (request parameter ``ids``), for the prediction log
+    coverage: float | None = None  # the level of the ``set`` output (request parameter ``coverage``)
+    set_predictor: int | None = None  # the set predictor of the ``set`` output (request parameter)
+
+    def wants_sets(self) -> bool:
+        return any(spec.name == SET_OUTPUT for spec in self.outputs or [])
 
 
 def _short(value) -> str:
@@ -216,9 +224,23 @@ def parse_request(body: bytes, header_length: str | None, limits: RequestLimits 
     ids = request_parameters.get("ids")
     if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
         raise bad("parameter 'ids' must be a list of prediction id strings")
-    return InferenceRequest(request_id, name, datatype, array, outputs,
-                            _flag(request_parameters, "binary_data_output", False, ""),
-                            _flag(request_parameters, "input_check", True, ""), ids)
+    coverage = request_parameters.get("coverage")
+    if coverage is not None and (type(coverage) not in (int, float) or not 0 < coverage < 1):
+        raise bad(f"parameter 'coverage' must be a number in (0, 1), got {_short(coverage)}")
+    set_predictor = request_parameters.get("set_predictor")
+    if set_predictor is not None and (type(set_predictor) is not int or not 0 < set_predictor < 2**31):
+        raise bad(f"parameter 'set_predictor' must be a set predictor id (a positive integer), got "
+                  f"{_short(set_predictor)}")
+    parsed = InferenceRequest(request_id, name, datatype, array, outputs,
+                              _flag(request_parameters, "binary_data_output", False, ""),
+                              _flag(request_parameters, "input_check", True, ""), ids,
+                              None if coverage is None else float(coverage), set_predictor)
+    if parsed.wants_sets() and parsed.coverage is None:
+        raise bad("output 'set' needs the request parameter 'coverage' (a level the version's set predictor was "
+                  "fitted at, e.g. 0.9)")
+    if not parsed.wants_sets() and (coverage is not None or set_predictor is not None):
+        raise bad("parameters 'coverage' and 'set_predictor' choose the prediction sets: ask for the output 'set'")
+    return parsed
 
 
 def output_names(tensor_names: dict | None) -> dict[str, str]:
@@ -232,14 +254,15 @@ def accepted_inputs(tensor_names: dict | None) -> list[str] | None:
 
 def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: dict | None,
           model_name: str, model_version: int, predict=None, log=None,
-          dtype: str | None = None) -> tuple[list[bytes | memoryview], dict[str, str]]:
+          dtype: str | None = None, sets=None) -> tuple[list[bytes | memoryview], dict[str, str]]:
     """Run the calibrator (through ``predict(calibrator, scores)``, the service's device, when
     given) and encode the response: the JSON header, then the binary outputs if asked, as parts
     to send one after another (``answer_datatype`` says the probabilities' datatype from
     ``dtype``). ``log(array, ids)`` hands
     the input to the prediction log and returns what it did (``app.prediction_log.service.Served``), or
     ``None`` when the calibrator does not log; with logging on the response's ``parameters`` carry
-    ``ids`` and ``logged``."""
+    ``ids`` and ``logged``. ``sets``, given when the request asks for the output ``set``, is
+    ``(set predictor id, probabilities -> boolean mask)``."""
     allowed = accepted_inputs(tensor_names)
     if allowed and request.input_name not in allowed:
         raise bad(f"unknown input {_short(request.input_name)}; this model takes {', '.join(allowed)}")
@@ -259,15 +282,20 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         raise bad(str(exc)) from exc
     served = log(request.array, request.ids) if log else None
     names = output_names(tensor_names)
-    by_name = {name: kind for kind, name in names.items()}
+    by_name = {SET_OUTPUT: SET_OUTPUT, **{name: kind for kind, name in names.items()}}
     wanted = request.outputs if request.outputs else [RequestedOutput(names["probabilities"], None)]
     probability_type = answer_datatype(dtype, request.datatype)
     outputs, binary = [], []
     for spec in wanted:
         kind = by_name.get(spec.name)
         if kind is None:
-            raise bad(f"unknown output {_short(spec.name)}; outputs are {', '.join(names.values())}")
-        if kind == "probabilities":
+            raise bad(f"unknown output {_short(spec.name)}; outputs are {', '.join(names.values())}, {SET_OUTPUT}")
+        extra = None
+        if kind == SET_OUTPUT:
+            chosen, masked = sets
+            value, datatype = masked(probabilities), "BOOL"
+            extra = {"coverage": request.coverage, "set_predictor": chosen}
+        elif kind == "probabilities":
             value, datatype = probabilities, probability_type
         elif kind == "predicted_class":
             value, datatype = cal.predicted_class(probabilities, getattr(scores, scores.source)), "INT64"
@@ -275,8 +303,10 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
             value, datatype = probabilities.max(axis=1), probability_type
         value = np.ascontiguousarray(value, dtype=OUTPUT_DTYPES[datatype])
         entry = {"name": spec.name, "datatype": datatype, "shape": list(value.shape)}
+        if extra is not None:
+            entry["parameters"] = extra
         if request.binary_default if spec.binary is None else spec.binary:
-            entry["parameters"] = {"binary_data_size": value.nbytes}
+            entry["parameters"] = {**(extra or {}), "binary_data_size": value.nbytes}
             binary.append(memoryview(value.reshape(-1).view(np.uint8)))
         else:
             entry["data"] = value.ravel()

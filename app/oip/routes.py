@@ -6,6 +6,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
+from ..conformal.service import ConformalService
 from ..http import hot_path
 from ..http.auth import READ
 from ..http.health import readiness
@@ -117,15 +118,19 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
 
 
 def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None,
-           dtype: str | None = None):
+           dtype: str | None = None, conformal: ConformalService | None = None):
     loaded = _serving(service, check_servable(_reference(name, version)), version)
     request = oip.parse_request(body, header_length, service.limits)
+    sets = None
+    if request.wants_sets():  # chosen before anything is logged: a missing level is a 404
+        chosen, predictor = conformal.predictor_for(loaded, request.coverage, request.set_predictor)
+        sets = chosen, lambda probabilities: conformal.mask(predictor, probabilities, request.coverage)
 
     def log(array, ids):
         return log_served(service.prediction_log, loaded, loaded.calibrator.input, array, ids)
 
     return oip.infer(loaded.calibrator, request, loaded.tensor_names, name, loaded.version,
-                     service.device.predict, log, dtype)
+                     service.device.predict, log, dtype, sets)
 
 
 INFER_DOC = {
@@ -152,7 +157,7 @@ async def infer(request: Request, name: str = MODEL):
     body = await request.body()
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, None, body,
                                           request.headers.get(oip.HEADER_LENGTH),
-                                          request.query_params.get("dtype"))
+                                          request.query_params.get("dtype"), request.app.state.conformal)
     return PartsResponse(content, headers=headers, media_type=headers["content-type"])
 
 
@@ -163,5 +168,5 @@ async def infer_version(request: Request, name: str = MODEL, version: str = VERS
     body = await request.body()
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, version,
                                           body, request.headers.get(oip.HEADER_LENGTH),
-                                          request.query_params.get("dtype"))
+                                          request.query_params.get("dtype"), request.app.state.conformal)
     return PartsResponse(content, headers=headers, media_type=headers["content-type"])

@@ -61,6 +61,7 @@ LOSS_NAMES = {
     "evaluations": ("evaluation", "evaluations"),
     "drift_monitors": ("drift monitor", "drift monitors"),
     "webhook_deliveries": ("webhook delivery", "webhook deliveries"),
+    "set_predictors": ("set predictor", "set predictors"),
 }
 
 

@@ -91,6 +91,32 @@ def digest(record: VersionRecord, key: bytes | None) -> str:
     return _sign(_record_message(record), key, RECORD_SHA256, RECORD_HMAC)
 
 
+def record_digest(values: dict, key: bytes | None) -> str:
+    """The digest of another stored record (a set predictor's, ``app.conformal.store``) given as a dict
+    of its JSON-ready values (``created_at`` a datetime): by the same rules as a version's, the
+    canonical JSON of the dict (keys sorted at every level, the time in UTC ISO 8601), hashed
+    (``sha256-v2:``) or keyed with ``CALIBRATION_INTEGRITY_KEY`` (``hmac-sha256-v2:``)."""
+    return _sign(_values_message(values), key, RECORD_SHA256, RECORD_HMAC)
+
+
+def verify_record(stored: str, values: dict, key: bytes | None) -> str | None:
+    """``None`` when ``stored`` is the right ``record_digest`` of ``values``, else why it is refused
+    (compared in constant time; keyed and unkeyed digests follow ``verify``'s rules)."""
+    keyed = stored.startswith(RECORD_HMAC)
+    if key and not keyed:
+        return "it is not signed with CALIBRATION_INTEGRITY_KEY"
+    if keyed and not key:
+        return "it is signed with an integrity key and CALIBRATION_INTEGRITY_KEY is not set"
+    if hmac.compare_digest(record_digest(values, key), stored):
+        return None
+    return "its stored columns do not match their digest"
+
+
+def _values_message(values: dict) -> bytes:
+    values = {**values, "created_at": utc(values["created_at"]).isoformat(timespec="microseconds")}
+    return orjson.dumps(values, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+
+
 def _text(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from ..access import keys
+from ..conformal.service import ConformalService
 from ..http import admission, hot_path
 from ..http.auth import ADMIN, READ, WRITE, presented_key
 from ..http.idempotent import idempotent
 from ..http.openapi import body, problems
 from ..http.parts import PartsResponse
+from ..platform.errors import InvalidInput
 from ..promotion.schemas import AliasMoveRequest
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
-from ..wire.encoding import Parts, calibrated_body, calibrated_headers, image_format
+from ..wire.encoding import Parts, calibrated_body, calibrated_headers, image_format, wants
 from . import store
 from .names import Reference, check_alias, check_name, check_servable
 from .schemas import (
@@ -78,12 +82,33 @@ def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async:
 
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
-               accept: str | None) -> tuple[bytes | Parts, str, dict]:
+               accept: str | None, conformal: ConformalService | None = None) -> tuple[bytes | Parts, str, dict]:
     loaded = service.serving(check_servable(reference))
     batch = decode_batch(body, CalibrateFields, need_labels=False, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
+    chosen = _set_predictor(conformal, loaded, batch.fields, accept)  # before anything is logged
     result = service.calibrate(loaded, batch)
+    if chosen is not None:
+        coverage = batch.fields.coverage
+        result = replace(result, sets=conformal.mask(chosen[1], result.probabilities, coverage),
+                         set_predictor=chosen[0], coverage=coverage)
     return *calibrated_body(result, batch.fields.outputs, accept, batch.fields.dtype), calibrated_headers(result)
+
+
+def _set_predictor(conformal: ConformalService | None, loaded, fields: CalibrateFields, accept: str | None):
+    """``(id, set predictor)`` when the outputs ask for ``set`` (at ``coverage``, the only output of an
+    ``.npy`` answer), else ``None``; ``coverage`` and ``set_predictor`` without ``set`` are refused."""
+    if "set" not in fields.outputs:
+        if fields.coverage is not None or fields.set_predictor is not None:
+            raise InvalidInput("`coverage` and `set_predictor` choose the prediction sets: add 'set' to outputs")
+        return None
+    if fields.coverage is None:
+        raise InvalidInput("outputs 'set' needs `coverage`: a coverage level the version's set predictor was "
+                           "fitted at (e.g. 0.9)")
+    if wants(accept, NPY_TYPE) and set(fields.outputs) != {"set"}:
+        raise InvalidInput("an .npy answer is one array: ask outputs=set alone for the (n, k) uint8 set mask, or "
+                           "JSON (or /v2) for sets beside probabilities")
+    return conformal.predictor_for(loaded, fields.coverage, fields.set_predictor)
 
 
 async def calibrate_body(request: Request) -> RequestBody:
@@ -249,7 +274,8 @@ REPORT_DOC = dict(
              dependencies=[READ])
 async def calibrate(request: Request, ref: str = REF):
     content, media, headers = await hot_path.run(request, _calibrate, _service(request), Reference.parse(ref),
-                                                 await calibrate_body(request), request.headers.get("accept"))
+                                                 await calibrate_body(request), request.headers.get("accept"),
+                                                 request.app.state.conformal)
     return PartsResponse(content, media_type=media, headers=headers)
 
 
@@ -258,7 +284,7 @@ async def calibrate(request: Request, ref: str = REF):
 async def calibrate_version(request: Request, name: str = NAME, version: int = VERSION):
     content, media, headers = await hot_path.run(request, _calibrate, _service(request),
                                                  Reference.pinned(name, version), await calibrate_body(request),
-                                                 request.headers.get("accept"))
+                                                 request.headers.get("accept"), request.app.state.conformal)
     return PartsResponse(content, media_type=media, headers=headers)
 
 

@@ -14,7 +14,7 @@ from calibration import INPUT_KINDS, METHODS
 from ..access.keys import NAME_PATTERN as KEY_NAME_PATTERN
 from ..observations.schemas import DataSource, PredictionId
 
-OUTPUTS = ("probabilities", "predicted_class", "confidence")
+OUTPUTS = ("probabilities", "predicted_class", "confidence", "set")
 
 
 def input_check_field():
@@ -68,8 +68,14 @@ class FitRequest(FitFields, Arrays):
 class CalibrateFields(Strict):
     outputs: list[Literal[OUTPUTS]] = Field(
         default_factory=lambda: ["probabilities"],
-        description="Which outputs to return",
+        description="Which outputs to return; `set`: the conformal prediction set of each row at `coverage` "
+                    "(JSON: the class indices; .npy: an (n, k) uint8 mask, with `set` the only output)",
     )
+    coverage: float | None = Field(None, gt=0, lt=1, description=(
+        "With outputs `set`: the coverage level, one the version's set predictor was fitted at "
+        "(POST .../versions/{version}/set-predictors); the newest such set predictor serves"))
+    set_predictor: int | None = Field(None, ge=1, le=2**31 - 1, description=(
+        "With outputs `set`: the id of the version's set predictor to use instead of the newest at `coverage`"))
     input_check: bool = input_check_field()
     ids: list[PredictionId] | None = Field(None, description="Prediction ids, one per row, to join labels later "
                                                               "(logging on); without them ids are generated")
@@ -180,6 +186,9 @@ class CalibrateOut(BaseModel):
     predicted_class: list[int] | None = None
     predicted_class_name: list[str] | None = None
     confidence: list[float] | None = None
+    set: list[list[int]] | None = Field(None, description="Per row, the class indices in its prediction set")
+    set_predictor: int | None = Field(None, description="The id of the set predictor that gave `set`")
+    coverage: float | None = Field(None, description="The coverage level of `set`")
     ids: list[str] | None = Field(None, description="Prediction ids (when the calibrator logs predictions)")
     logged: int | None = Field(None, description="Rows kept in the prediction log (sampled)")
 

@@ -38,6 +38,9 @@ class CalibratedBatch:
     class_names: list[str] | None
     served: Served | None = None  # what the prediction log did with the batch (None: logging off)
     question: np.dtype | None = None  # the dtype the input arrived in (None: JSON lists)
+    sets: np.ndarray | None = None  # boolean (n, k) conformal set mask (outputs ``set``), else None
+    set_predictor: int | None = None  # the id of the set predictor that gave ``sets``
+    coverage: float | None = None  # the coverage level of ``sets``
 
     def answer_dtype(self, asked: str | None, binary: bool) -> np.dtype:
         """The probabilities' dtype in the answer: ``asked`` if given; else float32 for a binary
