@@ -19,6 +19,10 @@ import numpy as np
 
 import calibration as cal
 
+from ..conformal.service import ConformalService, alpha_of
+from ..platform.errors import IntegrityFailure, NotFound
+from ..registry.names import Reference
+
 
 def set_outcomes(predictor: cal.SetPredictor, probs: np.ndarray, labels: np.ndarray, alpha: float,
                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -47,3 +51,44 @@ def coverage_by_window(window_of: np.ndarray, keys: list, covered: np.ndarray, s
     """``coverage_summary`` of the rows of each window ``key`` (``window_of[i]``, row ``i``'s window)."""
     return {key: coverage_summary(covered[window_of == key], sizes[window_of == key], n_classes, confidence)
             for key in keys}
+
+
+def conformal_of(service):
+    """The set predictors' service over ``service`` (the registry's), for reads off the request path."""
+    return ConformalService(service.db, service, service.integrity_key)
+
+
+def serving_predictors(service, name: str, version: int) -> dict[float, tuple[int, cal.SetPredictor]]:
+    """``{coverage: (set predictor id, predictor)}``: for each coverage level fitted on ``name``'s
+    ``version``, the set predictor that serves it (the newest at that level); empty when there is none
+    (or the version was deleted)."""
+    conformal = conformal_of(service)
+    try:
+        listed = conformal.list(name, version)["set_predictors"]
+        loaded = service.serving(Reference.pinned(name, version))
+        levels = sorted({level for predictor in listed for level in predictor["coverage"]})
+        return {level: conformal.predictor_for(loaded, level) for level in levels}
+    except (NotFound, IntegrityFailure):
+        return {}
+
+
+def window_coverage(service, name: str, calibrated: np.ndarray, labels: np.ndarray, versions: np.ndarray,
+                    window_of: np.ndarray, keys: list, confidence: float, seed: int) -> dict:
+    """``{window: {coverage level: coverage_summary}}`` of the rows of each window: each row's set from
+    the set predictor serving its version at that level (rows of a version without one are left out
+    of that level)."""
+    k = calibrated.shape[1]
+    outcomes: dict[float, list] = {}
+    for version in np.unique(versions):
+        rows = np.flatnonzero(versions == version)
+        for level, (_, predictor) in serving_predictors(service, name, int(version)).items():
+            covered, sizes = set_outcomes(predictor, calibrated[rows], labels[rows], alpha_of(level), seed)
+            outcomes.setdefault(level, []).append((rows, covered, sizes))
+    out: dict = {key: {} for key in keys}
+    for level, parts in sorted(outcomes.items()):
+        rows = np.concatenate([p[0] for p in parts])
+        covered, sizes = np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
+        for key, summary in coverage_by_window(window_of[rows], keys, covered, sizes, k, confidence).items():
+            if summary["n_rows"]:
+                out[key][f"{level:g}"] = summary
+    return out
