@@ -82,7 +82,7 @@ class SetPredictorOut(BaseModel):
     score: str
     coverage: list[float]
     class_conditional: bool
-    options: dict[str, Any] = Field(description="k_reg, lam, randomized, seed")
+    options: dict[str, Any] = Field(description="k_reg, lam, randomized, seed (and adaptive, adaptive_gamma)")
     thresholds: list[Any] = Field(description="Per coverage level: the threshold q (null: +inf), or one per "
                                               "class when class-conditional")
     counts: list[int] = Field(description="Held-out rows (per class when class-conditional)")
@@ -91,6 +91,10 @@ class SetPredictorOut(BaseModel):
                                                "`observations` (the query, and the chunks read)")
     checksum: str
     created_at: datetime
+    adaptive: list[dict[str, Any]] | None = Field(None, description=(
+        "Fitted with `adaptive` (one entry per coverage level; in the answer of GET of one set predictor): the "
+        "method, the miscoverage level served now, the labelled rows applied and the coverage of the sets served "
+        "before each of their labels was used"))
 
 
 class SetPredictorList(BaseModel):

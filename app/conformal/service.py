@@ -183,7 +183,9 @@ class ConformalService:
         version_id = self._version(name, version).resolved.version_id
         with self.db.read() as session:
             row = store.get(session, name, version, version_id, predictor_id)
-            return view(name, version, store.verified(name, version, row, self.integrity_key))
+            shown = view(name, version, store.verified(name, version, row, self.integrity_key))
+        states = adaptive.states(self.db, [predictor_id])
+        return {**shown, "adaptive": [adaptive.view(state) for state in states]} if states else shown
 
     def delete(self, name: str, version: int, predictor_id: int) -> None:
         version_id = self._version(name, version).resolved.version_id
