@@ -70,17 +70,7 @@ def monitor_view(row: DriftMonitorRow, drift: float | None = None) -> dict:
             "max_log_e_value": row.max_log_e_value, "threshold_log_e_value": math.log(1 / level),
             "alarm": row.alarm_rows is not None, "alarm_rows": row.alarm_rows, "alarmed_at": row.alarmed_at,
             "ece": row.ece, "ece_rows": row.ece_rows, "evaluated_at": row.evaluated_at,
-            "reference": reference_view(row, drift), **coverage_view(row)}
-
-
-def coverage_view(row: DriftMonitorRow) -> dict:
-    """A coverage alarm's level, set predictor and running miscoverage estimate (none for drift monitors)."""
-    if not coverage_monitors.is_coverage(row.signal):
-        return {}
-    requested = row.state["requested"]
-    return {"coverage": requested["coverage"], "set_predictor_id": requested["set_predictor_id"],
-            "miscoverage_bound": row.state["alpha"] + row.state["tolerance"],
-            "recent_miscoverage": row.state["mean"]}
+            "reference": reference_view(row, drift), **coverage_monitors.view(row)}
 
 
 def alarms(db: Database, name: str, drift: float | None = None) -> dict:
@@ -289,9 +279,10 @@ def _save(db: Database, calibrator: tuple[str, int], version: int, signal: str, 
 
 
 class QualityCollector:
-    """``calibration_quality_ece`` per calibrator and version, and ``calibration_drift_log_e_value``
+    """``calibration_quality_ece`` per calibrator and version, ``calibration_drift_log_e_value``
     and ``calibration_drift_alarm`` per calibrator, version and signal (``labelled``,
-    ``label_free``), read from the monitors (so every replica reports the same)."""
+    ``label_free``, ``coverage@<level>``), and ``calibration_set_miscoverage`` per calibrator, version
+    and coverage level, read from the monitors (so every replica reports the same)."""
 
     def __init__(self, db: Database):
         self.db = db
@@ -300,6 +291,7 @@ class QualityCollector:
         try:
             with self.db.read() as session:
                 rows = alarm_store.every_monitor(session)
+                sets = alarm_store.coverage_states(session, coverage_monitors.PREFIX)
         except Exception:  # the database is away or unmigrated: /readyz says so
             return
         ece = GaugeMetricFamily("calibration_quality_ece", "ECE of the newest labelled rows a version served",
@@ -313,4 +305,9 @@ class QualityCollector:
                 ece.add_metric([name, str(version)], value)
             log_e.add_metric([name, str(version), signal], log_e_value)
             alarm.add_metric([name, str(version), signal], 1.0 if alarmed else 0.0)
-        yield from (ece, log_e, alarm)
+        miscoverage = GaugeMetricFamily("calibration_set_miscoverage", "Recent miss rate of a version's prediction "
+                                        "sets (exponentially weighted, the coverage alarm's half-life)",
+                                        labels=["calibrator", "version", "coverage"])
+        for name, version, signal, state in sets:
+            miscoverage.add_metric([name, str(version), signal[len(coverage_monitors.PREFIX):]], float(state["mean"]))
+        yield from (ece, log_e, alarm, miscoverage)

@@ -38,6 +38,16 @@ def is_coverage(signal: str) -> bool:
     return signal.startswith(PREFIX)
 
 
+def view(row) -> dict:
+    """A coverage alarm's level, set predictor and running miscoverage estimate (none for drift monitors)."""
+    if not is_coverage(row.signal):
+        return {}
+    requested = row.state["requested"]
+    return {"coverage": requested["coverage"], "set_predictor_id": requested["set_predictor_id"],
+            "miscoverage_bound": row.state["alpha"] + row.state["tolerance"],
+            "recent_miscoverage": row.state["mean"]}
+
+
 def _chunks(service, calibrator_id: int, version: int, after: int) -> list:
     with service.db.read() as session:
         return alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)

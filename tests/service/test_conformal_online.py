@@ -109,6 +109,9 @@ def test_the_coverage_alarm_fires_on_a_shifted_stream_once(client, data):
     assert 2000 < alarm["alarm_rows"] <= 5000 and alarm["recent_miscoverage"] > 0.1
     scraped = client.get("/metrics").text
     assert f'calibration_drift_alarm{{calibrator="{NAME}",signal="coverage@0.9",version="1"}} 1.0' in scraped
+    gauge = f'calibration_set_miscoverage{{calibrator="{NAME}",coverage="0.9",version="1"}} '
+    (line,) = [line for line in scraped.splitlines() if line.startswith(gauge)]
+    assert float(line.split()[-1]) == pytest.approx(alarm["recent_miscoverage"]) and float(line.split()[-1]) > 0.12
 
 
 @pytest.mark.parametrize("method", ["aci", "dtaci"])
