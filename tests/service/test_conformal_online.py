@@ -142,3 +142,20 @@ def test_adaptive_sets_keep_their_coverage_where_split_conformal_drops(client, d
     (state,) = _ok(client.get(f"{SETS}/{stored['id']}"))["adaptive"]
     assert state["method"] == method and state["coverage"] == 0.9 and state["n_rows"] == 20_000
     assert abs(state["observed_coverage"] - 0.9) <= 0.01 and state["level"] < 0.1  # wider sets than split's
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"adaptive": "aci", "class_conditional": True}, "adaptive sets are marginal and non-randomised"),
+    ({"adaptive": "aci", "score": "aps", "randomized": True}, "adaptive sets are marginal and non-randomised"),
+    ({"adaptive": "bandit"}, "adaptive"),
+    ({"adaptive": "aci", "adaptive_gamma": 0}, "adaptive_gamma"),
+])
+def test_an_adaptive_set_predictor_it_cannot_keep_is_a_422(client, data, fields, says):
+    val, val_labels, _, _ = data
+    _ok(client.post(f"/v1/calibrators/{NAME}/versions", json={
+        "method": "temperature", "probabilities": val[:500].tolist(), "labels": val_labels[:500].tolist()}), 201)
+    body = {"score": "lac", "coverage": [0.9], "probabilities": val[2500:3500].tolist(),
+            "labels": val_labels[2500:3500].tolist(), **fields}
+    response = client.post(SETS, json=body)
+    assert response.status_code == 422 and says in response.text, response.text
+    assert _ok(client.get(SETS))["set_predictors"] == []
