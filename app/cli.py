@@ -98,6 +98,7 @@ def keys_list(args: argparse.Namespace) -> int:
 
 
 def sign_versions(args: argparse.Namespace) -> int:
+    from .conformal.store import sign_all as sign_set_predictors
     from .registry.version_records import sign_versions as sign
 
     settings = get_settings()
@@ -105,10 +106,14 @@ def sign_versions(args: argparse.Namespace) -> int:
         print("error: set CALIBRATION_INTEGRITY_KEY to the key to sign with", file=sys.stderr)
         return 2
     database = _database()
+    key = settings.integrity_key.get_secret_value().encode()
     with database.write() as session:
-        signed, refused = sign(session, settings.integrity_key.get_secret_value().encode())
-    print(f"signed {signed} version(s)" + (f"; refused {len(refused)} whose digest does not match: "
-                                            f"{', '.join(refused)}" if refused else ""), file=sys.stderr)
+        signed, refused = sign(session, key)
+        signed_sets, refused_sets = sign_set_predictors(session, key)
+    refused += refused_sets
+    print(f"signed {signed} version(s) and {signed_sets} set predictor(s)"
+          + (f"; refused {len(refused)} whose digest does not match: {', '.join(refused)}" if refused else ""),
+          file=sys.stderr)
     return 1 if refused else 0
 
 
@@ -134,7 +139,8 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("sign-versions", help="sign stored versions with CALIBRATION_INTEGRITY_KEY",
                         description="Re-sign every version whose digest is intact (plain SHA-256, or an "
                                     "HMAC of the older form) over its whole record with the HMAC key in "
-                                    "CALIBRATION_INTEGRITY_KEY (after setting the key).") \
+                                    "CALIBRATION_INTEGRITY_KEY (after setting the key), and every set "
+                                    "predictor whose plain SHA-256 digest is intact.") \
         .set_defaults(handler=sign_versions)
     work = commands.add_parser("worker", help="take jobs (fits, comparisons) from the Postgres queue",
                                description="Start job worker processes (Procrastinate, on DATABASE_URL's "

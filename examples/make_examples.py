@@ -5,6 +5,8 @@
 Writes, next to this script (float32 logits, 10 classes; ids are strings):
 
 - ``val.npz``: ``logits``, ``labels`` of the first 1000 validation rows (fit here).
+- ``held-out.npz``: ``logits``, ``labels`` of validation rows 1000-1999, which no calibrator is
+  fitted on (a conformal set predictor's held-out rows).
 - ``batch.npz``: ``logits``, ``request_id`` of test rows 0-499 (served with the calibrator).
 - ``batch-labels.csv``: ``id,label`` of those rows (the labels that arrive later).
 - ``shifted.npz`` / ``shifted-labels.csv``: test rows 500-1099 with logits times 0.3, as if the
@@ -37,6 +39,7 @@ def _batch(name: str, logits: np.ndarray, labels: np.ndarray, first: int, prefix
 def main(data: Path) -> None:
     with np.load(data / "cifar10_resnet50_cross_entropy_val.npz") as val:
         np.savez_compressed(HERE / "val.npz", logits=val["logits"][:1000], labels=val["labels"][:1000])
+        np.savez_compressed(HERE / "held-out.npz", logits=val["logits"][1000:2000], labels=val["labels"][1000:2000])
     with np.load(data / "cifar10_resnet50_cross_entropy_test.npz") as test:
         logits, labels = test["logits"], test["labels"]
     _batch("batch", logits[:500], labels[:500], 0, "req")

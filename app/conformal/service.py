@@ -194,6 +194,12 @@ class ConformalService:
 
     # -- serving ----------------------------------------------------------------------------
 
+    def levels(self, loaded: LoadedVersion) -> list[float]:
+        """The coverage levels the served version's set predictors were fitted at, ascending."""
+        with self.db.read() as session:
+            candidates = store.levels_of_version(session, loaded.resolved.version_id)
+        return sorted({round(c, LEVEL_DIGITS) for _, levels, _ in candidates for c in levels})
+
     def predictor_for(self, loaded: LoadedVersion, coverage: float,
                       predictor_id: int | None = None) -> tuple[int, cal.SetPredictor]:
         """The set predictor that serves ``loaded`` at ``coverage``: the one with id ``predictor_id``, else

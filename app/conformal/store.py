@@ -5,11 +5,11 @@ stored column by the rules of versions (``app.registry.integrity``: ``sha256-v2:
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from ..platform.errors import IntegrityFailure, NotFound
-from ..platform.rows import utcnow
+from ..platform.rows import CalibratorRow, VersionRow, utcnow
 from ..registry import integrity
 from .rows import SetPredictorRow
 
@@ -66,3 +66,24 @@ def get(session: Session, name: str, version: int, version_id: int, predictor_id
 def remove(session: Session, name: str, version: int, version_id: int, predictor_id: int) -> None:
     row = get(session, name, version, version_id, predictor_id)
     session.execute(delete(SetPredictorRow).where(SetPredictorRow.id == row.id))
+
+
+def sign_all(session: Session, key: bytes) -> tuple[int, list[str]]:
+    """Sign with ``key`` every set predictor whose digest is intact (unkeyed, or keyed with ``key``)
+    and not keyed yet (``calibration-service sign-versions``, after setting the key); returns how many
+    were signed and the ones refused (a digest that does not match: never signed over)."""
+    signed, refused = 0, []
+    rows = session.execute(select(SetPredictorRow, CalibratorRow.name, VersionRow.version)
+                           .join(VersionRow, SetPredictorRow.version_id == VersionRow.id)
+                           .join(CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id))
+    for row, name, version in rows:
+        values = record_values(name, version, row)
+        if integrity.is_current(row.checksum, key) and integrity.verify_record(row.checksum, values, key) is None:
+            continue
+        if integrity.verify_record(row.checksum, values, None) is None:
+            session.execute(update(SetPredictorRow).where(SetPredictorRow.id == row.id)
+                            .values(checksum=integrity.record_digest(values, key)))
+            signed += 1
+        else:
+            refused.append(f"{name} v{version} set predictor {row.id}")
+    return signed, refused

@@ -78,24 +78,29 @@ async def ready(request: Request):
     return JSONResponse({"ready": status == 200}, status_code=status)
 
 
-def _metadata(service: CalibrationService, name: str, version: str | None = None) -> bytes:
+def _metadata(service: CalibrationService, conformal: ConformalService, name: str, version: str | None = None) -> bytes:
     reference = _reference(name, version)
-    _serving(service, reference, version)
-    return dump_json(oip.model_metadata(**{**service.model_metadata(reference), "name": name}))
+    loaded = _serving(service, reference, version)
+    described = service.model_metadata(reference)
+    metadata = oip.model_metadata(**{**described, "name": name})
+    if conformal.levels(loaded):  # the version has prediction sets: the output `set` (parameter `coverage`)
+        metadata["outputs"].append({"name": oip.SET_OUTPUT, "datatype": "BOOL", "shape": [-1, described["n_classes"]]})
+    return dump_json(metadata)
 
 
 @router.get("/models/{name}", summary="Model metadata (latest version, or the calibrator's /v2 default)",
             response_model=V2ModelMetadata,
             dependencies=[READ])
 async def model(request: Request, name: str = MODEL):
-    return Response(await run_in_threadpool(_metadata, request.app.state.service, name),
+    return Response(await run_in_threadpool(_metadata, request.app.state.service, request.app.state.conformal, name),
                     media_type="application/json")
 
 
 @router.get("/models/{name}/versions/{version}", summary="Model version metadata",
             response_model=V2ModelMetadata, dependencies=[READ])
 async def model_version(request: Request, name: str = MODEL, version: str = VERSION):
-    metadata = await run_in_threadpool(_metadata, request.app.state.service, name, version)
+    metadata = await run_in_threadpool(_metadata, request.app.state.service, request.app.state.conformal, name,
+                                       version)
     return Response(metadata, media_type="application/json")
 
 

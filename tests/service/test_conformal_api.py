@@ -5,6 +5,9 @@ conformal on held-out rows calibrated by the version (thresholds and sets equal 
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import io
 import math
 
@@ -12,7 +15,11 @@ import numpy as np
 import orjson
 import pytest
 from sqlalchemy import text
+from starlette.testclient import TestClient
 
+from app import cli
+from app.main import create_app
+from app.settings import Settings, get_settings
 from calibration import SetPredictor
 from tests.helpers import load_split
 
@@ -279,6 +286,8 @@ def test_v2_serves_the_set_tensor_as_json_and_binary(serving, cut):
     assert header["outputs"][0]["parameters"]["binary_data_size"] == 200
     mask = np.frombuffer(binary.content[header_length:], dtype=np.bool_).reshape(20, 10)
     assert np.array_equal(mask, expected)
+    metadata = client.get("/v2/models/resnet50").json()  # the version has set predictors: the output is listed
+    assert metadata["outputs"][-1] == {"name": "set", "datatype": "BOOL", "shape": [-1, 10]}
     missing = client.post("/v2/models/resnet50/infer", json={**request, "parameters": {}})
     assert missing.status_code == 400 and "needs the request parameter 'coverage'" in missing.json()["error"]
     unknown = client.post("/v2/models/resnet50/infer", json={**request, "parameters": {"coverage": 0.5}})
@@ -297,3 +306,73 @@ def test_logged_predictions_with_sets_keep_their_ids_and_take_labels(serving, cu
     labelled = client.post("/v1/calibrators/resnet50/labels", json={"ids": prediction_ids,
                                                                   "labels": labels[:100].tolist()}).json()
     assert labelled["labelled"] == 100
+
+
+# -- integrity -------------------------------------------------------------------------------
+
+KEY = "a-long-random-integrity-key"
+
+
+def stored_record(client, stored: dict) -> bytes:
+    """A set predictor's record as its digest covers it, written out by hand: the calibrator's name and
+    version and every stored column but the id and the digest, as canonical JSON (keys sorted, the
+    creation time in UTC to the microsecond)."""
+    with client.app.state.db.read() as session:
+        params_json = session.execute(text("SELECT params_json FROM set_predictors WHERE id = :i"),
+                                      {"i": stored["id"]}).scalar_one()
+    options = {**stored["options"], "class_conditional": stored["class_conditional"]}
+    record = {"name": stored["name"], "version": stored["version"], "score": stored["score"], "options": options,
+              "coverage": stored["coverage"], "params_json": params_json, "source": stored["source"],
+              "n_samples": stored["n_samples"], "created_at": stored["created_at"]}
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+
+
+def digest_text(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def test_the_digest_is_the_sha256_of_the_whole_record_and_keyed_the_hmac(database_url, cut, monkeypatch):
+    logits, labels = cut["held_out"]
+    body = {"coverage": [0.9], "score": "lac", "logits": logits[:200].tolist(), "labels": labels[:200].tolist()}
+    fit = {"method": "temperature", "logits": cut["fit"][0][:500].tolist(), "labels": cut["fit"][1][:500].tolist()}
+    with TestClient(create_app(Settings(database_url=database_url))) as plain:
+        assert plain.post("/v1/calibrators/resnet50/versions", json=fit).status_code == 201
+        stored = plain.post(BASE, json=body).json()
+        assert stored["checksum"] == "sha256-v2:" + digest_text(hashlib.sha256(stored_record(plain, stored)).digest())
+    with TestClient(create_app(Settings(database_url=database_url, integrity_key=KEY))) as keyed:
+        refused = keyed.get(f"{BASE}/{stored['id']}")  # unkeyed: a database writer could have made it
+        assert refused.status_code == 500 and "not signed with CALIBRATION_INTEGRITY_KEY" in refused.json()["detail"]
+        monkeypatch.setenv("DATABASE_URL", database_url)
+        monkeypatch.setenv("CALIBRATION_INTEGRITY_KEY", KEY)
+        get_settings.cache_clear()
+        try:
+            assert cli.main(["sign-versions"]) == 0  # signs the versions and their set predictors
+        finally:
+            get_settings.cache_clear()
+        signed = keyed.get(f"{BASE}/{stored['id']}").json()
+        expected = hmac.new(KEY.encode(), stored_record(keyed, signed), hashlib.sha256).digest()
+        assert signed["checksum"] == "hmac-sha256-v2:" + digest_text(expected)
+        served = keyed.post("/v1/calibrators/resnet50/calibrate",
+                            json={"logits": cut["test"][0][:5].tolist(), "outputs": ["set"], "coverage": 0.9})
+        assert served.status_code == 200 and served.json()["set_predictor"] == stored["id"]
+        second = keyed.post(BASE, json=body).json()
+        assert second["checksum"] == "hmac-sha256-v2:" + digest_text(
+            hmac.new(KEY.encode(), stored_record(keyed, second), hashlib.sha256).digest())
+
+
+def test_held_out_rows_are_held_to_the_fit_budgets(database_url, cut):
+    logits, labels = cut["held_out"]
+    fit = {"method": "temperature", "logits": cut["fit"][0][:500].tolist(), "labels": cut["fit"][1][:500].tolist()}
+    settings = Settings(database_url=database_url, max_entries=10_000, max_fit_entries=5_000)
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/calibrators/resnet50/versions", json=fit).status_code == 201
+        posted = client.post(BASE, content=npz(logits=logits[:1001], labels=labels[:1001]),
+                             params={"coverage": "0.9"}, headers={"content-type": "application/x-npz"})
+        assert posted.status_code == 413 and "CALIBRATION_MAX_ENTRIES" in posted.json()["detail"]
+        assert client.post("/v1/calibrators/resnet50/observations",
+                           content=npz(logits=logits[:600], labels=labels[:600]),
+                           headers={"content-type": "application/x-npz"}).status_code == 201
+        stored = client.post(BASE, json={"coverage": [0.9], "data": {"observations": {}}})
+        assert stored.status_code == 413 and "CALIBRATION_MAX_FIT_ENTRIES" in stored.json()["detail"]
+        within = client.post(BASE, json={"coverage": [0.9], "data": {"observations": {"last": 500}}})
+        assert within.status_code == 201 and within.json()["n_samples"] == 500
