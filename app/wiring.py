@@ -25,7 +25,7 @@ from .jobs.metrics import JobCollector
 from .jobs.runner import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
 from .monitoring import routes as quality_routes
 from .monitoring import tasks as monitoring_tasks
-from .monitoring.alarms import QualityCollector
+from .monitoring.metrics import QualityCollector
 from .monitoring.webhooks import WebhookPolicy
 from .observations import routes as observations
 from .oip import routes as v2

@@ -35,6 +35,11 @@ class SetPredictorFields(_Strict):
     randomized: bool = Field(False, description="APS/RAPS: randomised scores (one uniform per row); coverage "
                                                 "then exact in expectation, and served sets are random")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the fit's uniforms (randomised scores)")
+    adaptive: Literal["aci", "dtaci"] | None = Field(None, description=(
+        "Keep the served coverage under drift: the threshold of each level follows the labels of the rows the "
+        "version served, by adaptive conformal inference (`aci`, Gibbs & Candes 2021, step `adaptive_gamma`) or "
+        "its step-free variant (`dtaci`, Gibbs & Candes 2024); marginal, non-randomised sets only"))
+    adaptive_gamma: float = Field(0.005, gt=0.0, le=1.0, description="ACI's step gamma (adaptive `aci`)")
     input_check: bool = Field(True, description="Refuse logits that look like probabilities (422)")
     data: DataSource | None = Field(None, description="Fit on the calibrator's stored labelled observations "
                                                       "instead of arrays in the body")
@@ -77,7 +82,7 @@ class SetPredictorOut(BaseModel):
     score: str
     coverage: list[float]
     class_conditional: bool
-    options: dict[str, Any] = Field(description="k_reg, lam, randomized, seed")
+    options: dict[str, Any] = Field(description="k_reg, lam, randomized, seed (and adaptive, adaptive_gamma)")
     thresholds: list[Any] = Field(description="Per coverage level: the threshold q (null: +inf), or one per "
                                               "class when class-conditional")
     counts: list[int] = Field(description="Held-out rows (per class when class-conditional)")
@@ -86,6 +91,10 @@ class SetPredictorOut(BaseModel):
                                                "`observations` (the query, and the chunks read)")
     checksum: str
     created_at: datetime
+    adaptive: list[dict[str, Any]] | None = Field(None, description=(
+        "Fitted with `adaptive` (one entry per coverage level; in the answer of GET of one set predictor): the "
+        "method, the miscoverage level served now, the labelled rows applied and the coverage of the sets served "
+        "before each of their labels was used"))
 
 
 class SetPredictorList(BaseModel):

@@ -32,7 +32,7 @@ from ..registry.cache import LoadedVersion
 from ..registry.names import Reference
 from ..registry.service import CalibrationService
 from ..wire.batches import ArrayBatch, validated
-from . import store
+from . import adaptive, adaptive_store, store
 from .schemas import SetPredictorFields
 
 LEVEL_DIGITS = 12  # coverage levels match when equal to this many decimals (0.9 is 1 - 0.1 as given)
@@ -99,6 +99,18 @@ class ConformalService:
         self.registry = registry
         self.integrity_key = integrity_key
         self.cache = SetPredictorCache(cache_size)
+        self.adaptive = adaptive.AdaptiveSets(db, cache_size)
+        self._adaptive_ids: dict[int, bool] = {}  # set predictor id: fitted adaptive (fixed once stored)
+
+    def _is_adaptive(self, predictor_id: int) -> bool:
+        known = self._adaptive_ids.get(predictor_id)
+        if known is None:
+            with self.db.read() as session:
+                known = bool(adaptive_store.of_predictors(session, [predictor_id]))
+            if len(self._adaptive_ids) > 4096:
+                self._adaptive_ids.clear()
+            self._adaptive_ids[predictor_id] = known
+        return known
 
     def _version(self, name: str, version: int) -> LoadedVersion:
         return self.registry.serving(Reference.pinned(name, version))
@@ -127,6 +139,9 @@ class ConformalService:
         refused = too_few_rows(counts, fields.coverage)
         if refused is not None:
             raise InvalidInput(refused)
+        if fields.adaptive is not None and (fields.class_conditional or fields.randomized):
+            raise InvalidInput("adaptive sets are marginal and non-randomised: leave class_conditional and "
+                               "randomized false with `adaptive`")
         options = {"k_reg": fields.k_reg, "lam": fields.lam, "randomized": fields.randomized,
                    "class_conditional": fields.class_conditional}
         try:
@@ -134,12 +149,20 @@ class ConformalService:
                                              alphas=[alpha_of(c) for c in fields.coverage], **options)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
-        row_fields = {"score": fields.score, "options": {**options, "seed": fields.seed},
+        stored_options = {**options, "seed": fields.seed}
+        if fields.adaptive is not None:
+            stored_options |= {"adaptive": fields.adaptive, "adaptive_gamma": fields.adaptive_gamma}
+        row_fields = {"score": fields.score, "options": stored_options,
                       "coverage": [float(c) for c in fields.coverage],
                       "params_json": orjson.dumps(predictor.to_dict(), option=orjson.OPT_SORT_KEYS).decode(),
                       "source": {**source, "rows": len(labels)}, "n_samples": len(labels)}
         with self.db.write() as session:
             row = store.insert(session, name, version, loaded.resolved.version_id, row_fields, self.integrity_key)
+            if fields.adaptive is not None:  # rows labelled up to now were served before it: not applied
+                watermark = self.registry.observations.online.watermark(session, loaded.resolved.calibrator_id)
+                adaptive.start(session, row.id, fields.adaptive, fields.adaptive_gamma,
+                               {float(c): alpha_of(c) for c in fields.coverage}, predictor, probabilities, labels,
+                               watermark["through_chunk"])
             return view(name, version, row)
 
     # -- reading and deleting ---------------------------------------------------------------
@@ -160,7 +183,9 @@ class ConformalService:
         version_id = self._version(name, version).resolved.version_id
         with self.db.read() as session:
             row = store.get(session, name, version, version_id, predictor_id)
-            return view(name, version, store.verified(name, version, row, self.integrity_key))
+            shown = view(name, version, store.verified(name, version, row, self.integrity_key))
+        states = adaptive.states(self.db, [predictor_id])
+        return {**shown, "adaptive": [adaptive.view(state) for state in states]} if states else shown
 
     def delete(self, name: str, version: int, predictor_id: int) -> None:
         version_id = self._version(name, version).resolved.version_id
@@ -227,10 +252,16 @@ class ConformalService:
 
         return chosen_id, self.cache.get((version_id, chosen_id, checksum), load)
 
-    @staticmethod
-    def mask(predictor: cal.SetPredictor, probabilities: np.ndarray, coverage: float) -> np.ndarray:
+    def mask(self, predictor: cal.SetPredictor, probabilities: np.ndarray, coverage: float,
+             predictor_id: int | None = None) -> np.ndarray:
         """The boolean ``(n, k)`` set mask of calibrated ``probabilities`` at ``coverage`` (a level of
-        ``predictor``); randomised scores draw one fresh uniform per row."""
+        ``predictor``, stored as ``predictor_id``): at the adaptive state's current level when it was
+        fitted with ``adaptive`` (``app.conformal.adaptive``), else at its split-conformal threshold;
+        randomised scores draw one fresh uniform per row."""
+        if predictor_id is not None and self._is_adaptive(predictor_id):
+            served = self.adaptive.sets(predictor_id, coverage, LEVEL_DIGITS, predictor, probabilities)
+            if served is not None:
+                return served
         uniforms = (np.random.default_rng().random(len(probabilities))
                     if predictor.randomized and predictor.score != "lac" else None)
         try:
@@ -242,4 +273,4 @@ class ConformalService:
              predictor_id: int | None = None) -> tuple[int, np.ndarray]:
         """``(set predictor id, boolean mask (n, k))`` of calibrated ``probabilities`` served by ``loaded``."""
         chosen_id, predictor = self.predictor_for(loaded, coverage, predictor_id)
-        return chosen_id, self.mask(predictor, probabilities, coverage)
+        return chosen_id, self.mask(predictor, probabilities, coverage, chosen_id)

@@ -10,6 +10,7 @@ from .charts import evaluation_chart, evalue_chart, quality_chart
 from .home import badge
 from .html import attr, crumbs, link, num_cell, page, table, text, url, when
 from .online import _deliveries, _monitors, _observations, _quality
+from .set_charts import coverage_chart, coverage_levels, set_size_chart
 
 FIXED_WINDOWS = ("500", "2500", "hour", "day")
 
@@ -105,6 +106,14 @@ def online_page(name: str, facts: dict, signed_in: bool = False) -> str:
                  "alarm fired.</figcaption></figure>" + _quality(quality))
     else:
         body += label_it
+    if coverage_levels(quality["windows"]):
+        body += ("<h2>Prediction sets</h2>"
+                 f'<figure>{coverage_chart(quality["windows"], f"{name}: coverage of the prediction sets per window")}'
+                 "<figcaption>The fraction of labelled rows whose set held the label, per window and coverage level, "
+                 f"with its {quality['confidence']:.0%} Wilson interval; dashed: the target coverage. A window wholly "
+                 "below its target shows rows no longer like the set predictor's held-out rows.</figcaption></figure>"
+                 f'<figure>{set_size_chart(quality["windows"], f"{name}: set sizes")}<figcaption>How many labelled '
+                 "rows had sets of each size, per coverage level, over these windows.</figcaption></figure>")
     body += "<h2>Drift alarms</h2>"
     drawn = [t for t in facts["trajectories"] if t["rows"]]
     if drawn:

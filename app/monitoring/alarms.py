@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
@@ -33,8 +32,8 @@ from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
+from . import coverage_monitors, webhooks
 from . import store as alarm_store
-from . import webhooks
 from .quality import calibrated_groups
 from .rows import DriftMonitorRow
 
@@ -63,14 +62,16 @@ def reference_view(row: DriftMonitorRow, drift: float | None) -> dict | None:
 
 
 def monitor_view(row: DriftMonitorRow, drift: float | None = None) -> dict:
-    level = float((row.state or {}).get("alpha", row.alpha))  # the e-process's (label-free: less the reference's)
+    state = row.state or {}
+    # the e-process's false-alarm probability (label-free: less the reference's; coverage: its delta)
+    level = float(state.get("delta", state.get("alpha", row.alpha)))
     return {"version": row.version, "signal": row.signal, "alpha": row.alpha, "tolerance": row.tolerance,
             "n_rows": row.n_rows,
             "e_value": math.exp(min(row.log_e_value, 700.0)), "log_e_value": row.log_e_value,
             "max_log_e_value": row.max_log_e_value, "threshold_log_e_value": math.log(1 / level),
             "alarm": row.alarm_rows is not None, "alarm_rows": row.alarm_rows, "alarmed_at": row.alarmed_at,
             "ece": row.ece, "ece_rows": row.ece_rows, "evaluated_at": row.evaluated_at,
-            "reference": reference_view(row, drift)}
+            "reference": reference_view(row, drift), **coverage_monitors.view(row)}
 
 
 def alarms(db: Database, name: str, drift: float | None = None) -> dict:
@@ -92,9 +93,10 @@ def _residuals(service: Serving, name: str, version: int, session, entries: list
     return calibrated, labels[usable]
 
 
-def _feed(service: Serving, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
-    """Feed ``test`` the rows of ``chunks`` (``version``'s feedback, in arrival order), in batches
-    of under twice ``FEED_ENTRIES`` entries, or of the read budget if smaller (a larger chunk in pieces)."""
+def _batches(service: Serving, name: str, version: int, chunks: list):
+    """The calibrated probabilities and labels of the rows of ``chunks`` (``version``'s feedback, in
+    arrival order) through ``version``, in batches of under twice ``FEED_ENTRIES`` entries, or of the
+    read budget if smaller (a larger chunk in pieces)."""
     batch, entries = [], 0
     limit = min(FEED_ENTRIES, service.max_read_entries)
     parts = [part for chunk in chunks for part in observation_store.pieces(chunk.index_entry(), limit)]
@@ -105,8 +107,14 @@ def _feed(service: Serving, name: str, version: int, test: monitoring.DriftTest,
             with service.db.read() as session:
                 probs, labels = _residuals(service, name, version, session, batch)
             if len(labels):
-                test.update(monitoring.top_label_residuals(probs, labels), monitoring.class_residuals(probs, labels))
+                yield probs, labels
             batch, entries = [], 0
+
+
+def _feed(service: Serving, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
+    """Feed ``test`` the rows of ``chunks`` (``_batches``)."""
+    for probs, labels in _batches(service, name, version, chunks):
+        test.update(monitoring.top_label_residuals(probs, labels), monitoring.class_residuals(probs, labels))
 
 
 def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
@@ -153,14 +161,29 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
                 continue
             if outcome is None:
                 continue
-            test, last, ece, ece_rows, extra = outcome
-            before = int(state["alarm_at"]) if same else -1
-            seen = known[(version, signal)][1] if (version, signal) in known else None  # the row as read
-            if _save(service.db, (name, calibrator.id), version, signal, test, last, seen, ece, ece_rows, extra,
-                     [webhook_url] if webhook_url else []) \
-                    and before < 0 <= int(test.alarm_at):
+            if _record(service, (name, calibrator.id), version, signal, outcome, known, same, webhook_url):
+                new_alarms.append({"version": version, "signal": signal})
+    for version in labelled:  # prediction sets: adaptive thresholds, then coverage alarms
+        serving = coverage_monitors.coverage.serving_predictors(service, name, version)
+        if not serving:
+            continue
+        coverage_monitors.update_adaptive(service, name, calibrator.id, version, serving, _batches)
+        for signal, outcome, same in coverage_monitors.alarm_outcomes(service, name, calibrator.id, version, serving,
+                                                                      known, options, _batches):
+            if _record(service, (name, calibrator.id), version, signal, outcome, known, same, webhook_url):
                 new_alarms.append({"version": version, "signal": signal})
     return {**alarms(service.db, name), "new_alarms": new_alarms}
+
+
+def _record(service: Serving, calibrator: tuple[str, int], version: int, signal: str, outcome: tuple, known: dict,
+            same: bool, webhook_url: str | None) -> bool:
+    """Save one monitor's outcome (``_save``); whether it raised a new alarm."""
+    test, last, ece, ece_rows, extra = outcome
+    state = known.get((version, signal), (None, 0))[0]
+    before = int(state["alarm_at"]) if same else -1
+    seen = known[(version, signal)][1] if (version, signal) in known else None  # the row as read
+    return _save(service.db, calibrator, version, signal, test, last, seen, ece, ece_rows, extra,
+                 [webhook_url] if webhook_url else []) and before < 0 <= int(test.alarm_at)
 
 
 def _labelled(service: Serving, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
@@ -252,34 +275,6 @@ def _save(db: Database, calibrator: tuple[str, int], version: int, signal: str, 
     except IntegrityError:  # a concurrent first evaluation created it
         return False
     return True
-
-
-class QualityCollector:
-    """``calibration_quality_ece`` per calibrator and version, and ``calibration_drift_log_e_value``
-    and ``calibration_drift_alarm`` per calibrator, version and signal (``labelled``,
-    ``label_free``), read from the monitors (so every replica reports the same)."""
-
-    def __init__(self, db: Database):
-        self.db = db
-
-    def collect(self):
-        try:
-            with self.db.read() as session:
-                rows = alarm_store.every_monitor(session)
-        except Exception:  # the database is away or unmigrated: /readyz says so
-            return
-        ece = GaugeMetricFamily("calibration_quality_ece", "ECE of the newest labelled rows a version served",
-                                labels=["calibrator", "version"])
-        log_e = GaugeMetricFamily("calibration_drift_log_e_value", "Log e-value of the drift e-process",
-                                  labels=["calibrator", "version", "signal"])
-        alarm = GaugeMetricFamily("calibration_drift_alarm", "1 once the drift e-process reached 1/alpha",
-                                  labels=["calibrator", "version", "signal"])
-        for name, version, signal, value, log_e_value, alarmed in rows:
-            if value is not None:
-                ece.add_metric([name, str(version)], value)
-            log_e.add_metric([name, str(version), signal], log_e_value)
-            alarm.add_metric([name, str(version), signal], 1.0 if alarmed else 0.0)
-        yield from (ece, log_e, alarm)
 
 
 def alarmed_versions(session, calibrator_id: int, since) -> list[int]:

@@ -26,6 +26,7 @@ from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, r
 from ..registry import store
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
+from . import coverage
 from . import store as alarm_store
 
 METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
@@ -185,7 +186,10 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
     if affordable < query.bootstrap:  # the budget, checked before the work: fewer resamples, said so
         answer["bootstrap"], answer["bootstrap_asked"] = affordable, query.bootstrap
         query = replace(query, bootstrap=affordable)
-    for key in sorted(set(window_of), key=_window_order):
+    keys = sorted(set(window_of), key=_window_order)
+    sets = coverage.window_coverage(service, name, calibrated, labels, versions, window_of, keys, query.confidence,
+                                    query.seed)
+    for key in keys:
         rows = np.flatnonzero(window_of == key)
         served = np.unique(versions[rows], return_counts=True)
         answer["windows"].append({
@@ -193,7 +197,7 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
             "versions": {str(v): int(c) for v, c in zip(*served, strict=True)},
             "calibrated": metrics_of(calibrated[rows], labels[rows], query),
             "uncalibrated": metrics_of(raw[rows], labels[rows], query),
-            "label_free": label_free(calibrated[rows])})
+            "label_free": label_free(calibrated[rows]), "coverage": sets[key]})
     return answer
 
 

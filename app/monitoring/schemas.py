@@ -20,6 +20,9 @@ class QualityWindow(_Open):
     calibrated: dict[str, Any] = Field(description="Each metric's estimate, low and high, calibrated")
     uncalibrated: dict[str, Any] = Field(description="The same of the raw inputs")
     label_free: dict[str, Any] = Field(description="Expected accuracy, mean entropy, predicted class distribution")
+    coverage: dict[str, Any] = Field(default_factory=dict, description=(
+        "Per coverage level of the set predictors serving the window's rows: `n_rows`, `coverage` (estimate and "
+        "Wilson interval `low`/`high` at `confidence`), `mean_set_size` and `size_counts` (rows per set size)"))
 
 
 class QualityOut(_Open):
@@ -32,7 +35,8 @@ class QualityOut(_Open):
 
 class Monitor(_Open):
     version: int
-    signal: str = Field(description="`labelled` (the feedback it served) or `label_free` (its logged predictions)")
+    signal: str = Field(description="`labelled` (the feedback it served), `label_free` (its logged predictions) "
+                                    "or `coverage@<level>` (the coverage of its prediction sets at that level)")
     n_rows: int
     e_value: float
     alarm: bool

@@ -83,6 +83,15 @@ def every_monitor(session: Session) -> list[tuple[str, int, str, float | None, f
         .order_by(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal))]
 
 
+def coverage_states(session: Session, prefix: str) -> list[tuple[str, int, str, dict]]:
+    """(calibrator name, version, signal, state) of every coverage alarm (signal starting ``prefix``)."""
+    return [tuple(row) for row in session.execute(
+        select(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal, DriftMonitorRow.state)
+        .join(CalibratorRow, CalibratorRow.id == DriftMonitorRow.calibrator_id)
+        .where(DriftMonitorRow.signal.startswith(prefix))
+        .order_by(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal))]
+
+
 # -- the prediction log -------------------------------------------------------------------------
 
 def logged_versions(session: Session, calibrator_id: int) -> list[int]:

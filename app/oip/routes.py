@@ -129,7 +129,7 @@ def _infer(service: CalibrationService, name: str, version: str | None, body: by
     sets = None
     if request.wants_sets():  # chosen before anything is logged: a missing level is a 404
         chosen, predictor = conformal.predictor_for(loaded, request.coverage, request.set_predictor)
-        sets = chosen, lambda probabilities: conformal.mask(predictor, probabilities, request.coverage)
+        sets = chosen, lambda probabilities: conformal.mask(predictor, probabilities, request.coverage, chosen)
 
     def log(array, ids):
         return log_served(service.prediction_log, loaded, loaded.calibrator.input, array, ids)

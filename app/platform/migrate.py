@@ -62,6 +62,7 @@ LOSS_NAMES = {
     "drift_monitors": ("drift monitor", "drift monitors"),
     "webhook_deliveries": ("webhook delivery", "webhook deliveries"),
     "set_predictors": ("set predictor", "set predictors"),
+    "adaptive_sets": ("adaptive set state", "adaptive set states"),
 }
 
 

@@ -91,7 +91,7 @@ def _calibrate(service: CalibrationService, reference: Reference, body: RequestB
     result = service.calibrate(loaded, batch)
     if chosen is not None:
         coverage = batch.fields.coverage
-        result = replace(result, sets=conformal.mask(chosen[1], result.probabilities, coverage),
+        result = replace(result, sets=conformal.mask(chosen[1], result.probabilities, coverage, chosen[0]),
                          set_predictor=chosen[0], coverage=coverage)
     return *calibrated_body(result, batch.fields.outputs, accept, batch.fields.dtype), calibrated_headers(result)
 

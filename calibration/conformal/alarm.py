@@ -74,6 +74,28 @@ class CoverageAlarm:
     def alarmed(self) -> np.ndarray:
         return self.alarm_at >= 0
 
+    def to_dict(self) -> dict:
+        """The options and the e-process state as plain data (one stream: ``shape == ()``)."""
+        if self.shape != ():
+            raise ValueError("only a single-stream alarm (shape ()) is stored as plain data")
+        return {"method": "coverage_alarm", "alpha": self.alpha, "tolerance": self.tolerance, "delta": self.delta,
+                "half_life": self.half_life, "max_bet": self.max_bet, "n": int(self.n), "mean": float(self.mean),
+                "second": float(self.second), "log_wealth": float(self.log_wealth),
+                "max_log_wealth": float(self.max_log_wealth), "alarm_at": int(self.alarm_at)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CoverageAlarm:
+        if data.get("method") != "coverage_alarm":
+            raise ValueError("not a stored coverage alarm")
+        out = cls(float(data["alpha"]), float(data["tolerance"]), float(data["delta"]), float(data["half_life"]),
+                  float(data["max_bet"]))
+        state = [float(data[key]) for key in ("mean", "second", "log_wealth", "max_log_wealth")]
+        if not all(math.isfinite(v) for v in state) or int(data["n"]) < 0:
+            raise ValueError("a stored coverage alarm needs finite state and n >= 0")
+        out.n, out.alarm_at = np.int64(data["n"]), np.int64(data["alarm_at"])
+        out.mean, out.second, out.log_wealth, out.max_log_wealth = (np.float64(v) for v in state)
+        return out
+
     def update(self, miscovered) -> CoverageAlarm:
         """Feed miscoverage indicators (``shape + (t,)``, 0/1 or bool), oldest first."""
         e = np.asarray(miscovered, dtype=np.float64)

@@ -229,3 +229,21 @@ def test_dtaci_mean_choice_serves_the_weighted_level_and_bad_settings_are_value_
         cal.AdaptiveConformal(0.1).update(stream[:2], labels[:2])
     with pytest.raises(ValueError, match="tolerance"):
         cal.CoverageAlarm(alpha=0.5, tolerance=0.6)
+
+
+def test_coverage_alarm_round_trips_as_plain_data_and_goes_on_as_one_unbroken_stream():
+    """Stored after the first half and loaded, the alarm ends where one that saw the whole stream ends."""
+    rng = np.random.default_rng(3)
+    stream = (rng.random(6000) < np.r_[np.full(3000, 0.1), np.full(3000, 0.2)]).astype(float)
+    whole = cal.CoverageAlarm(0.1, tolerance=0.02, delta=0.01).update(stream)
+    first = cal.CoverageAlarm(0.1, tolerance=0.02, delta=0.01).update(stream[:3000])
+    data = json.loads(json.dumps(first.to_dict()))
+    resumed = cal.CoverageAlarm.from_dict(data).update(stream[3000:])
+    assert whole.alarmed and int(resumed.alarm_at) == int(whole.alarm_at) > 3000
+    assert float(resumed.log_wealth) == pytest.approx(float(whole.log_wealth), rel=1e-12)
+    numbers = [{k: v for k, v in alarm.to_dict().items() if k != "method"} for alarm in (resumed, whole)]
+    assert numbers[0] == pytest.approx(numbers[1], rel=1e-12)
+    with pytest.raises(ValueError, match="not a stored coverage alarm"):
+        cal.CoverageAlarm.from_dict({**data, "method": "drift"})
+    with pytest.raises(ValueError, match="single-stream"):
+        cal.CoverageAlarm(shape=(2,)).to_dict()

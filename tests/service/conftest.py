@@ -13,6 +13,7 @@ from app.platform.migrate import upgrade
 from app.settings import Settings
 from tests.service.support.browser import browser, shots  # noqa: F401  (fixtures for the browser tests)
 from tests.service.support.databases import create_postgres_database
+from tests.service.support.webhooks import receiver  # noqa: F401  (the webhook receiver fixture)
 
 
 @pytest.fixture
