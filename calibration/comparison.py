@@ -241,7 +241,7 @@ def compare(
     candidates = prepare_comparison(scores.n, scores.k, methods, folds, input)
 
     assignment = stratified_folds(y, folds, seed)
-    source = getattr(scores, scores.source)
+    source = scores.given  # float32 numpy as it came (no float64 copy): its folds are fancy-indexed float32
     uncalibrated: dict[str, list[float]] = {m: [] for m in METRICS}
     reference_nll = []
     results = [MethodResult(c, c.create(input).accuracy_preserving, {m: [] for m in METRICS}) for c in candidates]

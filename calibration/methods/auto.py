@@ -53,7 +53,7 @@ class AutoCalibrator(Calibrator):
 
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         kind = scores.source  # binary scores arrive as (n, 2) logits
-        arguments = (getattr(scores, kind), labels, self.options["candidates"] or None, self.options["folds"],
+        arguments = (scores.given, labels, self.options["candidates"] or None, self.options["folds"],
                      self.options["seed"], kind)
         self.comparison_ = (compare(*arguments, self.progress) if self.comparison_source is None
                             else self.comparison_source(*arguments))
