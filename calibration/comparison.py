@@ -15,7 +15,8 @@ The candidates, and the default set of them, are in ``calibration.candidates``.
 Memory (issue #19): on an array the core may reorder (``inputs.allow_reordering``: the float64
 copy ``validate_inputs`` made, or the observations a service fit loads) a fold's training and
 held-out rows are views of the array laid out in place for that fold (``FoldLayout``; every row
-is put back afterwards); on any other array they are copied once per fold. Each candidate gets
+is put back afterwards); on any other array they are copied once per fold. float32 numpy input stays
+float32 (``InputBatch.given``; no whole float64 copy), read by the fits' float32 paths. Each candidate gets
 fresh batches of them, so what it derives (their probabilities) goes with it. Held-out
 probabilities (the uncalibrated ones, the TS reference's, each candidate's) are made and reduced
 to their metrics one row block at a time (``held_out``), never held whole. On 10000 x 1000 float32

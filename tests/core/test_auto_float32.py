@@ -7,6 +7,7 @@ import pytest
 
 import calibration as cal
 from tests.core.memory import synthetic, traced_peak
+from tests.helpers import DATA
 
 CANDIDATES = ["temperature", "expectation_consistency", "ensemble_temperature"]
 
@@ -25,8 +26,8 @@ def without_fit_time(params):
 
 @pytest.mark.parametrize("kind", ["probabilities", "logits"])
 def test_auto_on_float32_data_chooses_as_on_its_float64_copy(kind):
-    data = np.load("/work/shared/data/cifar100_wrn16-4_val.npz")
-    probabilities, labels = data["probs"][:3000], data["labels"][:3000]
+    with np.load(DATA / "cifar100_wrn16-4_val.npz") as data:  # float32 probabilities
+        probabilities, labels = data["probs"][:3000], data["labels"][:3000]
     x = probabilities if kind == "probabilities" else np.log(np.maximum(probabilities, 1e-30)).astype(np.float32)
     assert x.dtype == np.float32
     options = {"input": kind, "candidates": CANDIDATES}
