@@ -36,7 +36,7 @@ from ..platform.logs import first_line
 from ..platform.rows import utcnow
 from ..registry import store
 from ..registry.names import check_name
-from . import webhook_store
+from . import coverage_monitors, webhook_store
 from .rows import DriftMonitorRow
 
 logger = logging.getLogger(__name__)
@@ -65,10 +65,13 @@ class WebhookPolicy:
 
 def alarm_message(delivery_id: str, name: str, alarm: dict) -> dict:
     """The JSON POSTed for one alarm (``alarm``: version, signal, e_value, alpha, alarm_rows, ece,
-    alarmed_at): Slack's ``text``, the alarm, and the delivery's ``id`` and ``type``."""
+    alarmed_at): Slack's ``text``, the alarm, and the delivery's ``id`` and ``type``
+    (``calibration.coverage_alarm`` for a prediction sets' coverage monitor, whose signal is
+    ``coverage@<level>``, else ``calibration.drift_alarm``)."""
     described = (f"version {alarm['version']} ({alarm['signal']}, e-value {alarm['e_value']:.3g} "
                  f"≥ 1/{alarm['alpha']:g})")
-    return {"id": delivery_id, "type": "calibration.drift_alarm", "text": f"calibration drift alarm on {name}: "
+    kind = "coverage" if coverage_monitors.is_coverage(str(alarm["signal"])) else "drift"
+    return {"id": delivery_id, "type": f"calibration.{kind}_alarm", "text": f"calibration {kind} alarm on {name}: "
             f"{described}", "calibrator": name, "alarm": alarm, "alarms": [alarm]}
 
 

@@ -99,3 +99,5 @@ def test_sets_served_labels_late_coverage_adaptive_threshold_and_alarm(kind, req
         time.sleep(2)  # a few more scheduler ticks: still one delivery of it
         delivered = [body for _, body, *_ in hook.posts if body["alarm"]["signal"] == SIGNAL]
         assert len(delivered) == 1 and delivered[0]["alarm"]["version"] == 1
+        assert delivered[0]["type"] == "calibration.coverage_alarm"
+        assert delivered[0]["text"].startswith(f"calibration coverage alarm on {NAME}: version 1 ({SIGNAL}")
