@@ -67,7 +67,7 @@ def _n_classes(name: str, number: int) -> Operation:
 
 
 def fit_set_predictor(name, number, values, labels, input, coverage, score, class_conditional, k_reg, lam,
-                      randomized, seed, observations) -> Operation:
+                      randomized, seed, observations, adaptive=None, adaptive_gamma=None) -> Operation:
     """Fit a set predictor of ``name``'s version ``number``: held-out rows as an ``.npz`` body (the
     fields as query parameters), or with ``observations`` (a query of the stored observations) a
     JSON body."""
@@ -75,6 +75,10 @@ def fit_set_predictor(name, number, values, labels, input, coverage, score, clas
     levels = [float(c) for c in ([coverage] if isinstance(coverage, int | float) else coverage)]
     fields = {"score": score, "class_conditional": class_conditional, "k_reg": k_reg, "lam": lam,
               "randomized": randomized, "seed": seed}
+    if adaptive is not None:
+        fields["adaptive"] = adaptive
+    if adaptive_gamma is not None:
+        fields["adaptive_gamma"] = adaptive_gamma
     if observations is not None:
         if values is not None or labels is not None:
             raise ValueError("pass held-out rows or observations, not both")

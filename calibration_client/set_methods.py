@@ -17,16 +17,20 @@ class SetMethods:
     def fit_set_predictor(self, name: str, version: int, logits=None, labels=None, *, input: str = "logits",
                           coverage: float | Sequence[float] = 0.9, score: str = "aps",
                           class_conditional: bool = False, k_reg: int = 0, lam: float = 0.0,
-                          randomized: bool = False, seed: int = 0, observations: dict | None = None) -> dict:
+                          randomized: bool = False, seed: int = 0, observations: dict | None = None,
+                          adaptive: str | None = None, adaptive_gamma: float | None = None) -> dict:
         """Fit a conformal set predictor of ``name``'s ``version`` on held-out labelled rows
         (``logits`` or, with ``input``, probabilities, and ``labels``: rows the calibrator was
         not fitted on), or on the calibrator's stored observations (``observations``: a query such
         as ``{"source": "upload"}`` or ``{"last": 5000}``). ``coverage``: one level or several
         (e.g. ``[0.9, 0.95]``); ``score``: ``lac``, ``aps`` or ``raps`` (with ``k_reg`` and
-        ``lam``); ``class_conditional``: coverage for every class. Returns the stored set
-        predictor (its ``id``, thresholds per level, counts, digest)."""
+        ``lam``); ``class_conditional``: coverage for every class; ``adaptive``: ``"aci"`` (step
+        ``adaptive_gamma``) or ``"dtaci"`` keeps the served coverage under drift, its threshold
+        following the labels of the rows the version served. Returns the stored set predictor (its
+        ``id``, thresholds per level, counts, digest)."""
         return self._run(sets.fit_set_predictor(name, version, logits, labels, input, coverage, score,
-                                                class_conditional, k_reg, lam, randomized, seed, observations))
+                                                class_conditional, k_reg, lam, randomized, seed, observations,
+                                                adaptive, adaptive_gamma))
 
     def set_predictors(self, name: str, version: int) -> list[dict]:
         """The set predictors of ``name``'s ``version``, newest first."""

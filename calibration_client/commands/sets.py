@@ -72,6 +72,10 @@ def set_predictor(
     lam: Annotated[float, typer.Option(help="RAPS: penalty per rank beyond k_reg.", min=0.0)] = 0.0,
     randomized: Annotated[bool, typer.Option(help="APS/RAPS: randomised scores.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the fit's uniforms.", min=0)] = 0,
+    adaptive: Annotated[str | None, typer.Option(
+        help="Keep the served coverage under drift from late labels: aci or dtaci.", show_default=False)] = None,
+    adaptive_gamma: Annotated[float | None, typer.Option(help="ACI's step gamma (--adaptive aci).",
+                                                         show_default=False)] = None,
     observations: Annotated[str | None, typer.Option(
         help='Fit on stored observations instead of FILE: a query as JSON, e.g. \'{"last": 5000}\'.',
         show_default=False)] = None,
@@ -83,7 +87,8 @@ def set_predictor(
     if (file is None) == (observations is None):
         raise typer.BadParameter("give FILE.npz or --observations (one of them)")
     fields = {"coverage": _levels(coverage), "score": score, "class_conditional": class_conditional,
-              "k_reg": k_reg, "lam": lam, "randomized": randomized, "seed": seed}
+              "k_reg": k_reg, "lam": lam, "randomized": randomized, "seed": seed, "adaptive": adaptive,
+              "adaptive_gamma": adaptive_gamma}
     with context.obj.client() as client:
         if file is not None:
             kind, values, labels = _labelled(file, input)

@@ -78,3 +78,23 @@ def test_the_command_line_fits_lists_and_serves_sets(service, client, cifar, fit
     assert shown.exit_code == 0 and f"set predictor {stored['id']} at coverage 0.9: 50 rows" in shown.stdout
     missing = run("sets", name, tmp_path / "batch.npy", "--coverage", "0.5")
     assert missing.exit_code == 3 and "no set predictor at coverage 0.5" in " ".join(missing.output.split())
+
+
+def test_an_adaptive_set_predictor_from_the_client_and_the_command_line(service, client, cifar, fitted, tmp_path):
+    name, _ = fitted
+    logits, labels = cifar
+    stored = client.fit_set_predictor(name, 1, logits[200:350], labels[200:350], coverage=0.9, score="aps",
+                                      adaptive="aci", adaptive_gamma=0.01)
+    assert (stored["options"]["adaptive"], stored["options"]["adaptive_gamma"]) == ("aci", 0.01)
+    state = client.set_predictor(name, 1, stored["id"])["adaptive"][0]
+    assert (state["method"], state["n_rows"], state["level"]) == ("aci", 0, pytest.approx(0.1))
+    with pytest.raises(InvalidInput, match="adaptive"):  # marginal, non-randomised sets only
+        client.fit_set_predictor(name, 1, logits[200:350], labels[200:350], coverage=0.9, adaptive="aci",
+                                 class_conditional=True)
+
+    np.savez(tmp_path / "held_out.npz", logits=logits[200:350], labels=labels[200:350])
+    env = {"CALIBRATION_URL": service.url, "CALIBRATION_API_KEY": service.keys["admin"], "COLUMNS": "200"}
+    ran = CliRunner().invoke(app, ["set-predictor", name, "1", str(tmp_path / "held_out.npz"), "--adaptive", "dtaci",
+                                   "--json"], env=env)
+    assert ran.exit_code == 0, ran.output
+    assert json.loads(ran.stdout)["options"]["adaptive"] == "dtaci"
