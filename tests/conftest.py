@@ -37,16 +37,18 @@ def reference():
 # ``--dist loadfile`` hands whole files to idle workers in collection order, so these go first and
 # the short files fill in at the end instead of one long file running alone on one worker.
 LONGEST_FIRST = (
-    "tests/service/live/test_live.py", "tests/service/live/test_jobs.py", "tests/test_examples.py",
-    "tests/service/live/test_online_loop.py", "tests/service/live/test_faults.py",
-    "tests/service/live/test_compare.py", "tests/service/live/test_fan_out.py",
-    "tests/service/live/test_dashboard.py", "tests/service/live/test_promotion.py",
-    "tests/service/api/test_dashboard_health.py", "tests/client/test_cli.py",
-    "tests/service/live/test_dashboard_browser.py", "tests/service/live/test_quality.py",
-    "tests/client/test_client.py", "tests/core/test_selection_guard.py", "tests/core/test_selection.py",
-    "tests/service/live/test_isolation.py", "tests/service/live/test_request_budgets.py",
-    "tests/service/live/test_prediction_log_pipe.py", "tests/service/fuzz/test_fuzz.py",
-    "tests/core/test_fold_memory.py",
+    "tests/test_examples.py", "tests/service/live/test_live.py", "tests/service/live/test_online_loop.py",
+    "tests/service/live/test_faults.py", "tests/service/live/test_fan_out.py",
+    "tests/service/live/test_dashboard.py", "tests/service/live/test_compare.py",
+    "tests/core/test_selection_guard.py", "tests/service/live/test_jobs.py",
+    "tests/service/live/test_promotion.py", "tests/service/live/test_quality.py", "tests/client/test_cli.py",
+    "tests/service/api/test_conformal_online.py", "tests/service/live/test_isolation.py",
+    "tests/client/test_power.py", "tests/client/test_client.py", "tests/core/test_fold_memory.py",
+    "tests/service/api/test_conformal_api.py", "tests/service/live/test_prediction_log_pipe.py",
+    "tests/service/api/test_observations.py", "tests/service/fuzz/test_fuzz.py",
+    "tests/service/live/test_request_budgets.py", "tests/core/test_selection.py",
+    "tests/service/api/test_api.py", "tests/service/api/test_webhooks.py",
+    "tests/service/api/test_input_check.py",
 )
 
 

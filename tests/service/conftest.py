@@ -6,12 +6,10 @@ or not, an in-process client of the app on each, and the browser fixtures of ``s
 from __future__ import annotations
 
 import pytest
-from starlette.testclient import TestClient
 
-from app.main import create_app
 from app.platform.migrate import upgrade
-from app.settings import Settings
 from tests.service.support.browser import browser, shots  # noqa: F401  (fixtures for the browser tests)
+from tests.service.support.clients import app_client
 from tests.service.support.databases import create_postgres_database
 from tests.service.support.webhooks import receiver  # noqa: F401  (the webhook receiver fixture)
 
@@ -44,7 +42,5 @@ def database_url(request) -> str:
 
 @pytest.fixture
 def client(database_url):
-    # jobs in the API process on both databases (the Procrastinate engine has its worker tests)
-    app = create_app(Settings(database_url=database_url, max_body_bytes=4 * 1024 * 1024, job_engine="embedded"))
-    with TestClient(app) as test_client:
+    with app_client(database_url) as test_client:
         yield test_client

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import calibration as cal
+from app.platform.migrate import upgrade
 from tests.helpers import load_split
+from tests.service.support.clients import app_client
 
 NAME = "lenet"
 SETS = f"/v1/calibrators/{NAME}/versions/1/set-predictors"
@@ -114,13 +116,26 @@ def test_the_coverage_alarm_fires_on_a_shifted_stream_once(client, data):
     assert float(line.split()[-1]) == pytest.approx(alarm["recent_miscoverage"]) and float(line.split()[-1]) > 0.12
 
 
-@pytest.mark.parametrize("method", ["aci", "dtaci"])
-def test_adaptive_sets_keep_their_coverage_where_split_conformal_drops(client, data, method):
+@pytest.fixture
+def paired_client(request):
+    """An in-process client on the database ``request.param`` names (migrated)."""
+    url = request.getfixturevalue(f"{request.param}_url")
+    upgrade(url)
+    with app_client(url) as test_client:
+        yield test_client
+
+
+# each method once, on one database each (the 20 000-row stream costs ~30 s a run): both methods and both
+# databases are covered, and the stored state's path is the same on both
+@pytest.mark.parametrize(("paired_client", "method"), [
+    ("sqlite", "aci"), pytest.param("postgres", "dtaci", marks=pytest.mark.postgres)], indirect=["paired_client"])
+def test_adaptive_sets_keep_their_coverage_where_split_conformal_drops(paired_client, data, method):
     """20 000 shifted rows (the test split four times, shuffled) served in batches of 250, each batch's
     labels posted and the evaluation run before the next is served: the adaptive sets served cover
     0.9 +- 0.01 of the posted labels (the start, while the level moves from alpha to where the shift needs
     it, costs ``(alpha - alpha_T) / (gamma T)``: 20 000 rows keep it well inside); the split-conformal sets
     of the same rows about 0.79. The stored state applied each label once."""
+    client = paired_client
     _, _, test, test_labels = data
     fitted, stored = _setup(client, data, adaptive=method)
     assert stored["options"]["adaptive"] == method
