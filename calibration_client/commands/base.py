@@ -122,6 +122,15 @@ def _input_of(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> s
     return present[0]
 
 
+def _values(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> tuple[str, np.ndarray]:
+    """The input kind and array to send of a read FILE: an .npy's one array (``input``, default
+    logits), or the .npz member ``_input_of`` names."""
+    if "" in arrays:
+        return input or "logits", arrays[""]
+    kind = _input_of(arrays, path, input)
+    return kind, arrays[kind]
+
+
 def _labelled(path: Path, input: str | None) -> tuple[str, np.ndarray, np.ndarray]:
     arrays = _arrays(path)
     if "" in arrays:

@@ -24,13 +24,13 @@ from .base import (
     _arrays,
     _bar,
     _before_after,
-    _input_of,
     _json_option,
     _labelled,
     _parameters,
     _print_json,
     _show,
     _spinner,
+    _values,
     app,
     err,
     examples,
@@ -203,11 +203,7 @@ def calibrate(
     with the prediction ids the service used when the calibrator logs (yours with --ids or
     --id-column, else generated)."""
     arrays = _arrays(file)
-    if "" in arrays:
-        kind, values = input or "logits", arrays[""]
-    else:
-        kind = _input_of(arrays, file, input)
-        values = arrays[kind]
+    kind, values = _values(arrays, file, input)
     given = _given_ids(arrays, file, ids_file, id_column, len(values))
     with context.obj.client() as client:
         name, number = _resolve(client, ref, version)

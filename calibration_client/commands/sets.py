@@ -19,11 +19,11 @@ from .base import (
     LabelledFile,
     _arrays,
     _fmt,
-    _input_of,
     _json_option,
     _labelled,
     _print_json,
     _show,
+    _values,
     app,
     examples,
     handled,
@@ -172,11 +172,7 @@ def sets(
     """Conformal prediction sets of FILE.npy (one array) or FILE.npz (its logits/probabilities): each
     row's classes, a set that holds the true class with the given coverage."""
     arrays = _arrays(file)
-    if "" in arrays:
-        kind, values = input or "logits", arrays[""]
-    else:
-        kind = _input_of(arrays, file, input)
-        values = arrays[kind]
+    kind, values = _values(arrays, file, input)
     with context.obj.client() as client:
         found = client.calibrate(ref, values, version=version, input=kind, outputs=["set"], coverage=coverage,
                                  set_predictor=set_predictor_id)
