@@ -42,7 +42,7 @@ class Comparisons:
         seconds = sum(estimated_fit_seconds(c.method, c.options, inputs.n, inputs.k)
                       for c in [*candidates, cal.candidate("temperature")]) * fields.folds
         if self.service.jobs is not None and (asked or seconds > self.service.sync_budget_seconds):
-            request, payload = job_input(batch, labels)
+            request, payload = job_input(batch, labels, fields.model_dump(mode="json"))
             return True, self.service.jobs.submit("compare", None, request, payload)
         return False, self._run_comparison(fields, inputs, labels)
 

@@ -10,5 +10,5 @@ from .schemas import CompareFields
 
 @job_handler("compare")
 def compare(job: JobContext) -> dict:
-    batch = batch_of_job(job.request, job.payload, CompareFields)
+    batch = batch_of_job(job.request, job.payload, CompareFields.model_validate)
     return job.service.comparisons.compare_as_job(batch, job.progress, job.fan_out())

@@ -98,7 +98,7 @@ def fit_batch(service: CalibrationService, request: dict, payload: bytes | None,
     if request.get("chunks"):
         fields = FitFields.model_validate(request["fields"])
         return service.observations.load(fields, refs_from_json(request["chunks"]), shared)
-    return batch_of_job(request, payload, FitFields)
+    return batch_of_job(request, payload, FitFields.model_validate)
 
 
 def _fan_out(db: Database, job_id: str, progress: JobProgress):
@@ -139,7 +139,7 @@ def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) ->
         if kind == "fit":
             batch = fit_batch(service, request, payload, shared=True)
         else:
-            batch = batch_of_job(request, payload, CompareFields)
+            batch = batch_of_job(request, payload, CompareFields.model_validate)
         inputs, labels = validated(batch)
         _PARENT_ARRAYS.clear()
         _PARENT_ARRAYS[parent_id] = (getattr(inputs, inputs.source), labels)

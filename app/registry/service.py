@@ -104,7 +104,7 @@ class CalibrationService:
         fields, inputs, labels, calibrator = prepared
         seconds = estimated_fit_seconds(calibrator.method, fields.options, inputs.n, inputs.k)
         if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
-            request, payload = job_input(batch, labels)
+            request, payload = job_input(batch, labels, fields.model_dump(mode="json"))
             return True, self.jobs.submit("fit", name, request, payload)
         return False, self._fit_checked(name, batch, prepared)
 

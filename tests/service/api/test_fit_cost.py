@@ -87,10 +87,10 @@ def test_the_fit_report_holds_no_probability_matrix():
 def test_a_job_keeps_a_float32_input_and_fits_the_same_values():
     logits, labels = logits_and_labels(500, 10)
     batch = ArrayBatch(FitFields(method="temperature"), "logits", logits, labels)
-    request, payload = job_input(batch, labels)
+    request, payload = job_input(batch, labels, batch.fields.model_dump(mode="json"))
     assert job_store.unpack_arrays(payload)["values"].dtype == np.float32
     assert len(payload) < logits.nbytes + labels.nbytes + 1024  # not the float64 copy's 40 kB
-    again, _ = validated(batch_of_job(request, payload, FitFields))
+    again, _ = validated(batch_of_job(request, payload, FitFields.model_validate))
     given, _ = validated(batch)
     assert np.array_equal(again.logits, given.logits) and again.logits.dtype == np.float64
 

@@ -1,0 +1,69 @@
+"""Domain values (``app.platform.values`` and each domain's ``values``): a request model turns into the
+frozen dataclass its service takes, a stored request reads back into the same value, and a damaged
+one is a ``ValueError`` naming the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, Literal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import TypeAdapter
+
+from app.platform.values import entries_of, json_time
+
+OFFSETS = st.one_of(st.none(), st.integers(-86_399, 86_399).map(lambda s: timezone(timedelta(seconds=s))))
+
+
+@given(st.datetimes(), OFFSETS)
+def test_a_time_is_written_as_pydantic_writes_it_in_json(moment, zone):
+    moment = moment.replace(tzinfo=zone)
+    assert json_time(moment) == TypeAdapter(datetime).dump_python(moment, mode="json")
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    count: int = 1
+    share: float = 0.5
+    flag: bool = False
+    kind: Literal["a", "b"] = "a"
+    pair: tuple[int, int] | None = None
+    items: list[str | dict[str, Any]] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    at: datetime | None = None
+
+
+def test_entries_read_back_a_stored_value_with_its_types():
+    stored = {"name": "x", "count": 3, "share": 2, "flag": True, "kind": "b", "pair": [1, 2],
+              "items": ["t", {"method": "platt"}], "tags": {"k": "v"}, "at": "2026-11-23T01:02:03.5+01:00"}
+    value = Sample(**entries_of(Sample, stored, "a sample"))
+    assert value == Sample("x", 3, 2.0, True, "b", (1, 2), ["t", {"method": "platt"}], {"k": "v"},
+                           datetime(2026, 11, 23, 0, 2, 3, 500_000, tzinfo=UTC))
+    assert isinstance(value.share, float) and value.at.utcoffset() == timedelta(hours=1)
+    assert Sample(**entries_of(Sample, {"name": "y"}, "a sample")) == Sample("y")
+
+
+@pytest.mark.parametrize(("stored", "message"), [
+    ([], "a sample: [] is not an object"),
+    ({"name": "x", "colour": 1}, "a sample: unknown field(s) colour"),
+    ({"count": 1}, "a sample: field 'name' is missing"),
+    ({"name": 1}, "a sample: name: 1 is not str"),
+    ({"name": "x", "count": "3"}, "a sample: count: '3' is not int"),
+    ({"name": "x", "count": True}, "a sample: count: True is not int"),
+    ({"name": "x", "share": None}, "a sample: share: None is not float"),
+    ({"name": "x", "flag": 1}, "a sample: flag: 1 is not bool"),
+    ({"name": "x", "kind": "c"}, "a sample: kind: 'c' is not one of 'a', 'b'"),
+    ({"name": "x", "pair": [1, 2, 3]}, "a sample: pair: [1, 2, 3] is not a list of 2"),
+    ({"name": "x", "items": [3]}, "a sample: items[0]: 3 is not str or dict"),
+    ({"name": "x", "tags": {"k": 1}}, "a sample: tags.k: 1 is not str"),
+    ({"name": "x", "at": "2026-11-23T01:02:03"}, "a sample: at needs a UTC offset"),
+    ({"name": "x", "at": "yesterday"}, "a sample: at: 'yesterday' is not a time (ISO 8601 text)"),
+])
+def test_a_damaged_stored_value_is_refused_naming_its_field(stored, message):
+    with pytest.raises(ValueError) as caught:
+        entries_of(Sample, stored, "a sample")
+    assert str(caught.value).startswith(message), str(caught.value)
