@@ -123,7 +123,7 @@ class ConformalService:
         fields: SetPredictorFields = batch.fields
         if batch.kind is None:
             query = fields.data.observations
-            index = self.registry.observations.fit_index(name, query)
+            index = self.registry.observations.fit_index(name, query.to_value())
             batch = self.registry.observations.load(fields, index)
             source = {"kind": "observations", "query": query.model_dump(mode="json", exclude_none=True)}
         else:

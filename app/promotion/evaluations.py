@@ -96,7 +96,7 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
     if champion is None:  # only labelled predictions know the version that served them
         query = query.model_copy(update={"source": "feedback"})
     try:
-        index = service.observations.fit_index(name, query)
+        index = service.observations.fit_index(name, query.to_value())
     except NotFound as exc:
         hint = " (post labels created after both versions, or name a selection in data.observations)"
         raise NotFound(str(exc) + (hint if held_out else "")) from exc

@@ -126,7 +126,7 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
         else ObservationQuery(last=policy.last)
     fields = FitFields(method=policy.method, options=policy.options, data=DataSource(observations=query),
                        description=f"refit by policy: {'; '.join(reasons)}")
-    index = service.observations.fit_index(name, query)
+    index = service.observations.fit_index(name, query.to_value())
     request = {"fit": fields.model_dump(mode="json"), "chunks": [ref.as_json() for ref in index], "policy": config,
                "cut": cut.isoformat() if cut else None, "reasons": reasons}
     job = service.jobs.submit("refit", name, request, None)

@@ -111,7 +111,7 @@ class CalibrationService:
     def _fit_stored_or_submit(self, name: str, fields: FitFields, asked: bool) -> tuple[bool, dict]:
         """A fit on stored observations: the chunks are fixed now; a job reads them in its worker."""
         check_name(name)
-        index = self.observations.fit_index(name, fields.data.observations)
+        index = self.observations.fit_index(name, fields.data.observations.to_value())
         n, k, kind = shape_of_index(index)
         seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
         if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):

@@ -351,7 +351,7 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
     assert [w["n_rows"] for w in answer["windows"]] == [ASKED]
     print(f"quality of {ASKED} rows: peak {peak} B")
     assert peak < _bound(ASKED)
-    index = big_chunks.observations.fit_index(SHIFT, ObservationQuery(last=ASKED))
+    index = big_chunks.observations.fit_index(SHIFT, ObservationQuery(last=ASKED).to_value())
     batch, peak = _peak(lambda: big_chunks.observations.load(None, index))
     assert batch.values.shape == (ASKED, K) and len(batch.labels) == ASKED
     print(f"a fit's {ASKED} rows: peak {peak} B")

@@ -67,3 +67,30 @@ def test_a_damaged_stored_value_is_refused_naming_its_field(stored, message):
     with pytest.raises(ValueError) as caught:
         entries_of(Sample, stored, "a sample")
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+QUERIES = [{}, {"last": 100}, {"since": "2026-11-23T00:00:00Z", "source": "feedback", "version": 2},
+           {"since": "2026-11-23T00:00:00.25+01:00", "until": "2026-11-24T12:00:00-05:30", "source": "upload"}]
+
+
+@pytest.mark.parametrize("given_query", QUERIES)
+def test_an_observation_query_turns_into_a_selection_that_writes_and_reads_back_the_same_json(given_query):
+    from app.observations.schemas import ObservationQuery
+    from app.observations.values import ObservationSelection
+
+    query = ObservationQuery.model_validate(given_query)
+    selection = query.to_value()
+    assert selection.to_dict() == query.model_dump(mode="json")
+    assert selection.to_dict(exclude_none=True) == query.model_dump(mode="json", exclude_none=True)
+    assert repr(selection.given()) == repr(query.model_dump(exclude_none=True))
+    assert ObservationSelection.from_dict(selection.to_dict()) == selection
+    assert ObservationSelection() == ObservationQuery().to_value()
+
+
+def test_a_selection_needs_times_with_an_offset():
+    from app.observations.values import ObservationSelection
+
+    with pytest.raises(ValueError, match="since needs a UTC offset"):
+        ObservationSelection(since=datetime(2026, 11, 23))
+    with pytest.raises(ValueError, match="a stored selection: source: 'uploads' is not one of 'upload', 'feedback'"):
+        ObservationSelection.from_dict({"source": "uploads"})
