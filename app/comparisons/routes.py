@@ -21,7 +21,7 @@ from ..registry.routes import job_accepted, prefers_async, request_body
 from ..registry.schemas import EvaluationFields, MethodList, MetricsOut, MetricsRequest
 from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
-from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
+from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_values
 from .schemas import CompareFields, CompareOut, CompareRequest
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
@@ -33,7 +33,7 @@ def jobs_of(request: Request) -> JobRunner:
 
 
 def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
-    batch = decode_batch(body, EvaluationFields, need_labels=True, limits=service.limits)
+    batch = decode_values(body, EvaluationFields, need_labels=True, limits=service.limits)
     return dump_json(service.metrics(batch))
 
 

@@ -16,8 +16,8 @@ from ..observations.chunks import refs_from_json
 from ..platform.db import Database
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..registry.schemas import FitFields
 from ..registry.service import CalibrationService
+from ..registry.values import FitSpec
 from ..settings import get_settings
 from ..wire.batches import validated
 from . import fan_out
@@ -96,9 +96,9 @@ def fit_batch(service: CalibrationService, request: dict, payload: bytes | None,
     """The labelled batch of a fit job: its arrays, or the stored observations it names (``shared``:
     see ``Observations.load``)."""
     if request.get("chunks"):
-        fields = FitFields.model_validate(request["fields"])
+        fields = FitSpec.from_dict(request["fields"])
         return service.observations.load(fields, refs_from_json(request["chunks"]), shared)
-    return batch_of_job(request, payload, FitFields.model_validate)
+    return batch_of_job(request, payload, FitSpec.from_dict)
 
 
 def _fan_out(db: Database, job_id: str, progress: JobProgress):

@@ -29,8 +29,8 @@ from ..observations.schemas import DataSource, ObservationQuery
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import ObservationChunkRow, utcnow
 from ..registry.names import Reference, check_alias, check_name
-from ..registry.schemas import FitFields
 from ..registry.serving import Serving
+from ..registry.values import FitSpec
 from . import aliases as promotion
 from . import evaluations
 from . import store as ps
@@ -124,10 +124,10 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
         row.last_run_at = utcnow()
     query = ObservationQuery(last=max(1, int(policy.last * (1 - policy.holdout))), until=cut) if cut \
         else ObservationQuery(last=policy.last)
-    fields = FitFields(method=policy.method, options=policy.options, data=DataSource(observations=query),
-                       description=f"refit by policy: {'; '.join(reasons)}")
+    fields = FitSpec(method=policy.method, options=policy.options, data=query.to_value(),
+                     description=f"refit by policy: {'; '.join(reasons)}")
     index = service.observations.fit_index(name, query.to_value())
-    request = {"fit": fields.model_dump(mode="json"), "chunks": [ref.as_json() for ref in index], "policy": config,
+    request = {"fit": fields.to_dict(), "chunks": [ref.as_json() for ref in index], "policy": config,
                "cut": cut.isoformat() if cut else None, "reasons": reasons}
     job = service.jobs.submit("refit", name, request, None)
     with service.db.write() as session:
@@ -137,7 +137,7 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
 
 def run_refit(service: Serving, name: str, request: dict, progress) -> dict:
     """The refit job: fit, then evaluate against the policy's alias and promote if it says so."""
-    fields = FitFields.model_validate(request["fit"])
+    fields = FitSpec.from_dict(request["fit"])
     policy = RefitPolicy.model_validate(request["policy"])
     progress.step(f"refitting {fields.method} on stored observations", 5.0)
     version = service.fit(name, service.observations.load(fields, refs_from_json(request["chunks"])))["version"]

@@ -17,6 +17,7 @@ from ..wire.batches import ArrayBatch
 from ..wire.costs import RequestLimits
 from .cache import LoadedVersion
 from .names import Reference
+from .values import FitSpec
 
 
 class Serving(Protocol):
@@ -37,4 +38,4 @@ class Serving(Protocol):
 
     def predict(self, loaded: LoadedVersion, inputs: cal.InputBatch) -> np.ndarray: ...
 
-    def fit(self, name: str, batch: ArrayBatch, job: JobProgress | None = None) -> dict: ...
+    def fit(self, name: str, batch: ArrayBatch[FitSpec], job: JobProgress | None = None) -> dict: ...

@@ -94,3 +94,46 @@ def test_a_selection_needs_times_with_an_offset():
         ObservationSelection(since=datetime(2026, 11, 23))
     with pytest.raises(ValueError, match="a stored selection: source: 'uploads' is not one of 'upload', 'feedback'"):
         ObservationSelection.from_dict({"source": "uploads"})
+
+
+def test_the_registry_request_models_turn_into_values_with_the_same_defaults():
+    from app.registry.schemas import CalibrateFields, EvaluationFields, FitFields
+    from app.registry.values import CalibrateSpec, EvaluationSpec, FitSpec
+
+    assert FitFields(method="platt").to_value() == FitSpec(method="platt")
+    assert CalibrateFields().to_value() == CalibrateSpec()
+    assert EvaluationFields().to_value() == EvaluationSpec()
+    assert EvaluationFields(n_bins=10, bootstrap=5, seed=3).to_value() == EvaluationSpec(n_bins=10, bootstrap=5, seed=3)
+
+
+@pytest.mark.parametrize("given_fit", [
+    {"method": "temperature"},
+    {"method": "auto", "options": {"candidates": ["platt", {"method": "vector"}]}, "class_names": ["a", "b"],
+     "description": "d", "tags": {"team": "x"}, "tensor_names": {"inputs": ["x"]}, "input_check": False},
+    {"method": "temperature", "data": {"observations": {"last": 500, "since": "2026-11-23T00:00:00Z"}}},
+])
+def test_a_fit_job_keeps_the_json_the_request_model_wrote_and_reads_back_the_same_value(given_fit):
+    from app.registry.schemas import FitFields
+    from app.registry.values import FitSpec
+
+    fields = FitFields.model_validate(given_fit)
+    value = fields.to_value()
+    assert value.to_dict() == fields.model_dump(mode="json")
+    assert FitSpec.from_dict(value.to_dict()) == value
+    assert value.tensor_names == (fields.tensor_names.model_dump() if fields.tensor_names else None)
+
+
+@pytest.mark.parametrize(("stored", "message"), [
+    ({"options": {}}, "a stored fit request: field 'method' is missing"),
+    ({"method": 3}, "a stored fit request: method: 3 is not str"),
+    ({"method": "platt", "tags": {"a": 1}}, "a stored fit request: tags.a: 1 is not str"),
+    ({"method": "platt", "data": {"last": 5}}, "a stored fit request: data: {'last': 5} is not {'observations'"),
+    ({"method": "platt", "data": {"observations": {"last": "5"}}},
+     "a stored fit request: data.observations: last: '5' is not int"),
+])
+def test_a_damaged_fit_request_is_refused_naming_its_field(stored, message):
+    from app.registry.values import FitSpec
+
+    with pytest.raises(ValueError) as caught:
+        FitSpec.from_dict(stored)
+    assert str(caught.value).startswith(message), str(caught.value)
