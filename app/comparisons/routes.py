@@ -21,7 +21,7 @@ from ..registry.routes import job_accepted, prefers_async, request_body
 from ..registry.schemas import EvaluationFields, MethodList, MetricsOut, MetricsRequest
 from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
-from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_values
+from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_values
 from .schemas import CompareFields, CompareOut, CompareRequest
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
@@ -39,7 +39,7 @@ def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
 
 def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
-    batch = decode_batch(body, CompareFields, need_labels=True, limits=service.limits)
+    batch = decode_values(body, CompareFields, need_labels=True, limits=service.limits)
     return service.comparisons.compare_or_submit(batch, asked_async)
 
 

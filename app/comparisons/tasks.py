@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ..jobs.handlers import JobContext, job_handler
 from ..jobs.inputs import batch_of_job
-from .schemas import CompareFields
+from .values import CompareSpec
 
 
 @job_handler("compare")
 def compare(job: JobContext) -> dict:
-    batch = batch_of_job(job.request, job.payload, CompareFields.model_validate)
+    batch = batch_of_job(job.request, job.payload, CompareSpec.from_dict)
     return job.service.comparisons.compare_as_job(batch, job.progress, job.fan_out())

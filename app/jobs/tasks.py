@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 
-from ..comparisons.schemas import CompareFields
+from ..comparisons.values import CompareSpec
 from ..observations.chunks import refs_from_json
 from ..platform.db import Database
 from ..platform.errors import ServiceError
@@ -139,7 +139,7 @@ def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) ->
         if kind == "fit":
             batch = fit_batch(service, request, payload, shared=True)
         else:
-            batch = batch_of_job(request, payload, CompareFields.model_validate)
+            batch = batch_of_job(request, payload, CompareSpec.from_dict)
         inputs, labels = validated(batch)
         _PARENT_ARRAYS.clear()
         _PARENT_ARRAYS[parent_id] = (getattr(inputs, inputs.source), labels)

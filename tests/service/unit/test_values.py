@@ -137,3 +137,19 @@ def test_a_damaged_fit_request_is_refused_naming_its_field(stored, message):
     with pytest.raises(ValueError) as caught:
         FitSpec.from_dict(stored)
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+@pytest.mark.parametrize("given_comparison", [
+    {}, {"methods": ["temperature", {"method": "platt", "options": {}, "name": "p"}], "folds": 3, "seed": 7,
+         "preserve_accuracy": True, "input_check": False}])
+def test_a_comparison_job_keeps_the_json_the_request_model_wrote_and_reads_back_the_same_value(given_comparison):
+    from app.comparisons.schemas import CompareFields
+    from app.comparisons.values import CompareSpec
+
+    fields = CompareFields.model_validate(given_comparison)
+    value = fields.to_value()
+    assert value.to_dict() == fields.model_dump(mode="json")
+    assert CompareSpec.from_dict(value.to_dict()) == value
+    assert CompareFields().to_value() == CompareSpec()
+    with pytest.raises(ValueError, match="a stored comparison request: folds: '5' is not int"):
+        CompareSpec.from_dict({**value.to_dict(), "folds": "5"})
