@@ -153,3 +153,15 @@ def test_a_comparison_job_keeps_the_json_the_request_model_wrote_and_reads_back_
     assert CompareFields().to_value() == CompareSpec()
     with pytest.raises(ValueError, match="a stored comparison request: folds: '5' is not int"):
         CompareSpec.from_dict({**value.to_dict(), "folds": "5"})
+
+
+def test_a_set_predictor_request_turns_into_its_value():
+    from app.conformal.schemas import SetPredictorFields
+    from app.conformal.values import SetPredictorSpec
+    from app.observations.values import ObservationSelection
+
+    assert SetPredictorFields(coverage=[0.9]).to_value() == SetPredictorSpec(coverage=[0.9])
+    fields = SetPredictorFields.model_validate({"coverage": "0.8,0.9", "score": "raps", "k_reg": 2, "lam": 0.5,
+                                                "adaptive": "aci", "data": {"observations": {"source": "upload"}}})
+    assert fields.to_value() == SetPredictorSpec(coverage=[0.8, 0.9], score="raps", k_reg=2, lam=0.5, adaptive="aci",
+                                                 data=ObservationSelection(source="upload"))
