@@ -25,13 +25,14 @@ champion (and a gated alias pointing at it accepts the evaluation); otherwise th
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import numpy as np
 
 import calibration as cal
 
-from ..observations.schemas import ObservationQuery
 from ..observations.service import shape_of_index
+from ..observations.values import ObservationSelection
 from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
 from ..platform.rows import utcnow
 from ..registry import store
@@ -39,7 +40,7 @@ from ..registry.names import Reference, check_alias, check_name
 from ..registry.serving import Serving
 from . import store as promotion_store
 from .rows import EvaluationRow
-from .schemas import EvaluationRequest
+from .values import ChallengeSpec
 
 
 def _reference(name: str, value: int | str) -> Reference:
@@ -52,7 +53,7 @@ def _reference(name: str, value: int | str) -> Reference:
     return Reference(name, alias=check_alias(value))
 
 
-def _interval(metric, probs, labels, fields: EvaluationRequest, **kwargs) -> dict:
+def _interval(metric, probs, labels, fields: ChallengeSpec, **kwargs) -> dict:
     """The metric with its percentile-bootstrap interval (``fields.bootstrap`` resamples; 0: none)."""
     if fields.bootstrap == 0:
         return {"estimate": metric(probs, labels, **kwargs)}
@@ -80,7 +81,7 @@ def _served_probabilities(service: Serving, name: str, index: list, values,
     return probabilities, {v: int((served == v).sum()) for v in np.unique(served).tolist()}
 
 
-def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
+def evaluate(service: Serving, name: str, fields: ChallengeSpec) -> dict:
     """Compare ``fields.challenger`` with ``fields.champion`` (or, without one, with the versions that
     served each labelled prediction: a shadow evaluation) on held-out observations; store and
     return the evaluation."""
@@ -92,11 +93,11 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
     with service.db.read() as session:
         created = [store.version_by_id(session, v.resolved).created_at for v in (challenger, champion) if v]
     held_out = fields.data is None
-    query = ObservationQuery(since=max(created)) if held_out else fields.data.observations
+    query = ObservationSelection(since=max(created)) if held_out else fields.data
     if champion is None:  # only labelled predictions know the version that served them
-        query = query.model_copy(update={"source": "feedback"})
+        query = replace(query, source="feedback")
     try:
-        index = service.observations.fit_index(name, query.to_value())
+        index = service.observations.fit_index(name, query)
     except NotFound as exc:
         hint = " (post labels created after both versions, or name a selection in data.observations)"
         raise NotFound(str(exc) + (hint if held_out else "")) from exc
@@ -125,7 +126,7 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
         "challenger_ref": str(fields.challenger),
         "champion_ref": "served" if champion is None else str(fields.champion),
         "served_by": {str(v): n for v, n in served.items()},
-        "selection": query.model_dump(mode="json", exclude_none=True), "held_out": held_out,
+        "selection": query.to_dict(exclude_none=True), "held_out": held_out,
         **comparison,
         "ece": {"n_bins": fields.n_bins, "challenger": _interval(cal.ece, challenger_probs, labels, fields,
                                                                   n_bins=fields.n_bins),

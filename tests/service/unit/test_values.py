@@ -165,3 +165,32 @@ def test_a_set_predictor_request_turns_into_its_value():
                                                 "adaptive": "aci", "data": {"observations": {"source": "upload"}}})
     assert fields.to_value() == SetPredictorSpec(coverage=[0.8, 0.9], score="raps", k_reg=2, lam=0.5, adaptive="aci",
                                                  data=ObservationSelection(source="upload"))
+
+
+@pytest.mark.parametrize("given_policy", [
+    {"every_labels": 5000}, {"every_labels": 5000, "on_alarm": True, "every_seconds": 3600, "last": 50000,
+                             "holdout": 0.25, "method": "auto", "options": {"candidates": ["platt"]},
+                             "alias": "production", "promote": True, "alpha": 0.1}])
+def test_a_refit_policy_is_stored_as_the_json_the_request_model_wrote_and_read_back(given_policy):
+    from app.promotion.schemas import RefitPolicy
+    from app.promotion.values import PolicySpec
+
+    policy = RefitPolicy.model_validate(given_policy)
+    value = policy.to_value()
+    assert value.to_dict() == policy.model_dump(mode="json")
+    assert PolicySpec.from_dict(value.to_dict()) == value
+    assert RefitPolicy().to_value() == PolicySpec()
+    with pytest.raises(ValueError, match="a stored refit policy: unknown field"):
+        PolicySpec.from_dict({**value.to_dict(), "every_minutes": 5})
+
+
+def test_an_evaluation_request_turns_into_its_value():
+    from app.observations.values import ObservationSelection
+    from app.promotion.schemas import EvaluationRequest
+    from app.promotion.values import ChallengeSpec
+
+    assert EvaluationRequest(challenger=2).to_value() == ChallengeSpec(challenger=2)
+    request = EvaluationRequest.model_validate({"challenger": "shadow", "champion": 1, "alpha": 0.1,
+                                                "decide_on": "brier", "data": {"observations": {"last": 10}}})
+    assert request.to_value() == ChallengeSpec(challenger="shadow", champion=1, alpha=0.1, decide_on="brier",
+                                               data=ObservationSelection(last=10))
