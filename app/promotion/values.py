@@ -16,15 +16,14 @@ class ChallengeSpec:
     """An evaluation of ``challenger`` against ``champion`` (versions, by number or alias; no champion:
     the versions that served each labelled prediction) on ``data`` (``None``: the observations created
     after both): confidence sequences at level ``alpha``, the verdict on the loss ``decide_on``, ECE of
-    ``n_bins`` bins with ``bootstrap`` resamples at level ``confidence`` drawn with ``seed``
-    (``nll_clip`` is accepted and ignored)."""
+    ``n_bins`` bins with ``bootstrap`` resamples at level ``confidence`` drawn with ``seed``. (The
+    request's deprecated ``nll_clip`` is accepted and ignored: it has no place here.)"""
 
     challenger: int | str
     champion: int | str | None = None
     data: ObservationSelection | None = None
     alpha: float = 0.05
     decide_on: str = "nll"
-    nll_clip: float | None = None
     n_bins: int = 15
     bootstrap: int = 200
     confidence: float = 0.95
