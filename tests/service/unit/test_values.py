@@ -194,3 +194,20 @@ def test_an_evaluation_request_turns_into_its_value():
                                                 "decide_on": "brier", "data": {"observations": {"last": 10}}})
     assert request.to_value() == ChallengeSpec(challenger="shadow", champion=1, alpha=0.1, decide_on="brier",
                                                data=ObservationSelection(last=10))
+
+
+@pytest.mark.parametrize("given_power", [
+    {"shift": "temperature", "size": 2}, {"shift": "swap", "size": 1, "swap_classes": [3, 5], "signal": "label_free",
+                                          "version": 2, "streams": 10, "labels": 500, "checkpoints": [100, 200],
+                                          "alpha": 0.05, "half_life": 50, "seed": 4}])
+def test_a_power_job_keeps_the_json_the_request_model_wrote_and_reads_back_the_same_value(given_power):
+    from app.monitoring.power import PowerSpec
+    from app.monitoring.power_schemas import PowerRequest
+
+    request = PowerRequest.model_validate(given_power)
+    value = request.to_value()
+    assert value.to_dict() == request.model_dump(mode="json")
+    assert PowerSpec.from_dict(value.to_dict()) == value
+    assert PowerRequest(shift="dirichlet", size=1.0).to_value() == PowerSpec(shift="dirichlet", size=1.0)
+    with pytest.raises(ValueError, match=r"a stored power request: shift: 'warp' is not one of 'temperature'"):
+        PowerSpec.from_dict({**value.to_dict(), "shift": "warp"})
