@@ -1,6 +1,7 @@
-"""What the service does, on domain values: names, references (``names.Reference``), decoded
-batches (``decoding.ArrayBatch``) and validated fields in; versions, calibrated batches, reports
-and jobs out. Plain synchronous functions, run off the event loop by the routes.
+"""What the service does, on domain values: names, references (``names.Reference``) and decoded
+batches (``app.wire.batches.ArrayBatch``) whose fields are the values of ``app.registry.values``
+(``FitSpec``, ``CalibrateSpec``, ``EvaluationSpec``) in; versions, calibrated batches, reports and
+jobs out. Plain synchronous functions, run off the event loop by the routes.
 
 Array values are validated by the core here (``calibration.validate_inputs``, ``check_labels``): a
 core ``ValueError`` becomes ``InvalidInput``. Errors are the domain errors of ``app.platform.errors``,
