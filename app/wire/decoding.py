@@ -33,12 +33,13 @@ ARRAY_FIELDS = (*INPUT_KINDS, "labels")
 JSON_QUERY_FIELDS = ("options", "tags", "tensor_names")  # query parameters given as JSON text
 LIST_QUERY_FIELDS = ("outputs", "class_names", "ids")  # query parameters given as comma-separated lists
 Value = TypeVar("Value")
+Value_co = TypeVar("Value_co", covariant=True)
 
 
-class ValueModel(Protocol[Value]):
+class ValueModel(Protocol[Value_co]):
     """A request model that turns into the domain value its service takes."""
 
-    def to_value(self) -> Value: ...
+    def to_value(self) -> Value_co: ...
 
 
 def media_type(content_type: str | None) -> str:
@@ -159,7 +160,7 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
 def decode_values(body: RequestBody, model: type[ValueModel[Value]], *, need_labels: bool, limits: RequestLimits,
                   npy_kind: str = "logits") -> ArrayBatch[Value]:
     """``decode_batch``, its fields turned into the domain value the service takes (``to_value()``)."""
-    batch = decode_batch(body, model, need_labels=need_labels, limits=limits, npy_kind=npy_kind)  # type: ignore
+    batch = decode_batch(body, model, need_labels=need_labels, limits=limits, npy_kind=npy_kind)  # type: ignore[arg-type]
     return dataclasses.replace(batch, fields=batch.fields.to_value())
 
 
