@@ -13,7 +13,7 @@ simulates: 413) and queues a ``power`` job; ``run`` is that job.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -27,8 +27,9 @@ from ..registry import store
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 
-SHIFTS = ("temperature", "tweak_one", "dirichlet", "swap")
-SIGNALS = ("labelled", "label_free")
+ShiftKind = Literal["temperature", "tweak_one", "dirichlet", "swap"]
+Signal = Literal["labelled", "label_free"]
+SHIFTS, SIGNALS = get_args(ShiftKind), get_args(Signal)
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,11 @@ class PowerSpec:
     ``streams`` streams of at most ``labels`` labels, detection also within each of ``checkpoints``,
     intervals at level ``confidence``, drawn with ``seed``. Also the ``power`` job's request."""
 
-    shift: Literal[SHIFTS]
+    shift: ShiftKind
     size: float
     shift_class: int | None = None
     swap_classes: tuple[int, int] | None = None
-    signal: Literal[SIGNALS] = "labelled"
+    signal: Signal = "labelled"
     version: int | None = None
     streams: int = 200
     labels: int = 50_000

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..platform.values import aware, entries_of, json_time
 
-SOURCES = ("upload", "feedback")
+Source = Literal["upload", "feedback"]
+SOURCES = get_args(Source)
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class ObservationSelection:
     last: int | None = None
     since: datetime | None = None
     until: datetime | None = None
-    source: Literal[SOURCES] | None = None
+    source: Source | None = None
     version: int | None = None
 
     def __post_init__(self):

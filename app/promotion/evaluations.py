@@ -93,7 +93,7 @@ def evaluate(service: Serving, name: str, fields: ChallengeSpec) -> dict:
     with service.db.read() as session:
         created = [store.version_by_id(session, v.resolved).created_at for v in (challenger, champion) if v]
     held_out = fields.data is None
-    query = ObservationSelection(since=max(created)) if held_out else fields.data
+    query = fields.data if fields.data is not None else ObservationSelection(since=max(created))
     if champion is None:  # only labelled predictions know the version that served them
         query = replace(query, source="feedback")
     try:
