@@ -9,8 +9,9 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from ..platform.errors import IntegrityFailure, NotFound
-from ..platform.rows import CalibratorRow, VersionRow, utcnow
+from ..platform.rows import utcnow
 from ..registry import integrity
+from ..registry.rows import CalibratorRow, VersionRow
 from .rows import SetPredictorRow
 
 RECORD_COLUMNS = ("score", "options", "coverage", "params_json", "source", "n_samples", "created_at")

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 
 from ..observations.chunks import ChunkRef
 from ..observations.store import byte_range, from_raw
-from ..platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from ..platform.rows import ObservationChunkRow, PredictionChunkRow
+from ..registry.rows import CalibratorRow
 from .rows import DriftMonitorRow
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..platform.rows import CalibratorRow, ObservationChunkRow, VersionRow
+from ..platform.rows import ObservationChunkRow
+from ..registry.rows import CalibratorRow, VersionRow
 from .chunks import ChunkRef
 
 

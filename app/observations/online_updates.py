@@ -30,10 +30,10 @@ from sqlalchemy.orm import Session
 
 import calibration as cal
 
-from ..platform.rows import VersionRow
 from ..registry import integrity
 from ..registry.cache import load_calibrator
 from ..registry.names import ResolvedVersion
+from ..registry.rows import VersionRow
 from ..registry.versions import NewVersion, write_version
 from . import online_store
 from . import store as observation_store

@@ -18,13 +18,13 @@ import calibration as cal
 
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, TooLarge
-from ..platform.rows import CalibratorRow
 from ..prediction_log import lookup as prediction_log_lookup
 from ..prediction_log import store as prediction_log_store
 from ..prediction_log.epochs import EpochFilters
 from ..prediction_log.service import PredictionLog
 from ..registry import store
 from ..registry.names import check_name
+from ..registry.rows import CalibratorRow
 from ..wire.batches import ArrayBatch, validated
 from . import store as observation_store
 from .chunks import ChunkRef, total_rows

@@ -15,7 +15,8 @@ import numpy as np
 from sqlalchemy import LargeBinary, delete, func, select
 from sqlalchemy.orm import Session
 
-from ..platform.rows import ObservationChunkRow, VersionRow, utcnow
+from ..platform.rows import ObservationChunkRow, utcnow
+from ..registry.rows import VersionRow
 from .chunks import ChunkRef, total_rows
 
 LABEL_DTYPE = np.dtype("<i4")

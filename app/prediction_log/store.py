@@ -16,7 +16,8 @@ from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ..observations.store import byte_range, from_raw, raw_view
-from ..platform.rows import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
+from ..platform.rows import LoggedPredictionRow, PredictionChunkRow, utcnow
+from ..registry.rows import CalibratorRow
 from . import epoch_store as prediction_epoch_store
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids

@@ -25,7 +25,8 @@ from sqlalchemy import func, select
 from ..monitoring import webhooks
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from ..platform.rows import ObservationChunkRow, PredictionChunkRow
+from ..registry.rows import CalibratorRow
 from ..registry.serving import Serving
 from ..settings import get_settings
 from . import policies

@@ -40,8 +40,7 @@ from .cache import CalibratorCache, LoadedVersion, Resolutions, load_calibrator
 from .device import Device
 from .names import Reference, check_name
 from .schemas import EvaluationFields, FitFields
-from .versions import NewVersion, write_version
-from .views import version_view
+from .versions import NewVersion, version_view, write_version
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
 MAX_READ_ENTRIES = 1 << 23  # CALIBRATION_MAX_READ_ENTRIES's default

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session
 
 from ..platform.db import Database
 from ..platform.errors import Conflict, InvalidInput, NotFound
-from ..platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
+from ..platform.rows import utcnow
 from ..promotion.rows import CalibratorSettingRow
 from . import integrity
 from .names import Reference, ResolvedVersion
+from .rows import AliasRow, CalibratorRow, VersionRow
 
 MAX_PAGE_SIZE = 1000
 

@@ -310,8 +310,9 @@ def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(pos
     from sqlalchemy.orm import Session
 
     from app.platform.migrate import upgrade
-    from app.platform.rows import CalibratorRow, PredictionChunkRow
+    from app.platform.rows import PredictionChunkRow
     from app.prediction_log import store as prediction_log_store
+    from app.registry.rows import CalibratorRow
 
     upgrade(postgres_url)
     with TestClient(_app(postgres_url, max_logged_rows=100)) as client:

@@ -1,0 +1,17 @@
+"""Every table of the service: each domain's rows module, imported here so that ``Base.metadata``
+holds the whole schema that the Alembic migrations (``migrations/``) create and compare.
+
+Rows live with their domain (``app/<domain>/rows.py``) over the shared ``Base`` of
+``app.platform.rows``; this is the one module that imports them all."""
+
+from __future__ import annotations
+
+from .conformal import adaptive_rows as conformal_adaptive_rows
+from .conformal import rows as conformal_rows
+from .monitoring import rows as monitoring_rows
+from .platform.rows import Base
+from .promotion import rows as promotion_rows
+from .registry import rows as registry_rows
+
+__all__ = ["Base", "conformal_adaptive_rows", "conformal_rows", "monitoring_rows", "promotion_rows",
+           "registry_rows"]
