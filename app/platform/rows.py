@@ -7,13 +7,11 @@ imports them all for the metadata Alembic compares.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
-    Float,
     ForeignKey,
     Index,
     Integer,
@@ -57,68 +55,6 @@ class UTCDateTime(TypeDecorator):
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-class JobRow(Base):
-    """Long work (a fit, a comparison) run in the background: its input, progress and outcome.
-
-    ``status`` is queued, running, succeeded, failed or cancelled; ``step`` says what a running
-    job is doing, ``worker`` which process (host:pid) runs it; ``updated_at`` is its heartbeat.
-    ``payload`` is its input (an ``.npz`` of the validated arrays) and ``request`` its small
-    fields; ``result`` is the response body it would have returned, ``error`` a problem document."""
-
-    __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status_created_at", "status", "created_at"),)
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(32))
-    status: Mapped[str] = mapped_column(String(16))
-    percent: Mapped[float] = mapped_column(Float)
-    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
-    calibrator: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
-    step: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    worker: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
-    request: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    payload: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
-
-
-class IdempotencyRow(Base):
-    """A request sent with an ``Idempotency-Key``: the key (per operation), the sha256 of the
-    request, and once it is answered the response to replay to a retry. While it is being answered,
-    ``owner`` (the claiming process and request) holds it until ``lease_expires_at``, which that
-    request renews as it runs; a lapsed lease means its process died."""
-
-    __tablename__ = "idempotency_keys"
-
-    scope: Mapped[str] = mapped_column(String(300), primary_key=True)
-    key: Mapped[str] = mapped_column(String(255), primary_key=True)
-    request_sha256: Mapped[str] = mapped_column(String(64))
-    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    response: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
-    headers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
-    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-
-
-class ApiKeyRow(Base):
-    """An API key: only the sha256 of the secret is stored; ``scopes`` is a space-separated
-    subset of ``read write admin``; a revoked key keeps its row (for the audit trail)."""
-
-    __tablename__ = "api_keys"
-
-    id: Mapped[str] = mapped_column(String(16), primary_key=True)
-    name: Mapped[str] = mapped_column(String(128))
-    secret_sha256: Mapped[str] = mapped_column(String(64))
-    scopes: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class ObservationChunkRow(Base):
