@@ -64,6 +64,11 @@ KNOWN_STORE_IMPORTS = {
     ("app.prediction_log.store", "app.registry.rows"),
     ("app.promotion.scheduler", "app.registry.rows"),
     ("app.promotion.store", "app.registry.rows"),
+    # the observations' chunks, read by other domains' queries (shown once the rows left app.platform)
+    ("app.monitoring.store", "app.observations.rows"),
+    ("app.promotion.policies", "app.observations.rows"),
+    ("app.promotion.scheduler", "app.observations.rows"),
+    ("app.promotion.store", "app.observations.rows"),
     # the dashboard's health reads (trajectories, alarm windows, evaluations) go to four stores
     ("app.dashboard.reads", "app.monitoring.store"),
     ("app.dashboard.reads", "app.observations.store"),

@@ -13,8 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..observations.chunks import ChunkRef
+from ..observations.rows import ObservationChunkRow
 from ..observations.store import byte_range, from_raw
-from ..platform.rows import ObservationChunkRow, PredictionChunkRow
+from ..platform.rows import PredictionChunkRow
 from ..registry.rows import CalibratorRow
 from .rows import DriftMonitorRow
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..platform.rows import ObservationChunkRow
 from ..registry.rows import CalibratorRow, VersionRow
 from .chunks import ChunkRef
+from .rows import ObservationChunkRow
 
 
 def lock_calibrator(session: Session, calibrator_id: int) -> None:

@@ -15,9 +15,10 @@ import numpy as np
 from sqlalchemy import LargeBinary, delete, func, select
 from sqlalchemy.orm import Session
 
-from ..platform.rows import ObservationChunkRow, utcnow
+from ..platform.rows import utcnow
 from ..registry.rows import VersionRow
 from .chunks import ChunkRef, total_rows
+from .rows import ObservationChunkRow
 
 LABEL_DTYPE = np.dtype("<i4")
 IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters

@@ -25,9 +25,10 @@ import calibration as cal
 
 from ..monitoring.alarms import alarmed_versions
 from ..observations.chunks import refs_from_json
+from ..observations.rows import ObservationChunkRow
 from ..observations.schemas import DataSource, ObservationQuery
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
-from ..platform.rows import ObservationChunkRow, utcnow
+from ..platform.rows import utcnow
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.schemas import FitFields
 from ..registry.serving import Serving

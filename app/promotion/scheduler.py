@@ -23,9 +23,10 @@ import threading
 from sqlalchemy import func, select
 
 from ..monitoring import webhooks
+from ..observations.rows import ObservationChunkRow
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..platform.rows import ObservationChunkRow, PredictionChunkRow
+from ..platform.rows import PredictionChunkRow
 from ..registry.rows import CalibratorRow
 from ..registry.serving import Serving
 from ..settings import get_settings

@@ -12,8 +12,9 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from ..observations.rows import ObservationChunkRow
 from ..platform.errors import NotFound
-from ..platform.rows import ObservationChunkRow, utcnow
+from ..platform.rows import utcnow
 from ..registry.rows import AliasRow, CalibratorRow
 from ..registry.store import calibrator_row, dialect_insert, get_version, version_by_id
 from .rows import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
