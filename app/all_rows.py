@@ -13,8 +13,10 @@ from .jobs import rows as jobs_rows
 from .monitoring import rows as monitoring_rows
 from .observations import rows as observations_rows
 from .platform.rows import Base
+from .prediction_log import rows as prediction_log_rows
 from .promotion import rows as promotion_rows
 from .registry import rows as registry_rows
 
 __all__ = ["Base", "access_rows", "conformal_adaptive_rows", "conformal_rows", "jobs_rows", "monitoring_rows",
-           "observations_rows", "promotion_rows", "registry_rows"]
+           "observations_rows", "prediction_log_rows", "promotion_rows",
+           "registry_rows"]

@@ -69,6 +69,9 @@ KNOWN_STORE_IMPORTS = {
     ("app.promotion.policies", "app.observations.rows"),
     ("app.promotion.scheduler", "app.observations.rows"),
     ("app.promotion.store", "app.observations.rows"),
+    # the prediction log's chunks, read by other domains' queries (shown once the rows left app.platform)
+    ("app.monitoring.store", "app.prediction_log.rows"),
+    ("app.promotion.scheduler", "app.prediction_log.rows"),
     # the dashboard's health reads (trajectories, alarm windows, evaluations) go to four stores
     ("app.dashboard.reads", "app.monitoring.store"),
     ("app.dashboard.reads", "app.observations.store"),

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from ..observations.chunks import ChunkRef
 from ..observations.rows import ObservationChunkRow
 from ..observations.store import byte_range, from_raw
-from ..platform.rows import PredictionChunkRow
+from ..prediction_log.rows import PredictionChunkRow
 from ..registry.rows import CalibratorRow
 from .rows import DriftMonitorRow
 

@@ -12,8 +12,9 @@ from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from ..observations.store import IN_LIST
-from ..platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
+from ..platform.rows import utcnow
 from . import bloom
+from .rows import LoggedPredictionRow, PredictionEpochRow
 
 EPOCHS = PredictionEpochRow.__table__
 

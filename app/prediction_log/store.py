@@ -16,9 +16,10 @@ from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ..observations.store import byte_range, from_raw, raw_view
-from ..platform.rows import LoggedPredictionRow, PredictionChunkRow, utcnow
+from ..platform.rows import utcnow
 from ..registry.rows import CalibratorRow
 from . import epoch_store as prediction_epoch_store
+from .rows import LoggedPredictionRow, PredictionChunkRow
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
 GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.service.new_prefix

@@ -1,7 +1,7 @@
 """The tables of safe promotion: what an unversioned /v2 call serves, which aliases
-need evidence to move, every alias move, and the stored challenger evaluations. Kept out of
-``app.platform.rows`` in a module of their own; they share ``Base`` (and so the metadata Alembic
-compares). Every row goes with its calibrator (``ON DELETE CASCADE``)."""
+need evidence to move, every alias move, and the stored challenger evaluations. They share
+``Base`` (and so the metadata Alembic compares, through ``app.all_rows``). Every row goes with its
+calibrator (``ON DELETE CASCADE``)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from ..monitoring import webhooks
 from ..observations.rows import ObservationChunkRow
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..platform.rows import PredictionChunkRow
+from ..prediction_log.rows import PredictionChunkRow
 from ..registry.rows import CalibratorRow
 from ..registry.serving import Serving
 from ..settings import get_settings

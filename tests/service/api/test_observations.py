@@ -259,7 +259,7 @@ def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on
 
     from sqlalchemy import func, select, update
 
-    from app.platform.rows import PredictionChunkRow
+    from app.prediction_log.rows import PredictionChunkRow
     with TestClient(_app(database_url, max_logged_rows=100)) as client:
         client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
                                                         "labels": LABELS.tolist()})
@@ -310,8 +310,8 @@ def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(pos
     from sqlalchemy.orm import Session
 
     from app.platform.migrate import upgrade
-    from app.platform.rows import PredictionChunkRow
     from app.prediction_log import store as prediction_log_store
+    from app.prediction_log.rows import PredictionChunkRow
     from app.registry.rows import CalibratorRow
 
     upgrade(postgres_url)
