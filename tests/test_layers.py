@@ -80,10 +80,7 @@ KNOWN_STORE_IMPORTS = {
 }
 KNOWN_BROAD_MODULES = {"app.registry.service"}
 #: core modules outside ``calibration.__all__`` that the service imports today (to be exported or wrapped)
-KNOWN_CORE_MODULES = {("app.monitoring.alarms", "label_free"), ("app.monitoring.alarms", "monitoring"),
-                      ("app.monitoring.power", "power"), ("app.monitoring.quality", "label_shift"),
-                      ("app.monitoring.quality", "prior_shift"), ("app.monitoring.quality", "quality_plot"),
-                      ("app.registry.prior_shift", "label_shift"), ("app.dashboard.reads", "monitoring")}
+KNOWN_CORE_MODULES: set[tuple[str, str]] = set()
 
 
 def module_files(roots: tuple[str, ...] = ROOTS) -> dict[str, Path]:

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from calibration import monitoring
+import calibration as cal
 
 from ..monitoring import alarms as drift_alarms
 from ..monitoring import quality
@@ -87,7 +87,7 @@ def trajectories(service: Serving, name: str, max_rows: int) -> list[dict]:
                  "rows": [], "log_e": [], "skipped": row.n_rows > max_rows}
         chunks = plans[row.version]
         if not entry["skipped"] and chunks:
-            test = monitoring.DriftTest(**{k: row.state[k] for k in monitoring.OPTIONS})
+            test = cal.DriftTest(**{k: row.state[k] for k in cal.DRIFT_TEST_OPTIONS})
             path = []
             parts = [(chunk.kind, part) for chunk in chunks
                      for part in observation_store.pieces(chunk.index_entry(), service.max_read_entries)]
@@ -98,8 +98,8 @@ def trajectories(service: Serving, name: str, max_rows: int) -> list[dict]:
                 _, probs, usable = quality.calibrated_groups(service, name, kind, inputs, versions)
                 labels = labels[usable]
                 if len(labels):
-                    test.update(monitoring.top_label_residuals(probs, labels),
-                                monitoring.class_residuals(probs, labels))
+                    test.update(cal.top_label_residuals(probs, labels),
+                                cal.class_residuals(probs, labels))
                     path.append(test.trajectory)
             log_e = np.concatenate(path) if path else np.zeros(0)
             keep = np.unique(np.concatenate([np.linspace(0, len(log_e) - 1, min(len(log_e), TRAJECTORY_POINTS))

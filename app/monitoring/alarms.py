@@ -23,7 +23,6 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 import calibration as cal
-from calibration import label_free, monitoring
 
 from ..observations import store as observation_store
 from ..platform.db import Database
@@ -56,8 +55,8 @@ def reference_view(row: DriftMonitorRow, drift: float | None) -> dict | None:
     view["detectable_class_drift"] = row.state["requested"]["class_tolerance"] + view["max_class_radius"]
     if drift is not None:
         view["drift"] = drift
-        view["rows_needed"] = label_free.rows_needed(drift, row.tolerance, row.alpha,
-                                                     sd=min(max(reference["confidence_sd"], 1e-3), 0.5))
+        view["rows_needed"] = cal.label_free_rows_needed(drift, row.tolerance, row.alpha,
+                                                           sd=min(max(reference["confidence_sd"], 1e-3), 0.5))
     return view
 
 
@@ -111,10 +110,10 @@ def _batches(service: Serving, name: str, version: int, chunks: list):
             batch, entries = [], 0
 
 
-def _feed(service: Serving, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
+def _feed(service: Serving, name: str, version: int, test: cal.DriftTest, chunks: list) -> None:
     """Feed ``test`` the rows of ``chunks`` (``_batches``)."""
     for probs, labels in _batches(service, name, version, chunks):
-        test.update(monitoring.top_label_residuals(probs, labels), monitoring.class_residuals(probs, labels))
+        test.update(cal.top_label_residuals(probs, labels), cal.class_residuals(probs, labels))
 
 
 def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
@@ -138,7 +137,7 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
     options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
                "class_tolerance": class_tolerance}
     with refused_as():
-        monitoring.DriftTest(**options)
+        cal.DriftTest(**options)
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:
@@ -191,7 +190,7 @@ def _labelled(service: Serving, name: str, calibrator_id: int, version: int, opt
         chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
     if state is None and not chunks:  # its rows were deleted meanwhile
         return None
-    test = monitoring.DriftTest.from_dict(state) if state is not None else monitoring.DriftTest(
+    test = cal.DriftTest.from_dict(state) if state is not None else cal.DriftTest(
         **options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
     _feed(service, name, version, test, chunks)
     ece, ece_rows = _recent_ece(service, name, calibrator_id, version)
@@ -222,10 +221,10 @@ def _label_free(service: Serving, name: str, calibrator_id: int, version: int, o
         return None
     loaded = service.serving(Reference.pinned(name, version))
     if state is not None:
-        test = monitoring.DriftTest.from_dict(state)
-        reference = label_free.LabelFreeReference.from_dict(state["reference"])
+        test = cal.DriftTest.from_dict(state)
+        reference = cal.LabelFreeReference.from_dict(state["reference"])
     else:
-        test, reference = label_free.label_free_test(probs, **options)
+        test, reference = cal.label_free_test(probs, **options)
     batch, entries = [], 0
     limit = min(FEED_ENTRIES, service.max_read_entries)
     step = [max(limit // width, 1) for _, _, width in facts]
@@ -240,7 +239,7 @@ def _label_free(service: Serving, name: str, calibrator_id: int, version: int, o
                 kind, inputs = alarm_store.logged_arrays(session, batch)
             if len(inputs):
                 probs = cal.to_host(service.predict(loaded, cal.validate_inputs(inputs, kind)))
-                test.update(*label_free.residuals(probs, reference))
+                test.update(*cal.label_free_residuals(probs, reference))
             batch, entries = [], 0
     return test, facts[-1][0] if facts else after, None, 0, {"reference": reference.to_dict(), "requested": options}
 

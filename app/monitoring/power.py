@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 import calibration as cal
-from calibration import power as core
 
 from ..observations import store as observation_store
 from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge, refused_as
@@ -59,8 +58,8 @@ def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
     return service.jobs.submit("power", name, request, None)
 
 
-def _shift(fields: PowerRequest) -> core.Shift:
-    return core.Shift(fields.shift, fields.size, fields.shift_class,
+def _shift(fields: PowerRequest) -> cal.PowerShift:
+    return cal.PowerShift(fields.shift, fields.size, fields.shift_class,
                       tuple(fields.swap_classes) if fields.swap_classes else None)
 
 
@@ -82,10 +81,10 @@ def run(service: Serving, name: str, request: dict, progress) -> dict:
         return cal.to_host(service.predict(loaded, cal.validate_inputs(raw, kind)))
 
     with refused_as():
-        result = core.power(calibrate, inputs, kind, labels, _shift(fields), streams=fields.streams,
-                            max_labels=fields.labels, signal=fields.signal, alpha=fields.alpha,
-                            tolerance=fields.tolerance, class_tolerance=fields.class_tolerance,
-                            half_life=fields.half_life, checkpoints=fields.checkpoints,
-                            confidence=fields.confidence, seed=fields.seed,
-                            progress=lambda step, percent: progress.step(step, 5.0 + 0.9 * percent))
+        result = cal.detection_power(calibrate, inputs, kind, labels, _shift(fields), streams=fields.streams,
+                                     max_labels=fields.labels, signal=fields.signal, alpha=fields.alpha,
+                                     tolerance=fields.tolerance, class_tolerance=fields.class_tolerance,
+                                     half_life=fields.half_life, checkpoints=fields.checkpoints,
+                                     confidence=fields.confidence, seed=fields.seed,
+                                     progress=lambda step, percent: progress.step(step, 5.0 + 0.9 * percent))
     return {"name": name, "version": version, "input_kind": kind, **result}

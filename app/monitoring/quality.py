@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 import calibration as cal
-from calibration import label_shift as shift
-from calibration import prior_shift, quality_plot
 
 from ..observations import store as observation_store
 from ..observations.store import Selection
@@ -245,8 +243,8 @@ def label_shift(service: Serving, name: str, version: int | None = None, last: i
         raise NotFound(f"the versions that served {name!r}'s rows were deleted")
     k = target.shape[1]
     pi = np.bincount(source_labels, minlength=k) / len(source_labels)
-    em = shift.em_priors(target, pi)
-    bbse = shift.bbse_priors(source, source_labels, target, pi)
+    em = cal.em_priors(target, pi)
+    bbse = cal.bbse_priors(source, source_labels, target, pi)
     return {"name": name, "version": version, "reference_version": reference, "n_predictions": len(target),
             "n_source_rows": len(source_labels), "source_priors": pi.tolist(), "em": em.to_dict(),
             "bbse": bbse.to_dict(), "suggestion": suggestion(raw_source, source_labels, raw_target, pi, alpha),
@@ -258,8 +256,8 @@ def suggestion(raw_source: np.ndarray, source_labels: np.ndarray, raw_target: np
                alpha: float) -> dict:
     """``calibration.prior_shift``'s decision on the raw probabilities' logs (BCTS fitted on the
     labelled source rows), with the BCTS it used."""
-    bcts = prior_shift.bcts_fit(np.log(np.clip(raw_source, 1e-300, 1.0)), source_labels)
-    decision = prior_shift.prior_shift(bcts.predict_proba(np.log(np.clip(raw_target, 1e-300, 1.0))), pi, alpha)
+    bcts = cal.bcts_fit(np.log(np.clip(raw_source, 1e-300, 1.0)), source_labels)
+    decision = cal.prior_shift_test(bcts.predict_proba(np.log(np.clip(raw_target, 1e-300, 1.0))), pi, alpha)
     return {**decision.to_dict(), "calibration": {"method": "bias_corrected_temperature",
                                                   "temperature": bcts.temperature, "biases": bcts.biases.tolist(),
                                                   "converged": bcts.converged, "rows": len(source_labels)}}
@@ -278,7 +276,7 @@ def quality_figure(service: Serving, name: str, query: QualityQuery, fmt: str) -
                              "mean confidence": [w["calibrated"]["mean_confidence"] for w in windows]}}
     version = f" (all through v{query.version})" if query.version else ""
     try:
-        return quality_plot.quality_figure([w["window"] for w in windows], panels, fmt,
-                                           f"{name}: calibration quality per {query.window}{version}")
+        return cal.quality_figure([w["window"] for w in windows], panels, fmt,
+                                f"{name}: calibration quality per {query.window}{version}")
     except ImportError as exc:  # pragma: no cover - matplotlib is an optional extra
         raise NotAcceptable("images need the 'plot' extra (matplotlib) on the server") from exc
