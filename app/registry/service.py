@@ -15,7 +15,6 @@ import numpy as np
 
 import calibration as cal
 
-from ..comparisons.service import Comparisons
 from ..jobs.inputs import job_input
 from ..jobs.runner import JobProgress, JobRunner
 from ..observations.online_updates import OnlineUpdates
@@ -65,7 +64,6 @@ class CalibrationService:
         self.max_read_entries = max_read_entries  # stored rows x classes one read loads (monitoring.quality.check_read)
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
-        self.comparisons = Comparisons(self)
         self.prediction_log = prediction_log
         self.observations = Observations(db, prediction_log, *observation_caps,
                                          OnlineUpdates(integrity_key, online_update_rows))
