@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from ..observations.chunks import ChunkRef
 from ..observations.rows import ObservationChunkRow
-from ..observations.store import byte_range, from_raw
+from ..platform.sql import byte_range, from_raw
 from ..prediction_log.rows import PredictionChunkRow
 from ..registry.rows import CalibratorRow
 from .rows import DriftMonitorRow
@@ -135,7 +135,7 @@ def logged_inputs(session: Session, calibrator_id: int, version: int | None,
     """``(kind, inputs, serving versions)`` of exactly the newest ``last`` logged rows of
     ``calibrator_id`` (of one serving ``version`` if given), oldest first, or ``None`` without any:
     only the newest chunks that hold them are read, the oldest of those from its first row needed
-    on (``observation_store.byte_range``), into one array allocated for the rows asked for."""
+    on (``app.platform.sql.byte_range``), into one array allocated for the rows asked for."""
     where = [PredictionChunkRow.calibrator_id == calibrator_id]
     if version is not None:
         where.append(PredictionChunkRow.version == version)

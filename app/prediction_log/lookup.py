@@ -18,8 +18,7 @@ import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from ..observations.store import IN_LIST
-from ..registry.store import dialect_insert
+from ..platform.sql import IN_LIST, dialect_insert
 from .epochs import EpochFilters
 from .rows import LoggedPredictionRow
 from .store import BATCH_MARK, GENERATED

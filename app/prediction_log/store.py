@@ -1,7 +1,7 @@
 """Persistence of the prediction log: logged inputs in binary chunks with their prediction ids
 (an index row per client id, one per batch of generated ids), on SQLite and Postgres alike.
 
-A chunk holds its rows as one raw little-endian array (``app.observations.store.raw``), never a
+A chunk holds its rows as one raw little-endian array (``app.platform.sql.raw``), never a
 pickle. Every function takes a session from ``Database.read()`` or ``write()``.
 """
 
@@ -15,8 +15,8 @@ import orjson
 from sqlalchemy import Integer, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from ..observations.store import byte_range, from_raw, raw_view
 from ..platform.rows import utcnow
+from ..platform.sql import byte_range, from_raw, raw_view
 from ..registry.rows import CalibratorRow
 from . import epoch_store as prediction_epoch_store
 from .rows import LoggedPredictionRow, PredictionChunkRow
@@ -99,7 +99,7 @@ def prediction_chunks(session: Session, chunk_ids: set[int]) -> dict[int, tuple]
 def prediction_rows(session: Session, wanted: dict[int, set[int]]) -> dict[int, tuple]:
     """``{chunk_id: (version, kind, n_classes, {row: inputs})}`` of the rows ``wanted`` of logged
     chunks (``{chunk_id: rows}``): each run of consecutive rows is cut from its chunk in the database
-    (``observation_store.byte_range``), so that labelling a few rows never reads a whole chunk."""
+    (``app.platform.sql.byte_range``), so that labelling a few rows never reads a whole chunk."""
     out = {}
     for chunk_id in sorted(wanted):
         facts = session.execute(select(PredictionChunkRow.version, PredictionChunkRow.input_kind,

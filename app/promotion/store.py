@@ -15,8 +15,9 @@ from sqlalchemy.orm import Session
 from ..observations.rows import ObservationChunkRow
 from ..platform.errors import NotFound
 from ..platform.rows import utcnow
+from ..platform.sql import dialect_insert
 from ..registry.rows import AliasRow, CalibratorRow
-from ..registry.store import calibrator_row, dialect_insert, get_version, version_by_id
+from ..registry.store import calibrator_row, get_version, version_by_id
 from .rows import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
 
 

@@ -13,12 +13,12 @@ import hashlib
 
 import orjson
 from sqlalchemy import bindparam, delete, func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..platform.db import Database
 from ..platform.errors import Conflict, InvalidInput, NotFound
 from ..platform.rows import utcnow
+from ..platform.sql import dialect_insert
 from ..promotion.rows import CalibratorSettingRow
 from . import integrity
 from .names import Reference, ResolvedVersion
@@ -40,10 +40,6 @@ def calibrator_row(session: Session, name: str) -> CalibratorRow:
     if row is None:
         raise NotFound(f"no calibrator named {name!r}")
     return row
-
-
-def dialect_insert(session: Session):
-    return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert
 
 
 def ensure_calibrator(session: Session, name: str) -> int:
