@@ -47,7 +47,6 @@ KNOWN_STORE_IMPORTS = {
     ("app.prediction_log.service", "app.observations.store"),
     ("app.promotion.evaluations", "app.registry.store"),
     ("app.promotion.store", "app.registry.store"),
-    ("app.registry.store", "app.promotion.rows"),
     # the registry's tables, read or joined by other domains' queries (shown once the rows left app.platform)
     ("app.conformal.store", "app.registry.rows"),
     ("app.monitoring.store", "app.registry.rows"),

@@ -16,9 +16,9 @@ from ..observations.rows import ObservationChunkRow
 from ..platform.errors import NotFound
 from ..platform.rows import utcnow
 from ..platform.sql import dialect_insert
-from ..registry.rows import AliasRow, CalibratorRow
+from ..registry.rows import AliasRow, CalibratorRow, CalibratorSettingRow
 from ..registry.store import calibrator_row, get_version, version_by_id
-from .rows import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
+from .rows import AliasGateRow, AliasMoveRow, EvaluationRow, RefitPolicyRow
 
 
 def locked_calibrator(session: Session, name: str) -> CalibratorRow:

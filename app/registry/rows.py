@@ -1,4 +1,5 @@
-"""The tables of the registry: calibrator names, their immutable versions and their aliases.
+"""The tables of the registry: calibrator names, their immutable versions, their aliases and
+what an unversioned /v2 call serves (``calibrator_settings``).
 
 A calibrator has a unique name and a counter of the versions it has handed out; each fit is an
 immutable version (numbers are never reused, also after a delete); aliases point at versions.
@@ -78,3 +79,15 @@ class AliasRow(Base):
     alias: Mapped[str] = mapped_column(String(64), primary_key=True)
     version: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+
+
+class CalibratorSettingRow(Base):
+    """Per-calibrator serving settings: ``v2_default`` is the alias an unversioned /v2 call
+    serves (null: the latest version); the registry's resolution reads it, safe promotion
+    (``app.promotion.aliases``) sets it."""
+
+    __tablename__ = "calibrator_settings"
+
+    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
+    v2_default: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -19,10 +19,9 @@ from ..platform.db import Database
 from ..platform.errors import Conflict, InvalidInput, NotFound
 from ..platform.rows import utcnow
 from ..platform.sql import dialect_insert
-from ..promotion.rows import CalibratorSettingRow
 from . import integrity
 from .names import Reference, ResolvedVersion
-from .rows import AliasRow, CalibratorRow, VersionRow
+from .rows import AliasRow, CalibratorRow, CalibratorSettingRow, VersionRow
 
 MAX_PAGE_SIZE = 1000
 
