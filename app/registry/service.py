@@ -35,8 +35,7 @@ from ..wire.costs import (
     estimated_fit_seconds,
 )
 from . import prior_shift, reports, store, version_records
-from .cache import CalibratorCache, LoadedVersion, Resolutions, load_calibrator
-from .device import Device
+from .cache import CalibratorCache, Device, LoadedVersion, Resolutions, load_calibrator
 from .names import Reference, check_name
 from .schemas import EvaluationFields, FitFields
 from .versions import NewVersion, version_view, write_version
