@@ -36,23 +36,15 @@ WIRING = {"app.wiring", "app.all_rows"}
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 KNOWN_STORE_IMPORTS = {
     ("app.monitoring.alarms", "app.observations.store"),
-    ("app.monitoring.alarms", "app.registry.store"),
     ("app.monitoring.power", "app.observations.store"),
-    ("app.monitoring.power", "app.registry.store"),
     ("app.monitoring.quality", "app.observations.store"),
-    ("app.monitoring.quality", "app.registry.store"),
-    ("app.monitoring.webhooks", "app.registry.store"),
     ("app.observations.service", "app.prediction_log.store"),
-    ("app.observations.service", "app.registry.store"),
     ("app.prediction_log.service", "app.observations.store"),
-    ("app.promotion.evaluations", "app.registry.store"),
-    ("app.promotion.store", "app.registry.store"),
     # the registry's tables, read or joined by other domains' queries (shown once the rows left app.platform)
     ("app.conformal.store", "app.registry.rows"),
     ("app.monitoring.store", "app.registry.rows"),
     ("app.observations.online_store", "app.registry.rows"),
     ("app.observations.online_updates", "app.registry.rows"),
-    ("app.observations.service", "app.registry.rows"),
     ("app.observations.store", "app.registry.rows"),
     ("app.prediction_log.store", "app.registry.rows"),
     ("app.promotion.scheduler", "app.registry.rows"),
@@ -69,7 +61,6 @@ KNOWN_STORE_IMPORTS = {
     ("app.dashboard.reads", "app.monitoring.store"),
     ("app.dashboard.reads", "app.observations.store"),
     ("app.dashboard.reads", "app.promotion.store"),
-    ("app.dashboard.reads", "app.registry.store"),
 }
 KNOWN_BROAD_MODULES: set[str] = set()
 #: core modules outside ``calibration.__all__`` that the service imports today (to be exported or wrapped)

@@ -24,7 +24,7 @@ from ..monitoring import store as alarm_store
 from ..observations import store as observation_store
 from ..platform.errors import ServiceError
 from ..promotion import store as promotion_store
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.serving import Serving
 
 SPARK_WINDOWS = 12  # windows of rows in the home page's sparkline
@@ -76,7 +76,7 @@ def trajectories(service: Serving, name: str, max_rows: int) -> list[dict]:
     more than ``max_rows`` rows is not replayed (``skipped``)."""
     out = []
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         monitors = [m for m in alarm_store.monitors(session, calibrator.id) if m.signal == "labelled"]
         plans = {m.version: [c for c in alarm_store.observation_chunks(session, calibrator.id, "feedback", m.version)
                              if c.id <= m.last_chunk_id] for m in monitors}
@@ -118,7 +118,7 @@ def alarm_windows(service: Serving, name: str, window: str, alarms: dict) -> lis
     its version in arrival order; for a label-free one, the newest observation before it was raised."""
     size = quality.window_size(window)
     with service.db.read() as session:
-        chunks = alarm_store.observation_chunks(session, store.calibrator_row(session, name).id)
+        chunks = alarm_store.observation_chunks(session, registry.calibrator_id(session, name))
     out = []
     for alarm in alarms["alarms"]:
         offset, seen, where = 0, 0, None

@@ -28,7 +28,7 @@ from ..observations import store as observation_store
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from . import coverage_monitors, webhooks
@@ -80,7 +80,7 @@ def alarms(db: Database, name: str, drift: float | None = None) -> dict:
     if drift is not None and not 0 < drift < 1:
         raise InvalidInput(f"drift must lie in (0, 1), got {drift!r}")
     with db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         views = [monitor_view(row, drift) for row in alarm_store.monitors(session, calibrator.id)]
     return {"name": name, "alarms": [v for v in views if v["alarm"]], "monitors": views}
 
@@ -141,7 +141,7 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         labelled = alarm_store.served_versions(session, calibrator.id)
         logged = alarm_store.logged_versions(session, calibrator.id)
         known = {(row.version, row.signal): (row.state, row.last_chunk_id)

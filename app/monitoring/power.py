@@ -18,7 +18,7 @@ import calibration as cal
 
 from ..observations import store as observation_store
 from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge, refused_as
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from .power_schemas import PowerRequest
@@ -41,9 +41,9 @@ def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
         if value > limit:
             raise InvalidInput(f"{setting.split('_')[-1].lower()} must be at most {limit} ({setting}), got {value}")
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         version = fields.version or calibrator.last_version
-        k = store.get_version(session, name, version).n_classes
+        k = registry.version_classes(session, name, version)
         index = _index(session, calibrator.id, settings.power_rows, service.max_read_entries)
     if not index:
         raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
@@ -69,7 +69,7 @@ def run(service: Serving, name: str, request: dict, progress) -> dict:
     version = int(request["version"])
     progress.step(f"reading up to {request['rows']} labelled observations", 2.0)
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         index = _index(session, calibrator.id, int(request["rows"]), service.max_read_entries)
         if not index:
             raise NotFound(f"{name!r} has no labelled observations to simulate streams from")

@@ -21,7 +21,7 @@ from ..observations import store as observation_store
 from ..observations.store import Selection
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, refused_as
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from . import coverage
@@ -156,10 +156,10 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
         raise InvalidInput(f"unknown metrics {sorted(unknown)}; known: {list(METRICS)}")
     db: Database = service.db
     with db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         latest = calibrator.last_version
         if query.version is not None:
-            store.get_version(session, name, query.version)
+            registry.version_classes(session, name, query.version)
         chunks = alarm_store.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
         n = observation_store.index_rows(entries)
@@ -221,9 +221,9 @@ def label_shift(service: Serving, name: str, version: int | None = None, last: i
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         reference = version or calibrator.last_version
-        k = max(store.get_version(session, name, reference).n_classes, 2)
+        k = max(registry.version_classes(session, name, reference), 2)
         check_read(last, k, service.max_read_entries, "last")
         logged = alarm_store.logged_inputs(session, calibrator.id, version, last)
         index = observation_store.chunk_index(session, calibrator.id, Selection(last=last, source="upload")) or \

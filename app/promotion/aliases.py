@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..platform.db import Database
 from ..platform.errors import Conflict, NotFound
+from ..registry import reads as registry
 from ..registry.names import check_alias, check_name
 from . import store as ps
 
@@ -107,7 +108,7 @@ def history(db: Database, name: str, alias: str, limit: int = HISTORY_LIMIT) -> 
     check_name(name)
     check_alias(alias)
     with db.read() as session:
-        calibrator = ps.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         rows = ps.moves(session, calibrator.id, alias, limit)
         return {"name": name, "alias": alias, "version": ps.alias_target(session, calibrator.id, alias),
                 "require_evaluation": ps.gate(session, calibrator.id, alias),
@@ -127,7 +128,7 @@ def set_gate(db: Database, name: str, alias: str, require_evaluation: bool) -> d
 def serving(db: Database, name: str) -> dict:
     check_name(name)
     with db.read() as session:
-        calibrator = ps.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         return {"name": name, "v2_default": ps.v2_default(session, calibrator.id) or "latest"}
 
 

@@ -34,7 +34,7 @@ from ..observations.schemas import ObservationQuery
 from ..observations.service import shape_of_index
 from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
 from ..platform.rows import utcnow
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.serving import Serving
 from . import store as promotion_store
@@ -90,7 +90,7 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
     if champion is not None and challenger.version == champion.version:
         raise InvalidInput(f"challenger and champion are both version {challenger.version}")
     with service.db.read() as session:
-        created = [store.version_by_id(session, v.resolved).created_at for v in (challenger, champion) if v]
+        created = [registry.version_created(session, v.resolved) for v in (challenger, champion) if v]
     held_out = fields.data is None
     query = ObservationQuery(since=max(created)) if held_out else fields.data.observations
     if champion is None:  # only labelled predictions know the version that served them
@@ -138,7 +138,7 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
                         alpha=fields.alpha, n_rows=comparison["n_rows"], verdict=comparison["verdict"],
                         result=result, created_at=utcnow())
     with service.db.write() as session:
-        row.calibrator_id = store.calibrator_row(session, name).id
+        row.calibrator_id = registry.calibrator_id(session, name)
         promotion_store.add_evaluation(session, row)
         return _view(row)
 

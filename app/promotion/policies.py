@@ -29,6 +29,7 @@ from ..observations.rows import ObservationChunkRow
 from ..observations.schemas import DataSource, ObservationQuery
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
+from ..registry import reads as registry
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.schemas import FitFields
 from ..registry.serving import Serving
@@ -66,7 +67,7 @@ def set_policy(db, name: str, policy: RefitPolicy) -> dict:
 def get_policy(db, name: str) -> dict:
     check_name(name)
     with db.read() as session:
-        calibrator = ps.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")

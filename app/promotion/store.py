@@ -16,8 +16,8 @@ from ..observations.rows import ObservationChunkRow
 from ..platform.errors import NotFound
 from ..platform.rows import utcnow
 from ..platform.sql import dialect_insert
+from ..registry import reads as registry
 from ..registry.rows import AliasRow, CalibratorRow, CalibratorSettingRow
-from ..registry.store import calibrator_row, get_version, version_by_id
 from .rows import AliasGateRow, AliasMoveRow, EvaluationRow, RefitPolicyRow
 
 
@@ -34,7 +34,7 @@ def alias_target(session: Session, calibrator_id: int, alias: str) -> int | None
 
 
 def point_alias(session: Session, name: str, calibrator_id: int, alias: str, version: int) -> None:
-    get_version(session, name, version)
+    registry.version_classes(session, name, version)  # NotFound unless it exists
     now = utcnow()
     session.execute(
         dialect_insert(session)(AliasRow)
@@ -108,7 +108,7 @@ def add_evaluation(session: Session, row: EvaluationRow) -> None:
 
 
 def evaluation(session: Session, name: str, evaluation_id: str) -> EvaluationRow:
-    calibrator = calibrator_row(session, name)
+    calibrator = registry.calibrator(session, name)
     row = session.scalar(select(EvaluationRow).where(EvaluationRow.id == evaluation_id,
                                                      EvaluationRow.calibrator_id == calibrator.id))
     if row is None:
@@ -118,7 +118,7 @@ def evaluation(session: Session, name: str, evaluation_id: str) -> EvaluationRow
 
 def recent_evaluations(session: Session, name: str, limit: int) -> list[EvaluationRow]:
     """The newest ``limit`` evaluations of ``name``, newest first."""
-    calibrator = calibrator_row(session, name)
+    calibrator = registry.calibrator(session, name)
     return list(session.scalars(select(EvaluationRow).where(EvaluationRow.calibrator_id == calibrator.id)
                                 .order_by(EvaluationRow.created_at.desc()).limit(limit)))
 
@@ -130,7 +130,7 @@ def set_last_job(session: Session, calibrator_id: int, job_id: str) -> None:
 
 
 def version_created_at(session: Session, resolved) -> datetime:
-    return version_by_id(session, resolved).created_at
+    return registry.version_created(session, resolved)
 
 
 def parse_time(text: str) -> datetime:

@@ -1,0 +1,59 @@
+"""What the other domains read and write of the registry inside their own transaction: a calibrator
+by name (``CalibratorEntry``: its id, latest version number and log sample rate), a version's class
+count or creation time, and the calibrator's log sample rate. Each call takes the caller's session,
+so that it sees the caller's writes and is part of its transaction; a name or version that does not
+exist is ``NotFound`` (a 404). The registry's store and rows stay its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from . import store
+from .names import ResolvedVersion
+
+
+@dataclass(frozen=True)
+class CalibratorEntry:
+    """A calibrator as another domain sees it: its ``id`` (the key of their rows), ``name``, the
+    number of its newest version (``last_version``, 0 before the first fit) and the share of served
+    rows the prediction log keeps (``log_sample_rate``)."""
+
+    id: int
+    name: str
+    last_version: int
+    log_sample_rate: float
+
+
+def calibrator(session: Session, name: str) -> CalibratorEntry:
+    """Calibrator ``name``; ``NotFound`` if there is none."""
+    row = store.calibrator_row(session, name)
+    return CalibratorEntry(row.id, row.name, row.last_version, row.log_sample_rate)
+
+
+def calibrator_id(session: Session, name: str) -> int:
+    """The id of calibrator ``name``; ``NotFound`` if there is none."""
+    return store.calibrator_row(session, name).id
+
+
+def ensure_calibrator(session: Session, name: str) -> int:
+    """The id of calibrator ``name``, created (with no versions) if it does not exist."""
+    return store.ensure_calibrator(session, name)
+
+
+def version_classes(session: Session, name: str, version: int) -> int:
+    """The class count of version ``version`` of ``name``; ``NotFound`` if it does not exist."""
+    return store.get_version(session, name, version).n_classes
+
+
+def version_created(session: Session, resolved: ResolvedVersion) -> datetime:
+    """When a resolved version was stored; ``NotFound`` if it was deleted since it was resolved."""
+    return store.version_by_id(session, resolved).created_at
+
+
+def set_log_sample_rate(session: Session, name: str, rate: float) -> None:
+    """Set the share of ``name``'s served rows that the prediction log keeps; ``NotFound`` if there
+    is no calibrator ``name``."""
+    store.calibrator_row(session, name).log_sample_rate = rate
