@@ -35,11 +35,7 @@ WIRING = {"app.wiring", "app.all_rows"}
 #: only shrink (a test checks that every entry is still a real import)
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 KNOWN_STORE_IMPORTS = {
-    ("app.monitoring.alarms", "app.observations.store"),
-    ("app.monitoring.power", "app.observations.store"),
-    ("app.monitoring.quality", "app.observations.store"),
     ("app.observations.service", "app.prediction_log.store"),
-    ("app.prediction_log.service", "app.observations.store"),
     # the registry's tables, read or joined by other domains' queries (shown once the rows left app.platform)
     ("app.conformal.store", "app.registry.rows"),
     ("app.monitoring.store", "app.registry.rows"),
@@ -59,7 +55,6 @@ KNOWN_STORE_IMPORTS = {
     ("app.promotion.scheduler", "app.prediction_log.rows"),
     # the dashboard's health reads (trajectories, alarm windows, evaluations) go to four stores
     ("app.dashboard.reads", "app.monitoring.store"),
-    ("app.dashboard.reads", "app.observations.store"),
     ("app.dashboard.reads", "app.promotion.store"),
 }
 KNOWN_BROAD_MODULES: set[str] = set()

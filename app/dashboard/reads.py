@@ -21,7 +21,8 @@ import calibration as cal
 from ..monitoring import alarms as drift_alarms
 from ..monitoring import quality
 from ..monitoring import store as alarm_store
-from ..observations import store as observation_store
+from ..observations import reads as observations
+from ..observations.chunks import pieces
 from ..platform.errors import ServiceError
 from ..promotion import store as promotion_store
 from ..registry import reads as registry
@@ -90,10 +91,10 @@ def trajectories(service: Serving, name: str, max_rows: int) -> list[dict]:
             test = cal.DriftTest(**{k: row.state[k] for k in cal.DRIFT_TEST_OPTIONS})
             path = []
             parts = [(chunk.kind, part) for chunk in chunks
-                     for part in observation_store.pieces(chunk.index_entry(), service.max_read_entries)]
+                     for part in pieces(chunk.index_entry(), service.max_read_entries)]
             for kind, part in parts:  # one read at a time, each within the read budget
                 with service.db.read() as session:
-                    inputs, labels = observation_store.load(session, [part])
+                    inputs, labels = observations.load(session, [part])
                 versions = np.full(len(labels), row.version, dtype=np.int64)
                 _, probs, usable = quality.calibrated_groups(service, name, kind, inputs, versions)
                 labels = labels[usable]

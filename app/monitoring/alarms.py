@@ -24,7 +24,8 @@ from sqlalchemy.exc import IntegrityError
 
 import calibration as cal
 
-from ..observations import store as observation_store
+from ..observations import reads as observations
+from ..observations.chunks import pieces
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
@@ -86,7 +87,7 @@ def alarms(db: Database, name: str, drift: float | None = None) -> dict:
 
 
 def _residuals(service: Serving, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
-    inputs, labels = observation_store.load(session, entries)
+    inputs, labels = observations.load(session, entries)
     _, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs,
                                               np.full(len(labels), version, dtype=np.int64))
     return calibrated, labels[usable]
@@ -98,7 +99,7 @@ def _batches(service: Serving, name: str, version: int, chunks: list):
     read budget if smaller (a larger chunk in pieces)."""
     batch, entries = [], 0
     limit = min(FEED_ENTRIES, service.max_read_entries)
-    parts = [part for chunk in chunks for part in observation_store.pieces(chunk.index_entry(), limit)]
+    parts = [part for chunk in chunks for part in pieces(chunk.index_entry(), limit)]
     for position, part in enumerate(parts):
         batch.append(part)
         entries += part.rows * part.n_classes
@@ -118,7 +119,7 @@ def _feed(service: Serving, name: str, version: int, test: cal.DriftTest, chunks
 
 def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
     with service.db.read() as session:
-        index = observation_store.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
+        index = observations.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
                                                 source="feedback", version=version)
         if not index:
             return None, 0
@@ -202,8 +203,8 @@ def _reference(service: Serving, name: str, calibrator_id: int, version: int) ->
     observations (uploads if there are any) through ``version``."""
     with service.db.read() as session:
         budget = service.max_read_entries
-        index = observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget, source="upload") or \
-            observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget)
+        index = observations.newest_within(session, calibrator_id, REFERENCE_ROWS, budget, source="upload") or \
+            observations.newest_within(session, calibrator_id, REFERENCE_ROWS, budget)
         if not index:
             return None
         probs, _ = _residuals(service, name, version, session, index)

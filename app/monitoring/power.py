@@ -16,7 +16,7 @@ import numpy as np
 
 import calibration as cal
 
-from ..observations import store as observation_store
+from ..observations import reads as observations
 from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge, refused_as
 from ..registry import reads as registry
 from ..registry.names import Reference, check_name
@@ -27,8 +27,8 @@ from .power_schemas import PowerRequest
 def _index(session, calibrator_id: int, rows: int, budget: int) -> list:
     """The newest ``rows`` labelled observations (uploads if there are any), fewer where over the
     read budget ``CALIBRATION_MAX_READ_ENTRIES``, as the label-free monitor's reference."""
-    return observation_store.newest_within(session, calibrator_id, rows, budget, source="upload") or \
-        observation_store.newest_within(session, calibrator_id, rows, budget)
+    return observations.newest_within(session, calibrator_id, rows, budget, source="upload") or \
+        observations.newest_within(session, calibrator_id, rows, budget)
 
 
 def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
@@ -73,7 +73,7 @@ def run(service: Serving, name: str, request: dict, progress) -> dict:
         index = _index(session, calibrator.id, int(request["rows"]), service.max_read_entries)
         if not index:
             raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
-        inputs, labels = observation_store.load(session, index)
+        inputs, labels = observations.load(session, index)
     kind = index[0].kind
     loaded = service.serving(Reference.pinned(name, version))
 

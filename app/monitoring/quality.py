@@ -17,8 +17,8 @@ import numpy as np
 
 import calibration as cal
 
-from ..observations import store as observation_store
-from ..observations.store import Selection
+from ..observations import reads as observations
+from ..observations.chunks import total_rows
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, refused_as
 from ..registry import reads as registry
@@ -162,12 +162,12 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
             registry.version_classes(session, name, query.version)
         chunks = alarm_store.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
-        n = observation_store.index_rows(entries)
+        n = total_rows(entries)
         if entries and n * entries[0].n_classes > service.max_read_entries:
             raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0].n_classes} classes, over "
                            f"the limit of {service.max_read_entries} entries one read may load "
                            "(CALIBRATION_MAX_READ_ENTRIES); ask for fewer or smaller windows")
-        inputs, labels = observation_store.load(session, entries) if entries else (None, None)
+        inputs, labels = observations.load(session, entries) if entries else (None, None)
     answer = {"name": name, "window": query.window, "version": query.version, "n_bins": query.n_bins,
               "bootstrap": query.bootstrap, "confidence": query.confidence, "windows": [], "skipped_rows": 0}
     if not entries:
@@ -226,12 +226,12 @@ def label_shift(service: Serving, name: str, version: int | None = None, last: i
         k = max(registry.version_classes(session, name, reference), 2)
         check_read(last, k, service.max_read_entries, "last")
         logged = alarm_store.logged_inputs(session, calibrator.id, version, last)
-        index = observation_store.chunk_index(session, calibrator.id, Selection(last=last, source="upload")) or \
-            observation_store.chunk_index(session, calibrator.id, Selection(last=last))
+        index = observations.chunk_index(session, calibrator.id, last=last, source="upload") or \
+            observations.chunk_index(session, calibrator.id, last=last)
         if logged is None or not index:
             raise NotFound(f"{name!r} needs logged predictions and labelled observations for a label-shift "
                            f"estimate (it has {0 if logged is None else len(logged[1])} logged rows)")
-        source_inputs, source_labels = observation_store.load(session, index)
+        source_inputs, source_labels = observations.load(session, index)
     kind, inputs, versions = logged
     if version is not None:
         versions[:] = version

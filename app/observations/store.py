@@ -116,13 +116,6 @@ def index_rows(index: list[ChunkRef]) -> int:
     return total_rows(index)
 
 
-def pieces(entry: ChunkRef, max_entries: int) -> list[ChunkRef]:
-    """``entry`` cut into refs of at most ``max_entries`` rows x classes (at least one row)."""
-    step = max(max_entries // max(entry.n_classes if entry.kind != "scores" else 1, 1), 1)
-    return [replace(entry, n_rows=min(start + step, entry.n_rows), skip=start)
-            for start in range(entry.skip, entry.n_rows, step)]
-
-
 def load(session: Session, index: list[ChunkRef], dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """The inputs and labels of the chunks in ``index``, concatenated as ``dtype`` (float64: what
     the core validates them to, so no second copy is made): one output array is allocated and

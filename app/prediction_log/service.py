@@ -31,7 +31,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from ..observations import store as observation_store
+from ..observations import reads as observations
 from ..platform.db import Database
 from ..platform.errors import InvalidInput
 from ..platform.logs import first_line
@@ -182,7 +182,7 @@ class PredictionLog:
         now = utcnow()
         with self.db.write() as session:
             if self.observation_retention_days > 0:
-                observation_store.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
+                observations.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
             if self.log_retention_days > 0:
                 prediction_log_store.delete_predictions_before(session, now - timedelta(days=self.log_retention_days))
             stale = prediction_epoch_store.stale(session, now - timedelta(seconds=self.epoch_idle_seconds))

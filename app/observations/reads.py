@@ -1,0 +1,39 @@
+"""What the other domains read of the observations inside their own transaction: the index of
+the selected chunks (``chunk_index``, ``newest_within``: ``ChunkRef`` values, without arrays), their
+rows (``load``), and the retention that deletes old chunks (``delete_before``). Each call takes the
+caller's session; the observations' store and rows stay their own. A selection is given by keyword:
+the newest ``last`` rows, those created in [``since``, ``until``), of one ``source`` (upload or
+feedback) or served by one ``version``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from . import store
+from .chunks import ChunkRef
+
+
+def chunk_index(session: Session, calibrator_id: int, **selection) -> list[ChunkRef]:
+    """The selected chunks of ``calibrator_id``, oldest first (with ``last``, only the newest chunks
+    that hold those rows)."""
+    return store.chunk_index(session, calibrator_id, store.Selection(**selection))
+
+
+def newest_within(session: Session, calibrator_id: int, rows: int, budget: int, **selection) -> list[ChunkRef]:
+    """The index of the newest ``rows`` selected observations, fewer where their entries (rows x
+    classes) would be over the read budget ``budget`` (``CALIBRATION_MAX_READ_ENTRIES``)."""
+    return store.newest_within(session, calibrator_id, rows, budget, **selection)
+
+
+def load(session: Session, index: list[ChunkRef], dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs (as ``dtype``) and labels (int64) of the chunks in ``index``, concatenated."""
+    return store.load(session, index, dtype)
+
+
+def delete_before(session: Session, calibrator_id: int | None, before: datetime) -> int:
+    """Delete the observation chunks created before ``before`` (of one calibrator, or of all);
+    returns the rows removed."""
+    return store.delete_before(session, calibrator_id, before)
