@@ -53,9 +53,6 @@ KNOWN_STORE_IMPORTS = {
     # the prediction log's chunks, read by other domains' queries (shown once the rows left app.platform)
     ("app.monitoring.store", "app.prediction_log.rows"),
     ("app.promotion.scheduler", "app.prediction_log.rows"),
-    # the dashboard's health reads (trajectories, alarm windows, evaluations) go to four stores
-    ("app.dashboard.reads", "app.monitoring.store"),
-    ("app.dashboard.reads", "app.promotion.store"),
 }
 KNOWN_BROAD_MODULES: set[str] = set()
 #: core modules outside ``calibration.__all__`` that the service imports today (to be exported or wrapped)

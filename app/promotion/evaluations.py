@@ -157,6 +157,13 @@ def list_evaluations(db, name: str, limit: int = 20) -> dict:
              "verdict": r.verdict, "created_at": r.created_at} for r in rows]}
 
 
+def recent_evaluations(db, name: str, limit: int = 20) -> list[dict]:
+    """The newest ``limit`` evaluations of ``name``, whole (the stored result: confidence sequences,
+    ECE intervals), newest first."""
+    with db.read() as session:
+        return [_view(row) for row in promotion_store.recent_evaluations(session, name, limit)]
+
+
 def get_evaluation(db, name: str, evaluation_id: str) -> dict:
     check_name(name)
     with db.read() as session:
