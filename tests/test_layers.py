@@ -39,9 +39,6 @@ KNOWN_STORE_IMPORTS = {
     # the registry's tables, read or joined by other domains' queries (shown once the rows left app.platform)
     ("app.conformal.store", "app.registry.rows"),
     ("app.monitoring.store", "app.registry.rows"),
-    ("app.observations.online_store", "app.registry.rows"),
-    ("app.observations.online_updates", "app.registry.rows"),
-    ("app.observations.store", "app.registry.rows"),
     ("app.prediction_log.store", "app.registry.rows"),
     ("app.promotion.scheduler", "app.registry.rows"),
     ("app.promotion.store", "app.registry.rows"),

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from ..platform.rows import utcnow
 from ..platform.sql import byte_range, from_raw, raw
-from ..registry.rows import VersionRow
+from ..registry import reads as registry
 from .chunks import ChunkRef, total_rows
 from .rows import ObservationChunkRow
 
@@ -30,10 +30,8 @@ def shape_of(session: Session, calibrator_id: int) -> tuple[str, int] | None:
     row = session.execute(select(ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
                           .where(ObservationChunkRow.calibrator_id == calibrator_id).limit(1)).first()
     if row is None:
-        row = session.execute(select(VersionRow.input_kind, VersionRow.n_classes)
-                              .where(VersionRow.calibrator_id == calibrator_id)
-                              .order_by(VersionRow.version.desc()).limit(1)).first()
-    return None if row is None else (row[0], row[1])
+        return registry.latest_shape(session, calibrator_id)
+    return row[0], row[1]
 
 
 def totals(session: Session, calibrator_id: int) -> tuple[int, int]:

@@ -1,6 +1,8 @@
 """What the other domains read and write of the registry inside their own transaction: a calibrator
 by name (``CalibratorEntry``: its id, latest version number and log sample rate), a version's class
-count or creation time, and the calibrator's log sample rate. Each call takes the caller's session,
+count or creation time, the newest version's id and method or its input shape, a version's row (for
+the online updates that write the next), the calibrator's row lock, and the calibrator's log sample
+rate. Each call takes the caller's session,
 so that it sees the caller's writes and is part of its transaction; a name or version that does not
 exist is ``NotFound`` (a 404). The registry's store and rows stay its own."""
 
@@ -9,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from . import store
 from .names import ResolvedVersion
+from .rows import CalibratorRow, VersionRow
 
 
 @dataclass(frozen=True)
@@ -57,3 +61,29 @@ def set_log_sample_rate(session: Session, name: str, rate: float) -> None:
     """Set the share of ``name``'s served rows that the prediction log keeps; ``NotFound`` if there
     is no calibrator ``name``."""
     store.calibrator_row(session, name).log_sample_rate = rate
+
+
+def lock_calibrator(session: Session, calibrator_id: int) -> None:
+    """Hold the calibrator's row until the transaction ends (``FOR NO KEY UPDATE`` on Postgres,
+    which the foreign keys' ``FOR KEY SHARE`` of inserts do not block; SQLite's write transactions
+    are serialised already), so that observation chunks of one calibrator commit in id order."""
+    session.execute(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id).with_for_update(key_share=True))
+
+
+def latest_version(session: Session, calibrator_id: int) -> tuple[int, str] | None:
+    """(row id, method) of the calibrator's newest version, without its parameters; ``None`` without one."""
+    return session.execute(select(VersionRow.id, VersionRow.method).where(VersionRow.calibrator_id == calibrator_id)
+                           .order_by(VersionRow.version.desc()).limit(1)).first()
+
+
+def latest_shape(session: Session, calibrator_id: int) -> tuple[str, int] | None:
+    """(input kind, class count) of the calibrator's newest version; ``None`` without one."""
+    row = session.execute(select(VersionRow.input_kind, VersionRow.n_classes)
+                          .where(VersionRow.calibrator_id == calibrator_id)
+                          .order_by(VersionRow.version.desc()).limit(1)).first()
+    return None if row is None else (row[0], row[1])
+
+
+def version_row(session: Session, version_id: int) -> VersionRow:
+    """The stored version with row id ``version_id`` (whole: what an online update of it reads)."""
+    return session.get(VersionRow, version_id)
