@@ -35,7 +35,6 @@ WIRING = {"app.wiring", "app.all_rows"}
 #: only shrink (a test checks that every entry is still a real import)
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 KNOWN_STORE_IMPORTS = {
-    ("app.observations.service", "app.prediction_log.store"),
     # the registry's tables, read or joined by other domains' queries (shown once the rows left app.platform)
     ("app.conformal.store", "app.registry.rows"),
     ("app.monitoring.store", "app.registry.rows"),

@@ -19,7 +19,7 @@ import calibration as cal
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, TooLarge
 from ..prediction_log import lookup as prediction_log_lookup
-from ..prediction_log import store as prediction_log_store
+from ..prediction_log import reads as prediction_log_reads
 from ..prediction_log.epochs import EpochFilters
 from ..prediction_log.service import PredictionLog
 from ..registry import reads as registry
@@ -91,8 +91,8 @@ class Observations:
             calibrator = registry.calibrator(session, name)
             facts = observation_store.chunk_facts(session, calibrator.id)
             shape = observation_store.shape_of(session, calibrator.id)
-            logged, labelled = prediction_log_store.logged_counts(session, calibrator.id)
-            held, dropped = prediction_log_store.log_state(session, calibrator.id)
+            logged, labelled = prediction_log_reads.logged_counts(session, calibrator.id)
+            held, dropped = prediction_log_reads.log_state(session, calibrator.id)
         by_source, by_version, by_day = Counter(), Counter(), Counter()
         class_counts = np.zeros(shape[1] if shape else 0, dtype=np.int64)
         for source, version, created_at, n_rows, counts in facts:
@@ -135,7 +135,7 @@ class Observations:
         check_name(name)
         with self.db.read() as session:
             calibrator = registry.calibrator(session, name)
-            logged, dropped = prediction_log_store.log_state(session, calibrator.id)
+            logged, dropped = prediction_log_reads.log_state(session, calibrator.id)
         return {"name": name, "sample_rate": calibrator.log_sample_rate, "logged_rows": logged,
                 "max_logged_rows": self.log.max_logged_rows if self.log is not None else None,
                 "full": self._full(logged), "dropped_rows": dropped}
@@ -162,7 +162,7 @@ class Observations:
             wanted: dict[int, set[int]] = {}
             for logged in found.values():
                 wanted.setdefault(logged.chunk_id, set()).add(logged.row)
-            chunks = prediction_log_store.prediction_rows(session, wanted)  # those rows only, not whole chunks
+            chunks = prediction_log_reads.prediction_rows(session, wanted)  # those rows only, not whole chunks
             for pid, logged in found.items():
                 label, n_classes = labels[first[pid]], chunks[logged.chunk_id][2]
                 if not 0 <= label < max(n_classes, 2):
