@@ -29,6 +29,7 @@ from ..observations.chunks import pieces
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
+from ..prediction_log import reads as prediction_log
 from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
@@ -143,8 +144,8 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
         service.prediction_log.flush()
     with service.db.read() as session:
         calibrator = registry.calibrator(session, name)
-        labelled = alarm_store.served_versions(session, calibrator.id)
-        logged = alarm_store.logged_versions(session, calibrator.id)
+        labelled = observations.served_versions(session, calibrator.id)
+        logged = prediction_log.logged_versions(session, calibrator.id)
         known = {(row.version, row.signal): (row.state, row.last_chunk_id)
                  for row in alarm_store.monitors(session, calibrator.id)}
     new_alarms = []
@@ -188,7 +189,7 @@ def _record(service: Serving, calibrator: tuple[str, int], version: int, signal:
 
 def _labelled(service: Serving, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
     with service.db.read() as session:
-        chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
+        chunks = observations.observation_chunks(session, calibrator_id, "feedback", version, after)
     if state is None and not chunks:  # its rows were deleted meanwhile
         return None
     test = cal.DriftTest.from_dict(state) if state is not None else cal.DriftTest(
@@ -217,7 +218,7 @@ def _label_free(service: Serving, name: str, calibrator_id: int, version: int, o
         if probs is None:  # nothing labelled to compare with
             return None
     with service.db.read() as session:
-        facts = alarm_store.logged_chunk_facts(session, calibrator_id, version, after)
+        facts = prediction_log.logged_chunk_facts(session, calibrator_id, version, after)
     if state is None and not facts:
         return None
     loaded = service.serving(Reference.pinned(name, version))
@@ -237,7 +238,7 @@ def _label_free(service: Serving, name: str, calibrator_id: int, version: int, o
         entries += (stop - start) * width
         if entries >= limit or position == len(parts) - 1:
             with service.db.read() as session:
-                kind, inputs = alarm_store.logged_arrays(session, batch)
+                kind, inputs = prediction_log.logged_arrays(session, batch)
             if len(inputs):
                 probs = cal.to_host(service.predict(loaded, cal.validate_inputs(inputs, kind)))
                 test.update(*cal.label_free_residuals(probs, reference))

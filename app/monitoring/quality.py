@@ -21,11 +21,11 @@ from ..observations import reads as observations
 from ..observations.chunks import total_rows
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, refused_as
+from ..prediction_log import reads as prediction_log
 from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from . import coverage
-from . import store as alarm_store
 
 METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
            "brier": cal.brier, "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}
@@ -160,7 +160,7 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
         latest = calibrator.last_version
         if query.version is not None:
             registry.version_classes(session, name, query.version)
-        chunks = alarm_store.observation_chunks(session, calibrator.id)
+        chunks = observations.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
         n = total_rows(entries)
         if entries and n * entries[0].n_classes > service.max_read_entries:
@@ -225,7 +225,7 @@ def label_shift(service: Serving, name: str, version: int | None = None, last: i
         reference = version or calibrator.last_version
         k = max(registry.version_classes(session, name, reference), 2)
         check_read(last, k, service.max_read_entries, "last")
-        logged = alarm_store.logged_inputs(session, calibrator.id, version, last)
+        logged = prediction_log.logged_inputs(session, calibrator.id, version, last)
         index = observations.chunk_index(session, calibrator.id, last=last, source="upload") or \
             observations.chunk_index(session, calibrator.id, last=last)
         if logged is None or not index:

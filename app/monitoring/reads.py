@@ -5,11 +5,12 @@ placing an alarm in a quality window). The monitors' store and rows stay the mon
 
 from __future__ import annotations
 
+from ..observations import reads as observations
+from ..observations.chunks import ChunkFacts
 from ..platform.db import Database
 from ..registry import reads as registry
 from . import store as alarm_store
 from .rows import DriftMonitorRow
-from .store import ChunkFacts
 
 
 def labelled_monitors(db: Database, name: str) -> list[tuple[DriftMonitorRow, list[ChunkFacts]]]:
@@ -18,7 +19,7 @@ def labelled_monitors(db: Database, name: str) -> list[tuple[DriftMonitorRow, li
     with db.read() as session:
         calibrator_id = registry.calibrator_id(session, name)
         monitors = [m for m in alarm_store.monitors(session, calibrator_id) if m.signal == "labelled"]
-        return [(m, [c for c in alarm_store.observation_chunks(session, calibrator_id, "feedback", m.version)
+        return [(m, [c for c in observations.observation_chunks(session, calibrator_id, "feedback", m.version)
                      if c.id <= m.last_chunk_id]) for m in monitors]
 
 
@@ -26,4 +27,4 @@ def observation_chunks(db: Database, name: str) -> list[ChunkFacts]:
     """The facts (id, source, version, created_at, rows, ...) of every observation chunk of ``name``,
     in arrival order; ``NotFound`` without calibrator ``name``."""
     with db.read() as session:
-        return alarm_store.observation_chunks(session, registry.calibrator_id(session, name))
+        return observations.observation_chunks(session, registry.calibrator_id(session, name))

@@ -1,9 +1,11 @@
-"""``ChunkRef``: a stored observation chunk as a read selects it, without its arrays."""
+"""``ChunkRef``: a stored observation chunk as a read selects it, without its arrays; ``ChunkFacts``: one
+with its source, serving version and time."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +53,20 @@ def pieces(entry: ChunkRef, max_entries: int) -> list[ChunkRef]:
     step = max(max_entries // max(entry.n_classes if entry.kind != "scores" else 1, 1), 1)
     return [replace(entry, n_rows=min(start + step, entry.n_rows), skip=start)
             for start in range(entry.skip, entry.n_rows, step)]
+
+
+@dataclass(frozen=True)
+class ChunkFacts:
+    """One observation chunk without its arrays; ``index_entry`` is its ref (reading from row ``skip``)."""
+
+    id: int
+    source: str
+    version: int | None
+    created_at: datetime
+    n_rows: int
+    dtype: str
+    kind: str
+    n_classes: int
+
+    def index_entry(self, skip: int = 0) -> ChunkRef:
+        return ChunkRef(self.id, self.n_rows, self.dtype, self.kind, self.n_classes, skip)

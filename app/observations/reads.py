@@ -1,19 +1,23 @@
 """What the other domains read of the observations inside their own transaction: the index of
 the selected chunks (``chunk_index``, ``newest_within``: ``ChunkRef`` values, without arrays), their
-rows (``load``), and the retention that deletes old chunks (``delete_before``). Each call takes the
-caller's session; the observations' store and rows stay their own. A selection is given by keyword:
-the newest ``last`` rows, those created in [``since``, ``until``), of one ``source`` (upload or
-feedback) or served by one ``version``."""
+rows (``load``), the chunks with their times (``observation_chunks``: for quality windows and for
+feeding drift monitors in arrival order), the versions that served labelled rows
+(``served_versions``), and the retention that deletes old chunks (``delete_before``). Each call takes
+the caller's session; the observations' store and rows stay their own. A selection is given by
+keyword: the newest ``last`` rows, those created in [``since``, ``until``), of one ``source`` (upload
+or feedback) or served by one ``version``."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 import numpy as np
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from . import store
-from .chunks import ChunkRef
+from .chunks import ChunkFacts, ChunkRef
+from .rows import ObservationChunkRow
 
 
 def chunk_index(session: Session, calibrator_id: int, **selection) -> list[ChunkRef]:
@@ -37,3 +41,29 @@ def delete_before(session: Session, calibrator_id: int | None, before: datetime)
     """Delete the observation chunks created before ``before`` (of one calibrator, or of all);
     returns the rows removed."""
     return store.delete_before(session, calibrator_id, before)
+
+
+def observation_chunks(session: Session, calibrator_id: int, source: str | None = None,
+                       version: int | None = None, after_id: int = 0) -> list[ChunkFacts]:
+    """The chunks of ``calibrator_id`` (of one ``source`` / serving ``version`` if given) with an id
+    above ``after_id``, in arrival order (ids grow with every append)."""
+    where = [ObservationChunkRow.calibrator_id == calibrator_id, ObservationChunkRow.id > after_id]
+    if source is not None:
+        where.append(ObservationChunkRow.source == source)
+    if version is not None:
+        where.append(ObservationChunkRow.version == version)
+    rows = session.execute(
+        select(ObservationChunkRow.id, ObservationChunkRow.source, ObservationChunkRow.version,
+               ObservationChunkRow.created_at, ObservationChunkRow.n_rows, ObservationChunkRow.dtype,
+               ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
+        .where(*where).order_by(ObservationChunkRow.id)).all()
+    return [ChunkFacts(*row) for row in rows]
+
+
+def served_versions(session: Session, calibrator_id: int) -> list[int]:
+    """The versions that served labelled rows (feedback observations), ascending."""
+    return list(session.scalars(
+        select(ObservationChunkRow.version).distinct()
+        .where(ObservationChunkRow.calibrator_id == calibrator_id, ObservationChunkRow.source == "feedback",
+               ObservationChunkRow.version.is_not(None))
+        .order_by(ObservationChunkRow.version)))

@@ -2,7 +2,7 @@
 by name (``CalibratorEntry``: its id, latest version number and log sample rate), a version's class
 count or creation time, the newest version's id and method or its input shape, a version's row (for
 the online updates that write the next), the calibrator's row lock, and the calibrator's log sample
-rate. Each call takes the caller's session,
+rate, and every calibrator's name by id. Each call takes the caller's session,
 so that it sees the caller's writes and is part of its transaction; a name or version that does not
 exist is ``NotFound`` (a 404). The registry's store and rows stay its own."""
 
@@ -87,3 +87,8 @@ def latest_shape(session: Session, calibrator_id: int) -> tuple[str, int] | None
 def version_row(session: Session, version_id: int) -> VersionRow:
     """The stored version with row id ``version_id`` (whole: what an online update of it reads)."""
     return session.get(VersionRow, version_id)
+
+
+def calibrator_names(session: Session) -> dict[int, str]:
+    """``{id: name}`` of every calibrator, in the database's order of names."""
+    return dict(session.execute(select(CalibratorRow.id, CalibratorRow.name).order_by(CalibratorRow.name)).all())
