@@ -36,7 +36,6 @@ WIRING = {"app.wiring", "app.all_rows"}
 KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 KNOWN_STORE_IMPORTS = {
     # the registry's tables, read or joined by other domains' queries (shown once the rows left app.platform)
-    ("app.conformal.store", "app.registry.rows"),
     ("app.prediction_log.store", "app.registry.rows"),
     ("app.promotion.scheduler", "app.registry.rows"),
     ("app.promotion.store", "app.registry.rows"),

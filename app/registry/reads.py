@@ -2,7 +2,7 @@
 by name (``CalibratorEntry``: its id, latest version number and log sample rate), a version's class
 count or creation time, the newest version's id and method or its input shape, a version's row (for
 the online updates that write the next), the calibrator's row lock, and the calibrator's log sample
-rate, and every calibrator's name by id. Each call takes the caller's session,
+rate, every calibrator's name by id, and versions' names and numbers by row id. Each call takes the caller's session,
 so that it sees the caller's writes and is part of its transaction; a name or version that does not
 exist is ``NotFound`` (a 404). The registry's store and rows stay its own."""
 
@@ -14,6 +14,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..platform.sql import IN_LIST
 from . import store
 from .names import ResolvedVersion
 from .rows import CalibratorRow, VersionRow
@@ -92,3 +93,15 @@ def version_row(session: Session, version_id: int) -> VersionRow:
 def calibrator_names(session: Session) -> dict[int, str]:
     """``{id: name}`` of every calibrator, in the database's order of names."""
     return dict(session.execute(select(CalibratorRow.id, CalibratorRow.name).order_by(CalibratorRow.name)).all())
+
+
+def version_names(session: Session, version_ids: set[int]) -> dict[int, tuple[str, int]]:
+    """``{version row id: (calibrator name, version number)}`` of the stored versions among ``version_ids``."""
+    found: dict[int, tuple[str, int]] = {}
+    ids = sorted(version_ids)
+    for start in range(0, len(ids), IN_LIST):
+        found.update((row[0], (row[1], row[2])) for row in session.execute(
+            select(VersionRow.id, CalibratorRow.name, VersionRow.version)
+            .join(CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id)
+            .where(VersionRow.id.in_(ids[start:start + IN_LIST]))))
+    return found
