@@ -2,13 +2,14 @@
 observations' labels and summaries, a calibrator's logged predictions and how many have their label,
 the rows it holds and dropped for being full, and the inputs of chosen rows of logged chunks; for the
 drift monitors and the label-shift estimate, the versions logged, their chunks after a watermark,
-ranges of their inputs and the newest logged inputs. Each call takes the caller's session; the log's
+ranges of their inputs and the newest logged inputs; for the scheduler, each calibrator's newest
+logged chunk. Each call takes the caller's session; the log's
 store and rows stay its own (finding and claiming ids: ``app.prediction_log.lookup``)."""
 
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..platform.sql import byte_range, from_raw
@@ -105,3 +106,9 @@ def logged_inputs(session: Session, calibrator_id: int, version: int | None,
         at += take
         del data
     return kind, inputs, versions
+
+
+def newest_chunk_ids(session: Session) -> dict[int, int]:
+    """``{calibrator id: its newest logged chunk's id}`` of every calibrator with logged predictions."""
+    return dict(session.execute(select(PredictionChunkRow.calibrator_id, func.max(PredictionChunkRow.id))
+                                .group_by(PredictionChunkRow.calibrator_id)).all())

@@ -30,6 +30,7 @@ import numpy as np
 
 import calibration as cal
 
+from ..observations import reads as observations
 from ..observations.schemas import ObservationQuery
 from ..observations.service import shape_of_index
 from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
@@ -65,7 +66,7 @@ def _served_probabilities(service: Serving, name: str, index: list, values,
     """Each labelled prediction's probabilities from the version that served it (the shadow's
     champion: what callers actually got), and the rows per serving version."""
     with service.db.read() as session:
-        versions = promotion_store.chunk_versions(session, [entry.id for entry in index])
+        versions = observations.chunk_versions(session, [entry.id for entry in index])
     served = np.repeat([versions[entry.id] for entry in index], [entry.rows for entry in index])
     probabilities = None
     for version in np.unique(served).tolist():

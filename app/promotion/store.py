@@ -12,7 +12,6 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ..observations.rows import ObservationChunkRow
 from ..platform.errors import NotFound
 from ..platform.rows import utcnow
 from ..platform.sql import dialect_insert
@@ -135,13 +134,3 @@ def version_created_at(session: Session, resolved) -> datetime:
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
-
-
-def chunk_versions(session: Session, chunk_ids: list[int]) -> dict[int, int | None]:
-    """The serving version of each observation chunk (feedback), by chunk id."""
-    found: dict[int, int | None] = {}
-    for start in range(0, len(chunk_ids), 500):
-        part = chunk_ids[start:start + 500]
-        found.update(session.execute(select(ObservationChunkRow.id, ObservationChunkRow.version)
-                                     .where(ObservationChunkRow.id.in_(part))).all())
-    return found
