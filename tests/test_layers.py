@@ -37,7 +37,6 @@ KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 KNOWN_STORE_IMPORTS = {
     # the registry's tables, read or joined by other domains' queries (shown once the rows left app.platform)
     ("app.prediction_log.store", "app.registry.rows"),
-    ("app.promotion.store", "app.registry.rows"),
 }
 KNOWN_BROAD_MODULES: set[str] = set()
 #: core modules outside ``calibration.__all__`` that the service imports today (to be exported or wrapped)

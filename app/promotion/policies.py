@@ -52,7 +52,7 @@ def set_policy(db, name: str, policy: RefitPolicy) -> dict:
     with refused_as():
         cal.create(policy.method, policy.options)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             row = RefitPolicyRow(calibrator_id=calibrator.id, created_at=utcnow())
@@ -107,7 +107,7 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
     if service.jobs is None:
         raise Conflict("this server runs no jobs")
     with service.db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")

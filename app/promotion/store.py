@@ -1,49 +1,20 @@
-"""Persistence of alias moves (each one recorded), alias gates, calibrator settings and stored
-evaluations. Every function takes a session from ``Database.read()`` or ``write()``.
-
-An alias move first locks its calibrator's row (``SELECT ... FOR UPDATE`` on Postgres; SQLite
-writes are serialised by ``BEGIN IMMEDIATE``), so that the version it moves from, the gate it
-checks and the move it records are one consistent step even with several replicas."""
+"""Persistence of alias moves (each one recorded), alias gates, refit policies and stored
+evaluations. Every function takes a session from ``Database.read()`` or ``write()``. The aliases
+themselves and the /v2 default are the registry's (``app.registry.reads``: ``locked_calibrator``,
+``point_alias``, ``set_v2_default``, ...)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..platform.errors import NotFound
 from ..platform.rows import utcnow
 from ..platform.sql import dialect_insert
 from ..registry import reads as registry
-from ..registry.rows import AliasRow, CalibratorRow, CalibratorSettingRow
 from .rows import AliasGateRow, AliasMoveRow, EvaluationRow, RefitPolicyRow
-
-
-def locked_calibrator(session: Session, name: str) -> CalibratorRow:
-    row = session.scalar(select(CalibratorRow).where(CalibratorRow.name == name).with_for_update())
-    if row is None:
-        raise NotFound(f"no calibrator named {name!r}")
-    return row
-
-
-def alias_target(session: Session, calibrator_id: int, alias: str) -> int | None:
-    return session.scalar(select(AliasRow.version).where(AliasRow.calibrator_id == calibrator_id,
-                                                         AliasRow.alias == alias))
-
-
-def point_alias(session: Session, name: str, calibrator_id: int, alias: str, version: int) -> None:
-    registry.version_classes(session, name, version)  # NotFound unless it exists
-    now = utcnow()
-    session.execute(
-        dialect_insert(session)(AliasRow)
-        .values(calibrator_id=calibrator_id, alias=alias, version=version, updated_at=now)
-        .on_conflict_do_update(index_elements=["calibrator_id", "alias"], set_={"version": version, "updated_at": now})
-    )
-
-
-def remove_alias(session: Session, calibrator_id: int, alias: str) -> None:
-    session.execute(delete(AliasRow).where(AliasRow.calibrator_id == calibrator_id, AliasRow.alias == alias))
 
 
 def record_move(session: Session, calibrator_id: int, alias: str, action: str, from_version: int | None,
@@ -86,19 +57,6 @@ def set_gate(session: Session, calibrator_id: int, alias: str, require_evaluatio
         .values(calibrator_id=calibrator_id, alias=alias, require_evaluation=require_evaluation, updated_at=now)
         .on_conflict_do_update(index_elements=["calibrator_id", "alias"],
                                set_={"require_evaluation": require_evaluation, "updated_at": now}))
-
-
-def v2_default(session: Session, calibrator_id: int) -> str | None:
-    return session.scalar(select(CalibratorSettingRow.v2_default)
-                          .where(CalibratorSettingRow.calibrator_id == calibrator_id))
-
-
-def set_v2_default(session: Session, calibrator_id: int, alias: str | None) -> None:
-    now = utcnow()
-    session.execute(
-        dialect_insert(session)(CalibratorSettingRow)
-        .values(calibrator_id=calibrator_id, v2_default=alias, updated_at=now)
-        .on_conflict_do_update(index_elements=["calibrator_id"], set_={"v2_default": alias, "updated_at": now}))
 
 
 def add_evaluation(session: Session, row: EvaluationRow) -> None:

@@ -1,23 +1,27 @@
 """What the other domains read and write of the registry inside their own transaction: a calibrator
-by name (``CalibratorEntry``: its id, latest version number and log sample rate), a version's class
-count or creation time, the newest version's id and method or its input shape, a version's row (for
-the online updates that write the next), the calibrator's row lock, and the calibrator's log sample
-rate, every calibrator's name by id, and versions' names and numbers by row id. Each call takes the caller's session,
-so that it sees the caller's writes and is part of its transaction; a name or version that does not
-exist is ``NotFound`` (a 404). The registry's store and rows stay its own."""
+by name (``CalibratorEntry``: its id, latest version number and log sample rate), locked for an alias
+move or not; a version's class count or creation time; the newest version's id and method or its
+input shape; a version's row (for the online updates that write the next); the calibrator's row lock
+that orders observation writes; every calibrator's name by id and versions' names and numbers by row
+id; and the few writes other domains make: the log sample rate, aliases (moved by safe promotion,
+``app.promotion.aliases``) and the /v2 default. Each call takes the caller's session, so that it sees
+the caller's writes and is part of its transaction; a name or version that does not exist is
+``NotFound`` (a 404). The registry's store and rows stay its own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ..platform.sql import IN_LIST
+from ..platform.errors import NotFound
+from ..platform.rows import utcnow
+from ..platform.sql import IN_LIST, dialect_insert
 from . import store
 from .names import ResolvedVersion
-from .rows import CalibratorRow, VersionRow
+from .rows import AliasRow, CalibratorRow, CalibratorSettingRow, VersionRow
 
 
 @dataclass(frozen=True)
@@ -105,3 +109,51 @@ def version_names(session: Session, version_ids: set[int]) -> dict[int, tuple[st
             .join(CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id)
             .where(VersionRow.id.in_(ids[start:start + IN_LIST]))))
     return found
+
+
+def locked_calibrator(session: Session, name: str) -> CalibratorEntry:
+    """Calibrator ``name`` with its row locked until the transaction ends (``SELECT ... FOR UPDATE``
+    on Postgres; SQLite writes are serialised by ``BEGIN IMMEDIATE``), so that an alias move's
+    version, gate and record are one consistent step even with several replicas; ``NotFound``
+    without it."""
+    row = session.scalar(select(CalibratorRow).where(CalibratorRow.name == name).with_for_update())
+    if row is None:
+        raise NotFound(f"no calibrator named {name!r}")
+    return CalibratorEntry(row.id, row.name, row.last_version, row.log_sample_rate)
+
+
+def alias_target(session: Session, calibrator_id: int, alias: str) -> int | None:
+    """The version ``alias`` points at, or ``None``."""
+    return session.scalar(select(AliasRow.version).where(AliasRow.calibrator_id == calibrator_id,
+                                                         AliasRow.alias == alias))
+
+
+def point_alias(session: Session, name: str, calibrator_id: int, alias: str, version: int) -> None:
+    """Point ``alias`` at ``version`` (which must exist: ``NotFound`` otherwise)."""
+    store.get_version(session, name, version)
+    now = utcnow()
+    session.execute(
+        dialect_insert(session)(AliasRow)
+        .values(calibrator_id=calibrator_id, alias=alias, version=version, updated_at=now)
+        .on_conflict_do_update(index_elements=["calibrator_id", "alias"], set_={"version": version, "updated_at": now})
+    )
+
+
+def remove_alias(session: Session, calibrator_id: int, alias: str) -> None:
+    """Delete ``alias`` (nothing if it does not exist)."""
+    session.execute(delete(AliasRow).where(AliasRow.calibrator_id == calibrator_id, AliasRow.alias == alias))
+
+
+def v2_default(session: Session, calibrator_id: int) -> str | None:
+    """The alias an unversioned /v2 call serves (``None``: the latest version)."""
+    return session.scalar(select(CalibratorSettingRow.v2_default)
+                          .where(CalibratorSettingRow.calibrator_id == calibrator_id))
+
+
+def set_v2_default(session: Session, calibrator_id: int, alias: str | None) -> None:
+    """Make an unversioned /v2 call serve ``alias`` (``None``: the latest version)."""
+    now = utcnow()
+    session.execute(
+        dialect_insert(session)(CalibratorSettingRow)
+        .values(calibrator_id=calibrator_id, v2_default=alias, updated_at=now)
+        .on_conflict_do_update(index_elements=["calibrator_id"], set_={"v2_default": alias, "updated_at": now}))
