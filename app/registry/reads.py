@@ -4,7 +4,8 @@ move or not; a version's class count or creation time; the newest version's id a
 input shape; a version's row (for the online updates that write the next); the calibrator's row lock
 that orders observation writes; every calibrator's name by id and versions' names and numbers by row
 id; and the few writes other domains make: the log sample rate, aliases (moved by safe promotion,
-``app.promotion.aliases``) and the /v2 default. Each call takes the caller's session, so that it sees
+``app.promotion.aliases``), the /v2 default, and the prediction log's counts on the calibrator's
+row (logged and dropped rows). Each call takes the caller's session, so that it sees
 the caller's writes and is part of its transaction; a name or version that does not exist is
 ``NotFound`` (a 404). The registry's store and rows stay its own."""
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from ..platform.errors import NotFound
@@ -157,3 +158,46 @@ def set_v2_default(session: Session, calibrator_id: int, alias: str | None) -> N
         dialect_insert(session)(CalibratorSettingRow)
         .values(calibrator_id=calibrator_id, v2_default=alias, updated_at=now)
         .on_conflict_do_update(index_elements=["calibrator_id"], set_={"v2_default": alias, "updated_at": now}))
+
+
+# -- the prediction log's counts on the calibrator's row (migration 0015) ---------------------------
+
+def any_logging(session: Session) -> bool:
+    """Whether some calibrator logs its predictions (a sampling rate above 0)."""
+    return session.scalar(select(CalibratorRow.id).where(CalibratorRow.log_sample_rate > 0).limit(1)) is not None
+
+
+def logged_rows(session: Session, calibrator_id: int) -> int:
+    """The rows the calibrator's prediction log holds, as last committed; ``NoResultFound`` without it."""
+    return session.execute(select(CalibratorRow.logged_rows).where(CalibratorRow.id == calibrator_id)).scalar_one()
+
+
+def add_logged_rows(session: Session, calibrator_id: int, n: int, cap: int | None = None) -> bool:
+    """Add ``n`` (negative: take off) to the calibrator's logged rows, only if the sum stays within
+    ``cap`` when given; whether it did. One conditional update: writers of several processes cannot
+    pass the cap together."""
+    where = [CalibratorRow.id == calibrator_id]
+    if cap is not None:
+        where.append(CalibratorRow.logged_rows + n <= cap)
+    return session.execute(update(CalibratorRow).where(*where).values(logged_rows=CalibratorRow.logged_rows + n)
+                           .execution_options(synchronize_session=False)).rowcount == 1
+
+
+def add_dropped_rows(session: Session, calibrator_id: int, n: int) -> None:
+    """Count ``n`` rows the calibrator's full log did not take."""
+    session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
+                    .values(log_dropped_rows=CalibratorRow.log_dropped_rows + n)
+                    .execution_options(synchronize_session=False))
+
+
+def log_counts(session: Session, calibrator_id: int) -> tuple[int, int]:
+    """The calibrator's logged rows and the rows its full log dropped."""
+    return tuple(session.execute(select(CalibratorRow.logged_rows, CalibratorRow.log_dropped_rows)
+                                 .where(CalibratorRow.id == calibrator_id)).one())
+
+
+def every_dropped(session: Session) -> list[tuple[str, int]]:
+    """(name, dropped rows) of every calibrator whose log dropped rows, by name, for /metrics."""
+    return [tuple(row) for row in session.execute(
+        select(CalibratorRow.name, CalibratorRow.log_dropped_rows).where(CalibratorRow.log_dropped_rows > 0)
+        .order_by(CalibratorRow.name))]
