@@ -17,7 +17,7 @@ from ..platform.db import Database
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
 from ..registry.service import CalibrationService
-from ..registry.values import FitSpec
+from ..registry.serving import FitSpec
 from ..settings import get_settings
 from ..wire.batches import validated
 from . import fan_out

@@ -19,18 +19,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import func, select
-
 import calibration as cal
 
 from ..monitoring.alarms import alarmed_versions
+from ..observations import reads as observations
 from ..observations.chunks import refs_from_json
 from ..observations.values import ObservationSelection
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
-from ..platform.rows import ObservationChunkRow, utcnow
+from ..platform.rows import utcnow
+from ..registry import reads as registry
 from ..registry.names import Reference, check_alias, check_name
-from ..registry.serving import Serving
-from ..registry.values import FitSpec
+from ..registry.serving import FitSpec, Serving
 from . import aliases as promotion
 from . import evaluations
 from . import store as ps
@@ -52,7 +51,7 @@ def set_policy(db, name: str, policy: PolicySpec) -> dict:
     with refused_as():
         cal.create(policy.method, policy.options)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             row = RefitPolicyRow(calibrator_id=calibrator.id, created_at=utcnow())
@@ -65,7 +64,7 @@ def set_policy(db, name: str, policy: PolicySpec) -> dict:
 def get_policy(db, name: str) -> dict:
     check_name(name)
     with db.read() as session:
-        calibrator = ps.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")
@@ -75,8 +74,7 @@ def get_policy(db, name: str) -> dict:
 def _reasons(session, calibrator_id: int, policy: PolicySpec, since) -> list[str]:
     reasons = []
     if policy.every_labels:
-        new = session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(
-            ObservationChunkRow.calibrator_id == calibrator_id, ObservationChunkRow.created_at > since))
+        new = observations.rows_since(session, calibrator_id, since)
         if new >= policy.every_labels:
             reasons.append(f"{new} labelled observations since {since.isoformat()} (every {policy.every_labels})")
     if policy.on_alarm:
@@ -93,9 +91,7 @@ def _cut(session, calibrator_id: int, last: int, holdout: float):
     if holdout <= 0:
         return None
     wanted, seen = holdout * last, 0
-    rows = session.execute(select(ObservationChunkRow.n_rows, ObservationChunkRow.created_at)
-                           .where(ObservationChunkRow.calibrator_id == calibrator_id)
-                           .order_by(ObservationChunkRow.created_at.desc()).limit(100_000))
+    rows = observations.row_times(session, calibrator_id, 100_000)
     for n_rows, created_at in rows:
         seen += n_rows
         if seen >= wanted:
@@ -110,7 +106,7 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
     if service.jobs is None:
         raise Conflict("this server runs no jobs")
     with service.db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")

@@ -13,7 +13,7 @@ from calibration import INPUT_KINDS, METHODS
 
 from ..observations.schemas import DataSource, PredictionId
 from ..wire.decoding import model_value
-from .values import CalibrateSpec, EvaluationSpec, FitSpec
+from .serving import CalibrateSpec, EvaluationSpec, FitSpec
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence", "set")
 

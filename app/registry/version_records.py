@@ -4,7 +4,6 @@ A version's columns are read as the database holds them (its JSON columns as tex
 one row at a time; a row that cannot be decoded, or whose columns do not match their digest
 (``app.registry.integrity``), raises ``IntegrityFailure`` naming the calibrator and the version. Getting
 it is that problem; a listing shows the other versions and names the damaged ones beside them.
-``version_view`` is how a stored version is shown (as ``VersionOut`` describes it).
 """
 
 from __future__ import annotations
@@ -13,14 +12,14 @@ import json
 from dataclasses import dataclass, fields
 from datetime import datetime
 
-import orjson
 from sqlalchemy import String, Text, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
 from ..platform.errors import IntegrityFailure, NotFound, refused_as
-from ..platform.rows import CalibratorRow, VersionRow
 from . import integrity, store
 from .integrity import JSON_COLUMNS, VersionRecord
+from .rows import CalibratorRow, VersionRow
+from .versions import version_view
 
 
 @dataclass(frozen=True)
@@ -30,29 +29,6 @@ class StoredVersion(VersionRecord):
     id: int
     calibrator_id: int
     checksum: str
-
-
-def version_view(name: str, row: VersionRow, aliases: list[str]) -> dict:
-    """A stored version as the API shows it."""
-    return {
-        "name": name,
-        "version": row.version,
-        "method": row.method,
-        "options": orjson.loads(row.params_json)["options"],
-        "input": row.input_kind,
-        "n_classes": row.n_classes,
-        "n_samples": row.n_samples,
-        "class_names": row.class_names,
-        "parameters": row.summary,
-        "diagnostics": row.diagnostics,
-        "report": row.report,
-        "description": row.description,
-        "tags": row.tags,
-        "tensor_names": row.tensor_names,
-        "aliases": aliases,
-        "checksum": row.checksum,
-        "created_at": row.created_at,
-    }
 
 
 def _column(name: str):

@@ -16,7 +16,7 @@ from app.jobs.inputs import batch_of_job, job_input
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.registry import reports
-from app.registry.values import FitSpec
+from app.registry.serving import FitSpec
 from app.settings import Settings
 from app.wire.batches import ArrayBatch, validated
 

@@ -16,7 +16,7 @@ from app.platform.errors import NotFound
 from app.registry import store
 from app.registry.names import Reference
 from app.registry.service import CalibrationService
-from app.registry.values import CalibrateSpec, FitSpec
+from app.registry.serving import CalibrateSpec, FitSpec
 from app.wire.batches import ArrayBatch
 from tests.helpers import load_split
 

@@ -98,7 +98,7 @@ def test_a_selection_needs_times_with_an_offset():
 
 def test_the_registry_request_models_turn_into_values_with_the_same_defaults():
     from app.registry.schemas import CalibrateFields, EvaluationFields, FitFields
-    from app.registry.values import CalibrateSpec, EvaluationSpec, FitSpec
+    from app.registry.serving import CalibrateSpec, EvaluationSpec, FitSpec
 
     assert FitFields(method="platt").to_value() == FitSpec(method="platt")
     assert CalibrateFields().to_value() == CalibrateSpec()
@@ -114,7 +114,7 @@ def test_the_registry_request_models_turn_into_values_with_the_same_defaults():
 ])
 def test_a_fit_job_keeps_the_json_the_request_model_wrote_and_reads_back_the_same_value(given_fit):
     from app.registry.schemas import FitFields
-    from app.registry.values import FitSpec
+    from app.registry.serving import FitSpec
 
     fields = FitFields.model_validate(given_fit)
     value = fields.to_value()
@@ -132,7 +132,7 @@ def test_a_fit_job_keeps_the_json_the_request_model_wrote_and_reads_back_the_sam
      "a stored fit request: data.observations: last: '5' is not int"),
 ])
 def test_a_damaged_fit_request_is_refused_naming_its_field(stored, message):
-    from app.registry.values import FitSpec
+    from app.registry.serving import FitSpec
 
     with pytest.raises(ValueError) as caught:
         FitSpec.from_dict(stored)
