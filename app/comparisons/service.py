@@ -20,10 +20,10 @@ class Comparisons:
     def __init__(self, service: Serving):
         self.service = service
 
-    def _comparison_inputs(self, batch: ArrayBatch):
+    def _comparison_inputs(self, batch: ArrayBatch[CompareFields]):
         """The fields, validated inputs, labels and candidates of a comparison, checked once."""
         inputs, labels = validated(batch)
-        fields: CompareFields = batch.fields
+        fields = batch.fields
         with refused_as():
             candidates = cal.prepare_comparison(inputs.n, inputs.k, fields.methods, fields.folds, inputs.source)
         check_fit_parameters("auto", {"candidates": [c.to_dict() for c in candidates], "folds": fields.folds,
@@ -31,10 +31,10 @@ class Comparisons:
                              self.service.limits.entries)
         return fields, inputs, labels, candidates
 
-    def compare(self, batch: ArrayBatch) -> dict:
+    def compare(self, batch: ArrayBatch[CompareFields]) -> dict:
         return self._run_comparison(*self._comparison_inputs(batch)[:3])
 
-    def compare_or_submit(self, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
+    def compare_or_submit(self, batch: ArrayBatch[CompareFields], asked: bool) -> tuple[bool, dict]:
         """Check the comparison once, then ``(True, job)`` when the caller ``asked`` for a job or
         its estimated cost exceeds the sync budget, else ``(False, the comparison)``."""
         fields, inputs, labels, candidates = self._comparison_inputs(batch)
@@ -46,7 +46,7 @@ class Comparisons:
             return True, self.service.jobs.submit("compare", None, request, payload)
         return False, self._run_comparison(fields, inputs, labels)
 
-    def compare_as_job(self, batch: ArrayBatch, job: JobProgress, fan_out=None) -> dict:
+    def compare_as_job(self, batch: ArrayBatch[CompareFields], job: JobProgress, fan_out=None) -> dict:
         """The comparison of a job; with ``fan_out(x, labels, methods, folds, seed, kind) -> Comparison``
         (``app.jobs.fan_out``), as part jobs, merged."""
         fields, inputs, labels, _ = self._comparison_inputs(batch)

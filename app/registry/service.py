@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from pydantic import BaseModel
 
 import calibration as cal
 
@@ -39,7 +40,7 @@ from . import prior_shift, reports, store, version_records
 from .cache import CalibratorCache, LoadedVersion, Resolutions, load_calibrator
 from .device import Device
 from .names import Reference, check_name
-from .schemas import EvaluationFields, FitFields
+from .schemas import CalibrateFields, EvaluationFields, FitFields
 from .versions import NewVersion, write_version
 from .views import version_view
 
@@ -73,10 +74,10 @@ class CalibrationService:
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def _fit_inputs(self, name: str, batch: ArrayBatch):
+    def _fit_inputs(self, name: str, batch: ArrayBatch[FitFields]):
         """Everything a fit checks before it starts: name, arrays, options, class names."""
         check_name(name)
-        fields: FitFields = batch.fields
+        fields = batch.fields
         inputs, labels = validated(batch)
         options = dict(fields.options)
         if options.setdefault("input", batch.kind) != batch.kind:
@@ -94,7 +95,7 @@ class CalibrationService:
         check_fit_parameters(calibrator.method, calibrator.options, n, k, self.max_parameters, self.limits.entries)
         return calibrator
 
-    def fit_or_submit(self, name: str, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
+    def fit_or_submit(self, name: str, batch: ArrayBatch[FitFields], asked: bool) -> tuple[bool, dict]:
         """Check the fit once (bad input is a 4xx, not a failed job), then ``(True, job)`` when the
         caller ``asked`` for a job or the fit's estimated cost exceeds the sync budget, else
         ``(False, the stored version)``. A batch without arrays names stored observations."""
@@ -111,6 +112,8 @@ class CalibrationService:
     def _fit_stored_or_submit(self, name: str, fields: FitFields, asked: bool) -> tuple[bool, dict]:
         """A fit on stored observations: the chunks are fixed now; a job reads them in its worker."""
         check_name(name)
+        if fields.data is None:  # decode_batch gives a batch without arrays only with `data`
+            raise InvalidInput("send exactly one of logits, probabilities or scores")
         index = self.observations.fit_index(name, fields.data.observations)
         n, k, kind = shape_of_index(index)
         seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
@@ -121,12 +124,12 @@ class CalibrationService:
             return True, self.jobs.submit("fit", name, request, None)
         return False, self.fit(name, self.observations.load(fields, index))
 
-    def fit(self, name: str, batch: ArrayBatch, job: JobProgress | None = None) -> dict:
+    def fit(self, name: str, batch: ArrayBatch[FitFields], job: JobProgress | None = None) -> dict:
         """Fit ``batch.fields.method`` on the labelled batch and store it as the next version; as
         a ``job``, report its steps and record its success in the transaction that stores it."""
         return self._fit_checked(name, batch, self._fit_inputs(name, batch), job)
 
-    def _fit_checked(self, name: str, batch: ArrayBatch, prepared, job: JobProgress | None = None) -> dict:
+    def _fit_checked(self, name: str, batch: ArrayBatch[FitFields], prepared, job: JobProgress | None = None) -> dict:
         fields, inputs, labels, calibrator = prepared
         if job is not None:
             job.fitting(calibrator, inputs.n, inputs.k)
@@ -139,7 +142,8 @@ class CalibrationService:
             if calibrator.method == "auto":
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}
-        new = NewVersion(calibrator, params, batch.kind, inputs.k, inputs.n, report, fields.class_names,
+        # the calibrator's input is the batch's kind (_fit_inputs refuses any other options.input)
+        new = NewVersion(calibrator, params, calibrator.input, inputs.k, inputs.n, report, fields.class_names,
                          fields.description, fields.tags,
                          fields.tensor_names.model_dump() if fields.tensor_names else None)
         if job is not None:
@@ -219,36 +223,38 @@ class CalibrationService:
         with refused_as():
             return self.device.predict(loaded.calibrator, inputs)
 
-    def _checked_inputs(self, loaded: LoadedVersion, batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
+    def _checked_inputs(self, loaded: LoadedVersion,
+                        batch: ArrayBatch[BaseModel]) -> tuple[cal.InputBatch, np.ndarray | None]:
         expected = loaded.calibrator.input
         if batch.kind != expected:
             raise InvalidInput(f"calibrator {loaded.name!r} version {loaded.version} was fitted on "
                                f"{expected}; send {expected}, not {batch.kind}")
         return validated(batch)
 
-    def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch) -> CalibratedBatch:
+    def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch[CalibrateFields]) -> CalibratedBatch:
         inputs, _ = self._checked_inputs(loaded, batch)
         probabilities = self.predict(loaded, inputs)
         if batch.fields.priors is not None:  # label shift (app.registry.prior_shift)
             probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
                                                  batch.fields.source_priors)
-        served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
+        kind = loaded.calibrator.input  # the batch's kind: _checked_inputs refuses any other
+        served = log_served(self.prediction_log, loaded, kind, batch.values, batch.fields.ids)
         return CalibratedBatch(loaded.name, loaded.version, probabilities, inputs.given,
                                loaded.class_names, served, getattr(batch.values, "dtype", None))
 
-    def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):
+    def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch[BaseModel]):
         inputs, labels = self._checked_inputs(loaded, batch)
         return inputs.probabilities, self.predict(loaded, inputs), labels
 
-    def report(self, loaded: LoadedVersion, batch: ArrayBatch) -> dict:
+    def report(self, loaded: LoadedVersion, batch: ArrayBatch[EvaluationFields]) -> dict:
         """Metrics before and after calibration on a labelled batch."""
         raw, calibrated, labels = self._labelled(loaded, batch)
-        fields: EvaluationFields = batch.fields
+        fields = batch.fields
         report = reports.comparison(raw, calibrated, labels, fields.n_bins, fields.bootstrap, fields.confidence,
                                     fields.seed)
         return {"name": loaded.name, "version": loaded.version, **report}
 
-    def reliability_figure(self, loaded: LoadedVersion, batch: ArrayBatch, fmt: str) -> bytes:
+    def reliability_figure(self, loaded: LoadedVersion, batch: ArrayBatch[EvaluationFields], fmt: str) -> bytes:
         """The reliability diagram before and after calibration, as ``png`` or ``svg`` bytes."""
         raw, calibrated, labels = self._labelled(loaded, batch)
         try:
@@ -258,9 +264,11 @@ class CalibrationService:
         return figure({"before": raw, "after": calibrated}, labels, n_bins=batch.fields.n_bins, format=fmt,
                       title=f"{loaded.name} v{loaded.version}")
 
-    def metrics(self, batch: ArrayBatch) -> dict:
+    def metrics(self, batch: ArrayBatch[EvaluationFields]) -> dict:
         inputs, labels = validated(batch)
-        fields: EvaluationFields = batch.fields
+        if labels is None:  # (decoded with need_labels: it has them)
+            raise InvalidInput("labels are required")
+        fields = batch.fields
         result = reports.evaluation(inputs.probabilities, labels, fields.n_bins, fields.bootstrap,
                                     fields.confidence, fields.seed)
         return {"n_samples": inputs.n, "n_classes": inputs.k, "n_bins": fields.n_bins, **result}

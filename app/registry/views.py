@@ -5,10 +5,11 @@ from __future__ import annotations
 import orjson
 
 from ..platform.rows import VersionRow
+from .integrity import StoredVersion
 
 
-def version_view(name: str, row: VersionRow, aliases: list[str]) -> dict:
-    """A stored version as the API shows it."""
+def version_view(name: str, row: VersionRow | StoredVersion, aliases: list[str]) -> dict:
+    """A stored version (its row, or its record as read and checked) as the API shows it."""
     return {
         "name": name,
         "version": row.version,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -13,15 +14,17 @@ import calibration as cal
 from ..platform.errors import InvalidInput, refused_as
 from ..prediction_log.service import Served
 
+FieldsT = TypeVar("FieldsT", bound=BaseModel, covariant=True)
+
 
 @dataclass(frozen=True)
-class ArrayBatch:
+class ArrayBatch(Generic[FieldsT]):
     """A decoded batch: the validated small ``fields``, the input ``kind`` (``logits``,
     ``probabilities`` or ``scores``), its ``values`` and the ``labels`` (or ``None``). A fit on
     stored data has no arrays (``kind`` ``None``; ``fields.data`` says which observations). The arrays
     are as decoded (numpy arrays, or nested lists from JSON); the core validates them."""
 
-    fields: BaseModel
+    fields: FieldsT
     kind: str | None
     values: np.ndarray | list | None
     labels: np.ndarray | list | None
@@ -66,6 +69,8 @@ def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
     """The batch's input validated by the core, and its labels if it has them. Logits that look
     like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
     sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
+    if batch.kind is None:  # a batch that names stored observations: there are no arrays to validate
+        raise InvalidInput("send exactly one of logits, probabilities or scores")
     with refused_as():
         inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)

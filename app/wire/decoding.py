@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -21,6 +22,8 @@ from ..platform.errors import InvalidInput, TooLarge, UnsupportedMediaType
 from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
 from .costs import MAX_JSON_BYTES, RequestLimits
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
@@ -44,7 +47,7 @@ class RequestBody:
     query: Mapping[str, str] = field(default_factory=dict)
 
 
-def validate_fields(model: type[BaseModel], payload: dict) -> BaseModel:
+def validate_fields(model: type[ModelT], payload: dict) -> ModelT:
     """``payload`` validated by ``model``; every error named by its field in one 422."""
     try:
         return model.model_validate(payload)
@@ -87,8 +90,8 @@ def _check_json_entries(arrays: dict, limits: RequestLimits) -> None:
                        "(CALIBRATION_MAX_ENTRIES)")
 
 
-def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool, limits: RequestLimits,
-                 npy_kind: str = "logits") -> ArrayBatch:
+def decode_batch(body: RequestBody, model: type[ModelT], *, need_labels: bool, limits: RequestLimits,
+                 npy_kind: str = "logits") -> ArrayBatch[ModelT]:
     """A body that carries one input array (and labels when ``need_labels``) plus small fields;
     a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind). The
     request budgets (``limits``: decoded array bytes, JSON bytes, n·k entries) are checked before
@@ -138,7 +141,7 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
     return ArrayBatch(fields, given[0], arrays[given[0]], labels)
 
 
-def decode_fields(body: RequestBody, model: type[BaseModel], max_bytes: int = MAX_JSON_BYTES) -> BaseModel:
+def decode_fields(body: RequestBody, model: type[ModelT], max_bytes: int = MAX_JSON_BYTES) -> ModelT:
     """A JSON body of fields only (no arrays), at most ``max_bytes`` (checked before parsing: a
     label call's list of ids costs ~10 times its text once parsed)."""
     if media_type(body.content_type) != JSON_TYPE:
