@@ -25,6 +25,7 @@ from .schemas import CompareFields, CompareOut, CompareRequest
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
 METHODS_BODY = dump_json({"methods": cal.describe_methods()})
+JOB_STATUS = Query(None)  # a JobState or none
 
 
 def jobs_of(request: Request) -> JobRunner:
@@ -83,7 +84,7 @@ async def compare(request: Request):
 @router.get("/jobs", summary="List jobs, newest first", response_model=JobList, responses=problems(422),
             dependencies=[READ])
 async def jobs(request: Request, calibrator: str | None = Query(None, max_length=128),
-               status: JobState | None = Query(None), limit: int = Query(100, ge=1, le=1000)):
+               status: JobState | None = JOB_STATUS, limit: int = Query(100, ge=1, le=1000)):
     listed = {"jobs": await run_in_threadpool(jobs_of(request).list, calibrator, status, limit)}
     return Response(dump_json(listed), media_type=JSON_TYPE)
 
