@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..jobs.handlers import JobContext, job_handler
 from ..jobs.inputs import batch_of_job
 from .schemas import CompareFields
+from .service import Comparisons
 
 
 @job_handler("compare")
@@ -13,4 +14,4 @@ def compare(job: JobContext) -> dict:
     if job.payload is None:  # a comparison's arrays always travel with its job (Comparisons.compare_or_submit)
         raise ValueError("a compare job has no input arrays")
     batch = batch_of_job(job.request, job.payload, CompareFields)
-    return job.service.comparisons.compare_as_job(batch, job.progress, job.fan_out())
+    return Comparisons(job.service).compare_as_job(batch, job.progress, job.fan_out())
