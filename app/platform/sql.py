@@ -28,7 +28,7 @@ def raw_view(array: np.ndarray) -> tuple[memoryview, str]:
     """``raw`` without copying the bytes out: a byte view of the array itself where it already is
     little-endian and C-ordered (for a Core insert, whose driver copies them when it binds them)."""
     little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return memoryview(little).cast("B"), little.dtype.str
+    return little.data.cast("B"), little.dtype.str  # ndarray.data: a memoryview of the array
 
 
 def from_raw(data: bytes, dtype: str, n_rows: int, n_classes: int, kind: str) -> np.ndarray:
