@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -21,6 +22,8 @@ from ..platform.errors import InvalidInput, TooLarge, UnsupportedMediaType
 from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
 from .costs import MAX_JSON_BYTES, RequestLimits
+
+Fields = TypeVar("Fields", bound=BaseModel)
 
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
@@ -44,7 +47,7 @@ class RequestBody:
     query: Mapping[str, str] = field(default_factory=dict)
 
 
-def validate_fields(model: type[BaseModel], payload: dict) -> BaseModel:
+def validate_fields(model: type[Fields], payload: dict) -> Fields:
     """``payload`` validated by ``model``; every error named by its field in one 422."""
     try:
         return model.model_validate(payload)
@@ -138,7 +141,7 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
     return ArrayBatch(fields, given[0], arrays[given[0]], labels)
 
 
-def decode_fields(body: RequestBody, model: type[BaseModel], max_bytes: int = MAX_JSON_BYTES) -> BaseModel:
+def decode_fields(body: RequestBody, model: type[Fields], max_bytes: int = MAX_JSON_BYTES) -> Fields:
     """A JSON body of fields only (no arrays), at most ``max_bytes`` (checked before parsing: a
     label call's list of ids costs ~10 times its text once parsed)."""
     if media_type(body.content_type) != JSON_TYPE:
