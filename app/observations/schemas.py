@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-SOURCES = ("upload", "feedback")
+Source = Literal["upload", "feedback"]
+SOURCES = get_args(Source)
 FUTURE_SKEW = timedelta(minutes=5)  # clocks differ: an observation a little ahead of ours is accepted
 PredictionId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
@@ -22,7 +23,7 @@ class ObservationQuery(_Strict):
     last: int | None = Field(None, ge=1, description="The newest `last` rows")
     since: datetime | None = Field(None, description="Rows observed at or after this time (ISO 8601, with offset)")
     until: datetime | None = Field(None, description="Rows observed before this time")
-    source: Literal[SOURCES] | None = Field(None, description="Only uploads, or only labelled feedback")
+    source: Source | None = Field(None, description="Only uploads, or only labelled feedback")
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="Only feedback on predictions this "
                                                                       "version served")
 
