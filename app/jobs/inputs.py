@@ -19,7 +19,10 @@ def job_input(batch: ArrayBatch, labels: np.ndarray) -> tuple[dict, bytes]:
     return request, job_store.pack_arrays(values=np.asarray(batch.values), labels=labels)
 
 
-def batch_of_job(request: dict, payload: bytes, fields_model) -> ArrayBatch:
+def batch_of_job(request: dict, payload: bytes | None, fields_model) -> ArrayBatch:
+    """The batch ``job_input`` stored; a job's payload is dropped when it ends (``None`` then)."""
+    if payload is None:
+        raise ValueError("this job's input arrays are gone: it has ended")
     arrays = job_store.unpack_arrays(payload)
     return ArrayBatch(fields_model.model_validate(request["fields"]), request["kind"], arrays["values"],
                       arrays["labels"])

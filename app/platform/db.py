@@ -11,8 +11,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
-from sqlalchemy import Select, create_engine, event
+from sqlalchemy import CursorResult, Result, Select, create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,6 +29,12 @@ def normalise_url(url: str) -> URL:
 def libpq_url(url: str) -> str:
     """A Postgres URL as libpq (psycopg) reads it, without SQLAlchemy's driver name."""
     return normalise_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def rows_matched(result: Result) -> int:
+    """The rows an UPDATE or DELETE matched: its result is a ``CursorResult`` (``rowcount``), which
+    ``Session.execute``'s type, the plain ``Result`` whatever the statement, does not say."""
+    return cast(CursorResult, result).rowcount
 
 
 SQLITE_PAGE_SIZE = 16384
