@@ -8,14 +8,18 @@ pickle. Every function takes a session from ``Database.read()`` or ``write()``.
 from __future__ import annotations
 
 import re
+import typing
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import orjson
-from sqlalchemy import Integer, cast, delete, func, insert, select, update
+from sqlalchemy import Integer, Table, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from ..observations.store import byte_range, from_raw, raw_view
+from ..platform.db import rows_matched
 from ..platform.rows import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
 from . import epoch_store as prediction_epoch_store
 
@@ -25,8 +29,8 @@ IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded pa
 
 
 def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
-                    inputs: np.ndarray, ids: list[str | None],
-                    batches: list[tuple[str, int, int]] = (), epoch_id: int | None = None) -> int:
+                    inputs: np.ndarray, ids: Sequence[str | None],
+                    batches: Sequence[tuple[str, int, int]] = (), epoch_id: int | None = None) -> int:
     """Store one chunk of logged inputs with their ids, in the index's epoch ``epoch_id`` (an open
     one, ``app.prediction_log.epochs``; ``None``: a new epoch of its own): ``ids``, the client ids of
     rows 0, 1, ..., one index row each (an id already in the epoch keeps its row there; an id in
@@ -40,7 +44,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # once more when it binds them, and a flush at 100% is ~1.6 MB, copied ~8 times on its way
     data, dtype = raw_view(inputs)
     # a Core insert on the table: the ORM's bulk-insert path cost ~1.7 ms a flush, for one row
-    chunks = PredictionChunkRow.__table__
+    chunks = typing.cast(Table, PredictionChunkRow.__table__)  # a declarative class's table, typed as any FROM clause
     connection = session.connection()
     chunk_id = connection.execute(insert(chunks).returning(chunks.c.id), {
         "calibrator_id": calibrator_id, "version": version, "input_kind": kind, "n_rows": len(inputs),
@@ -53,7 +57,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # time): per id, half the CPU of the driver's executemany, which converts each row's
     # parameters in Python. On Postgres in id order, so that two processes logging the same ids
     # lock them in the same order (no deadlock); a duplicate's first row still wins.
-    sqlite = session.bind.dialect.name == "sqlite"
+    sqlite = connection.dialect.name == "sqlite"
     if sqlite:
         unpack = "SELECT ?, ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE value IS NOT NULL"
     else:
@@ -62,7 +66,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = ids[start:start + IDS_PER_STATEMENT]
         array = orjson.dumps(part).decode() if sqlite else part
-        parameters = (calibrator_id, epoch_id, chunk_id, start, array)
+        parameters: tuple[Any, ...] = (calibrator_id, epoch_id, chunk_id, start, array)
         inserted += connection.exec_driver_sql(columns + unpack + conflict, parameters).rowcount
     if batches:
         # one statement for all of them, unpacking an array in the database as for client ids. The
@@ -107,15 +111,16 @@ def prediction_rows(session: Session, wanted: dict[int, set[int]]) -> dict[int, 
             continue
         version, kind, k, dtype = facts
         row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
-        rows, found = sorted(wanted[chunk_id]), {}
+        rows = sorted(wanted[chunk_id])
+        found: dict[int, np.ndarray] = {}
         start = 0
         while start < len(rows):
             stop = start + 1
             while stop < len(rows) and rows[stop] == rows[stop - 1] + 1:
                 stop += 1
             first, n = rows[start], stop - start
-            data = session.scalar(select(byte_range(PredictionChunkRow.inputs, first * row_bytes, n * row_bytes))
-                                  .where(PredictionChunkRow.id == chunk_id))
+            data = session.execute(select(byte_range(PredictionChunkRow.inputs, first * row_bytes, n * row_bytes))
+                                   .where(PredictionChunkRow.id == chunk_id)).scalar_one()
             array = from_raw(data, dtype, n, k, kind)
             found.update((first + i, array[i]) for i in range(n))
             start = stop
@@ -150,10 +155,10 @@ def reserve_rows(session: Session, calibrator_id: int, n: int, cap: int) -> bool
     did. One conditional update: writers of several processes cannot pass the cap together. Called
     after the chunk's index rows are inserted, so that a writer takes the calibrator's row lock
     after the index rows, as a labels call does (``claim_labels`` then ``lock_calibrator``)."""
-    rows = session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id,
-                                                       CalibratorRow.logged_rows + n <= cap)
-                           .values(logged_rows=CalibratorRow.logged_rows + n)
-                           .execution_options(synchronize_session=False)).rowcount
+    rows = rows_matched(session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id,
+                                                                    CalibratorRow.logged_rows + n <= cap)
+                                        .values(logged_rows=CalibratorRow.logged_rows + n)
+                                        .execution_options(synchronize_session=False)))
     return rows == 1
 
 
@@ -166,13 +171,14 @@ def count_dropped(session: Session, calibrator_id: int, n: int) -> None:
 
 def log_state(session: Session, calibrator_id: int) -> tuple[int, int]:
     """The calibrator's logged rows and the rows its full log dropped."""
-    return tuple(session.execute(select(CalibratorRow.logged_rows, CalibratorRow.log_dropped_rows)
-                                 .where(CalibratorRow.id == calibrator_id)).one())
+    held, dropped = session.execute(select(CalibratorRow.logged_rows, CalibratorRow.log_dropped_rows)
+                                    .where(CalibratorRow.id == calibrator_id)).one()
+    return held, dropped
 
 
 def every_dropped(session: Session) -> list[tuple[str, int]]:
     """(name, dropped rows) of every calibrator whose log dropped rows, for /metrics."""
-    return [tuple(row) for row in session.execute(
+    return [(name, dropped) for name, dropped in session.execute(
         select(CalibratorRow.name, CalibratorRow.log_dropped_rows).where(CalibratorRow.log_dropped_rows > 0)
         .order_by(CalibratorRow.name))]
 
