@@ -4,7 +4,7 @@ takes a session from ``Database.write()``."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from ..platform.rows import CalibratorRow, ObservationChunkRow, VersionRow
@@ -18,7 +18,7 @@ def lock_calibrator(session: Session, calibrator_id: int) -> None:
     session.execute(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id).with_for_update(key_share=True))
 
 
-def latest_version(session: Session, calibrator_id: int) -> tuple[int, str] | None:
+def latest_version(session: Session, calibrator_id: int) -> Row[int, str] | None:
     """(row id, method) of the calibrator's newest version, without its parameters."""
     return session.execute(select(VersionRow.id, VersionRow.method).where(VersionRow.calibrator_id == calibrator_id)
                            .order_by(VersionRow.version.desc()).limit(1)).first()

@@ -8,11 +8,12 @@ reads them back). Every function takes a session from ``Database.read()`` or ``w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import LargeBinary, delete, func, select
+from sqlalchemy import LargeBinary, Row, delete, func, select
 from sqlalchemy.orm import Session
 
 from ..platform.rows import ObservationChunkRow, VersionRow, utcnow
@@ -32,7 +33,7 @@ def raw_view(array: np.ndarray) -> tuple[memoryview, str]:
     """``raw`` without copying the bytes out: a byte view of the array itself where it already is
     little-endian and C-ordered (for a Core insert, whose driver copies them when it binds them)."""
     little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return memoryview(little).cast("B"), little.dtype.str
+    return little.data.cast("B"), little.dtype.str
 
 
 def from_raw(data: bytes, dtype: str, n_rows: int, n_classes: int, kind: str) -> np.ndarray:
@@ -170,7 +171,7 @@ def byte_range(column, start: int, length: int):
     return func.substr(column, start + 1, length, type_=LargeBinary)
 
 
-def chunk_facts(session: Session, calibrator_id: int) -> list:
+def chunk_facts(session: Session, calibrator_id: int) -> Sequence[Row[str, int | None, datetime, int, list[int]]]:
     """(source, version, created_at, n_rows, class_counts) of every observation chunk, for summaries."""
     return session.execute(
         select(ObservationChunkRow.source, ObservationChunkRow.version, ObservationChunkRow.created_at,
@@ -186,4 +187,4 @@ def delete_before(session: Session, calibrator_id: int | None, before: datetime)
         where.append(ObservationChunkRow.calibrator_id == calibrator_id)
     removed = session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(*where))
     session.execute(delete(ObservationChunkRow).where(*where))
-    return int(removed)
+    return int(removed or 0)
