@@ -60,8 +60,7 @@ def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
 
 
 def _shift(fields: PowerRequest) -> core.Shift:
-    return core.Shift(fields.shift, fields.size, fields.shift_class,
-                      tuple(fields.swap_classes) if fields.swap_classes else None)
+    return core.Shift(fields.shift, fields.size, fields.shift_class, fields.swap_classes)
 
 
 def run(service: Serving, name: str, request: dict, progress) -> dict:
