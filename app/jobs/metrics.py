@@ -39,5 +39,5 @@ class JobCollector:
         summary = SummaryMetricFamily("calibration_job_seconds", "Run time of finished jobs (kept for a day)",
                                       labels=["kind", "state"])
         for (kind, status), (finished, total) in sorted(totals.items()):
-            summary.add_metric([kind, status], count_value=finished, sum_value=total)
+            summary.add_metric([kind, status], count_value=int(finished), sum_value=total)
         yield summary

@@ -76,11 +76,13 @@ def monitors(session: Session, calibrator_id: int) -> list[DriftMonitorRow]:
 
 def every_monitor(session: Session) -> list[tuple[str, int, str, float | None, float, bool]]:
     """(calibrator name, version, signal, ece, log e-value, alarmed) of every monitor, for /metrics."""
-    return [row._tuple() for row in session.execute(
+    rows = session.execute(
         select(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal, DriftMonitorRow.ece,
                DriftMonitorRow.log_e_value, DriftMonitorRow.alarm_rows.is_not(None))
         .join(CalibratorRow, CalibratorRow.id == DriftMonitorRow.calibrator_id)
-        .order_by(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal))]
+        .order_by(CalibratorRow.name, DriftMonitorRow.version, DriftMonitorRow.signal))
+    return [(name, version, signal, ece, log_e_value, alarmed)
+            for name, version, signal, ece, log_e_value, alarmed in rows]
 
 
 def coverage_states(session: Session, prefix: str) -> list[tuple[str, int, str, dict]]:
