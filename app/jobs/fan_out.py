@@ -35,9 +35,10 @@ import calibration as cal
 
 from ..platform.db import Database
 from ..platform.errors import ServiceError, refused_as
-from ..platform.rows import JobRow, utcnow
+from ..platform.rows import utcnow
 from ..wire.costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
 from . import store as job_store
+from .rows import JobRow
 from .runner import JobCancelled, JobProgress
 from .status import JobStatus
 

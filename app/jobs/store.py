@@ -17,7 +17,8 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from ..platform.db import rows_matched
-from ..platform.rows import JobRow, utcnow
+from ..platform.rows import utcnow
+from .rows import JobRow
 from .status import ACTIVE, FINISHED, STATES, JobStatus
 
 RETENTION = timedelta(days=1)

@@ -12,10 +12,11 @@ from typing import cast
 from sqlalchemy import Table, delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from ..observations.store import IN_LIST
 from ..platform.db import rows_matched
-from ..platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
+from ..platform.rows import utcnow
+from ..platform.sql import IN_LIST
 from . import bloom
+from .rows import LoggedPredictionRow, PredictionEpochRow
 
 EPOCHS = cast(Table, PredictionEpochRow.__table__)  # a declarative class's table, typed as any FROM clause
 

@@ -42,7 +42,7 @@ from typing import cast
 
 import orjson
 
-from ..observations.store import raw_view
+from ..platform.sql import raw_view
 from .buffer import Pending
 from .ring import CLIENT_IDS, PREFIX, RING_BYTES, RingWriter, record_header
 
