@@ -30,20 +30,20 @@ from ..platform.db import Database
 from . import adaptive_store
 
 METHODS = ("aci", "dtaci")
+OnlinePredictor = cal.AdaptiveConformal | cal.DtACI
 
 
-def online_predictor(method: str, alpha: float, gamma: float, predictor: cal.SetPredictor):
+def online_predictor(method: str, alpha: float, gamma: float, predictor: cal.SetPredictor) -> OnlinePredictor:
     """An unfitted online predictor of ``method`` at ``alpha`` with the score of ``predictor`` (ACI: step
     ``gamma``)."""
-    options = {"score": predictor.score, "k_reg": predictor.k_reg, "lam": predictor.lam}
     if method == "aci":
-        return cal.AdaptiveConformal(alpha, gamma, **options)
+        return cal.AdaptiveConformal(alpha, gamma, score=predictor.score, k_reg=predictor.k_reg, lam=predictor.lam)
     if method == "dtaci":
-        return cal.DtACI(alpha, **options)
+        return cal.DtACI(alpha, score=predictor.score, k_reg=predictor.k_reg, lam=predictor.lam)
     raise ValueError(f"adaptive must be one of {', '.join(METHODS)}, got {method!r}")
 
 
-def loaded(state: dict):
+def loaded(state: dict) -> OnlinePredictor:
     """The online predictor stored as ``state``."""
     return (cal.AdaptiveConformal if state["method"] == "aci" else cal.DtACI).from_dict(state)
 
@@ -92,7 +92,7 @@ class AdaptiveSets:
     def __init__(self, db: Database, size: int = 256):
         self.db = db
         self.size = max(size, 1)
-        self._items: OrderedDict[int, object] = OrderedDict()
+        self._items: OrderedDict[int, OnlinePredictor] = OrderedDict()
         self._lock = threading.Lock()
 
     def sets(self, set_predictor_id: int, coverage: float, digits: int, predictor: cal.SetPredictor,

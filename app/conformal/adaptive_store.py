@@ -39,7 +39,7 @@ def serving_level(session: Session, set_predictor_id: int, coverage: float, digi
 
 
 def state(session: Session, state_id: int) -> dict:
-    return session.scalar(select(AdaptiveSetRow.state).where(AdaptiveSetRow.id == state_id))
+    return session.execute(select(AdaptiveSetRow.state).where(AdaptiveSetRow.id == state_id)).scalar_one()
 
 
 def advance(session: Session, state_id: int, expected_last: int, values: dict) -> bool:

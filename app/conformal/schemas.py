@@ -8,13 +8,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from calibration import CONFORMAL_SCORES
-
 from ..observations.schemas import DataSource
 from ..wire.decoding import model_value
 from .values import SetPredictorSpec
 
 MAX_LEVELS = 16  # coverage levels of one set predictor (the core's limit)
+#: the core's conformity scores (``calibration.CONFORMAL_SCORES``) as a type
+ConformalScore = Literal["lac", "aps", "raps"]
 
 
 class _Strict(BaseModel):
@@ -24,7 +24,7 @@ class _Strict(BaseModel):
 class SetPredictorFields(_Strict):
     """What a set predictor is fitted with; its held-out rows come as arrays or as ``data``."""
 
-    score: Literal[CONFORMAL_SCORES] = Field("aps", description="Conformity score: `lac` (1 - p_y), `aps` "
+    score: ConformalScore = Field("aps", description="Conformity score: `lac` (1 - p_y), `aps` "
                                                                 "(Romano et al. 2020) or `raps` (Angelopoulos "
                                                                 "et al. 2021)")
     coverage: list[float] = Field(min_length=1, max_length=MAX_LEVELS, description=(

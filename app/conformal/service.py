@@ -17,9 +17,11 @@ never change once stored). Randomised APS/RAPS sets draw one fresh uniform per s
 
 from __future__ import annotations
 
+import builtins
 import math
 import threading
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 import orjson
@@ -121,7 +123,7 @@ class ConformalService:
         """Fit a set predictor on held-out labelled rows calibrated by ``name``'s ``version`` and store it."""
         loaded = self._version(name, version)
         fields = batch.fields
-        if batch.kind is None:
+        if fields.data is not None:  # rows stored as observations (then the body has no arrays)
             index = self.registry.observations.fit_index(name, fields.data)
             batch = self.registry.observations.load(fields, index)
             source = {"kind": "observations", "query": fields.data.to_dict(exclude_none=True)}
@@ -132,6 +134,8 @@ class ConformalService:
             raise InvalidInput(f"calibrator {name!r} version {version} was fitted on {expected}; its set predictor "
                                f"needs {expected}, not {batch.kind}")
         inputs, labels = validated(batch)
+        if labels is None:
+            raise InvalidInput("labels are required")
         probabilities = self.registry.predict(loaded, inputs)
         k = probabilities.shape[1]
         counts = np.bincount(labels, minlength=k).tolist() if fields.class_conditional else [len(labels)]
@@ -148,7 +152,7 @@ class ConformalService:
                                              alphas=[alpha_of(c) for c in fields.coverage], **options)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from exc
-        stored_options = {**options, "seed": fields.seed}
+        stored_options: dict[str, Any] = {**options, "seed": fields.seed}
         if fields.adaptive is not None:
             stored_options |= {"adaptive": fields.adaptive, "adaptive_gamma": fields.adaptive_gamma}
         row_fields = {"score": fields.score, "options": stored_options,
@@ -193,7 +197,7 @@ class ConformalService:
 
     # -- serving ----------------------------------------------------------------------------
 
-    def for_calibrate(self, loaded: LoadedVersion, outputs: list[str], coverage: float | None,
+    def for_calibrate(self, loaded: LoadedVersion, outputs: builtins.list[str], coverage: float | None,
                       predictor_id: int | None, one_array: bool) -> tuple[int, cal.SetPredictor] | None:
         """The ``(id, set predictor)`` a calibrate call asks for when its ``outputs`` include ``set``
         (at ``coverage``; the only output of a ``one_array`` answer, an ``.npy``), else ``None``;
@@ -210,7 +214,7 @@ class ConformalService:
                                "or JSON (or /v2) for sets beside probabilities")
         return self.predictor_for(loaded, coverage, predictor_id)
 
-    def levels(self, loaded: LoadedVersion) -> list[float]:
+    def levels(self, loaded: LoadedVersion) -> builtins.list[float]:
         """The coverage levels the served version's set predictors were fitted at, ascending."""
         with self.db.read() as session:
             candidates = store.levels_of_version(session, loaded.resolved.version_id)

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.concurrency import run_in_threadpool
+from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 
 from ..platform.info import server_version
@@ -35,7 +36,7 @@ binary tensor extension included.
 
 # FastAPI's built-in OpenTelemetry (recent releases) asks the global providers on every request;
 # the service exports Prometheus metrics (/metrics) instead
-NO_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+NO_TELEMETRY: dict[str, Any] = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
                 if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
 
 
@@ -91,7 +92,7 @@ def create_app(settings: Settings, edge: Edge) -> FastAPI:
         app.include_router(router)
     document_common_errors(app, edge.docs_order)
     shortcut.install_shortcut(app, [route for router in edge.served_by for route in router.routes
-                                    if route.path.endswith(("/calibrate", "/infer"))])
+                                    if isinstance(route, APIRoute) and route.path.endswith(("/calibrate", "/infer"))])
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry, max_header_bytes=settings.max_header_bytes,
                        body_seconds=settings.body_seconds)

@@ -51,6 +51,8 @@ def install(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc") ->
     app.router.routes.append(AssetsMount(ASSETS_URL, app=StaticFiles(directory=ASSETS_DIRECTORY),
                                          name="docs-assets"))
     oauth2_redirect_url = app.swagger_ui_oauth2_redirect_url
+    if oauth2_redirect_url is None:
+        raise ValueError("the docs pages need the app's swagger_ui_oauth2_redirect_url")
 
     def root(request: Request) -> str:     # behind a proxy that strips a prefix, as FastAPI's pages do
         return request.scope.get("root_path", "").rstrip("/")

@@ -47,8 +47,8 @@ async def idempotent(request: Request, body: RequestBody, answer: Callable[[], A
         await run_in_threadpool(keys.release, scope, key, owner)
         return response
     headers = {name: value for name, value in response.headers.items() if name in REPLAYED_HEADERS}
-    if not await run_in_threadpool(keys.store, scope, key, StoredAnswer(response.status_code, response.body, headers),
-                                   owner):
+    answered = StoredAnswer(response.status_code, bytes(response.body), headers)
+    if not await run_in_threadpool(keys.store, scope, key, answered, owner):
         logger.warning("the claim of Idempotency-Key %r on %s was taken over while it was answered", key, scope)
     return response
 

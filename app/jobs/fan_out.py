@@ -29,6 +29,8 @@ import time
 import uuid
 from datetime import timedelta
 
+from sqlalchemy.orm import Session
+
 import calibration as cal
 
 from ..platform.db import Database
@@ -36,6 +38,7 @@ from ..platform.errors import ServiceError, refused_as
 from ..platform.rows import utcnow
 from ..wire.costs import FOLD_SETUP_FITS, estimated_fit_seconds, pack_units
 from . import store as job_store
+from .rows import JobRow
 from .runner import JobCancelled, JobProgress
 from .status import JobStatus
 
@@ -82,7 +85,8 @@ def merged(request: dict, parts: list[dict]) -> cal.Comparison:
     """The comparison of all folds from the parts' results: each candidate's per-fold values in fold
     order; its error and accuracy flag as one job sets them (the last failing fold's error, the last
     fitted fold's flag)."""
-    cells, shared = {}, {}
+    cells: dict[tuple[int, int], dict] = {}  # (fold, candidate) -> its result
+    shared: dict[int, dict] = {}  # fold -> its first entry
     for part in parts:
         for entry in part["folds"]:
             shared.setdefault(entry["fold"], entry)
@@ -191,12 +195,12 @@ def compare_in_parts(parent: Parent, shared: dict, units: list[list], x, labels,
         reported = 0.0
         while True:
             with parent.db.read() as session:
-                rows = [job_store.get_job(session, part_id) for part_id in ids if part_id not in taken]
+                rows = [_part(session, part_id) for part_id in ids if part_id not in taken]
             for part_id in _lost(parent, rows):
                 taken[part_id] = parent.take_over(by_id[part_id], x, labels, total)
             done = [row for row in rows if row.status == JobStatus.SUCCEEDED]
             if len(done) + len(taken) == len(ids):
-                results = {row.id: row.result for row in done} | taken
+                results = {row.id: row.result for row in done if row.result is not None} | taken
                 return merged(shared, [results[part_id] for part_id in ids])
             if time.monotonic() - reported >= STEP_SECONDS:
                 parent.report(sum(sizes[row.id] for row in done) + sum(sizes[i] for i in taken), total, len(ids))
@@ -209,7 +213,14 @@ def compare_in_parts(parent: Parent, shared: dict, units: list[list], x, labels,
         raise
 
 
-def _lost(parent: Parent, rows) -> list[str]:
+def _part(session: Session, part_id: str) -> JobRow:
+    row = job_store.get_job(session, part_id)
+    if row is None:  # purged: finished longer than the jobs' retention ago
+        raise PartFailed({"status": 500, "title": "Part lost", "detail": f"part {part_id} of the comparison is gone"})
+    return row
+
+
+def _lost(parent: Parent, rows: list[JobRow]) -> list[str]:
     """The parts whose worker went silent, marked failed ("Worker lost") by this call so that the
     parent runs them itself; ``PartFailed`` for a part that failed or was cancelled otherwise."""
     lost = []

@@ -26,6 +26,13 @@ class JobContext:
     progress: Any
     fan_out: Callable[[], Callable | None]
 
+    @property
+    def name(self) -> str:
+        """The calibrator the job is about; every kind but a comparison's has one."""
+        if self.calibrator is None:
+            raise ValueError(f"this {self.kind} job names no calibrator")
+        return self.calibrator
+
 
 #: a handler returns the job's result, or ``None`` when it has recorded the job's end itself
 JobHandler = Callable[[JobContext], dict | None]

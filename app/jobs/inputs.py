@@ -24,8 +24,11 @@ def job_input(batch: ArrayBatch, labels: np.ndarray, fields: dict[str, Any]) -> 
     return request, job_store.pack_arrays(values=np.asarray(batch.values), labels=labels)
 
 
-def batch_of_job(request: dict, payload: bytes, read_fields: Callable[[Any], Fields]) -> ArrayBatch[Fields]:
+def batch_of_job(request: dict, payload: bytes | None, read_fields: Callable[[Any], Fields]) -> ArrayBatch[Fields]:
     """The labelled batch a job's ``job_input`` kept, its fields read back by ``read_fields`` (a
-    value's ``from_dict``, which refuses a damaged request naming the field)."""
+    value's ``from_dict``, which refuses a damaged request naming the field); a job's payload is
+    dropped when it ends (``None`` then)."""
+    if payload is None:
+        raise ValueError("this job's input arrays are gone: it has ended")
     arrays = job_store.unpack_arrays(payload)
     return ArrayBatch(read_fields(request["fields"]), request["kind"], arrays["values"], arrays["labels"])

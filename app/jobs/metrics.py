@@ -9,8 +9,9 @@ table is shared by every API process and worker, so each replica reports the sam
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 
 from ..platform.db import Database
 from . import store as job_store
@@ -20,7 +21,7 @@ class JobCollector:
     def __init__(self, db: Database):
         self.db = db
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         try:
             with self.db.read() as session:
                 counts = job_store.counts_by_state(session)
@@ -35,8 +36,8 @@ class JobCollector:
         for kind, status, seconds in durations:
             totals[kind, status][0] += 1
             totals[kind, status][1] += seconds
-        seconds = SummaryMetricFamily("calibration_job_seconds", "Run time of finished jobs (kept for a day)",
+        summary = SummaryMetricFamily("calibration_job_seconds", "Run time of finished jobs (kept for a day)",
                                       labels=["kind", "state"])
-        for (kind, status), (count, total) in sorted(totals.items()):
-            seconds.add_metric([kind, status], count_value=count, sum_value=total)
-        yield seconds
+        for (kind, status), (finished, total) in sorted(totals.items()):
+            summary.add_metric([kind, status], count_value=int(finished), sum_value=total)
+        yield summary

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .status import STATES
+from .status import STATES, JobState
 
 JOB_STATES = STATES  # a plain tuple of text, as the OpenAPI document lists them
 
@@ -15,7 +15,7 @@ JOB_STATES = STATES  # a plain tuple of text, as the OpenAPI document lists them
 class JobOut(BaseModel):
     id: str
     kind: Literal["fit", "compare", "compare-part", "refit", "alarms", "power"]
-    status: Literal[JOB_STATES]
+    status: JobState
     percent: float = Field(description="Work done, 0 to 100")
     step: str | None = Field(description="What the job is doing (or its state, once finished)")
     calibrator: str | None = Field(description="The calibrator a fit stores its version in")

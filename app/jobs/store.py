@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import io
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from ..platform.db import rows_matched
 from ..platform.rows import utcnow
 from .rows import JobRow
 from .status import ACTIVE, FINISHED, STATES, JobStatus
@@ -26,7 +28,7 @@ MAX_ID_LENGTH = 32
 def pack_arrays(**arrays: np.ndarray) -> bytes:
     """A job's input arrays as an uncompressed ``.npz``."""
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, allow_pickle=False, **arrays)
     return buffer.getvalue()
 
 
@@ -45,7 +47,7 @@ def create_job(session: Session, job_id: str, kind: str, calibrator: str | None,
 
 
 def count_active(session: Session) -> int:
-    return session.scalar(select(func.count()).select_from(JobRow).where(JobRow.status.in_(ACTIVE)))
+    return session.execute(select(func.count()).select_from(JobRow).where(JobRow.status.in_(ACTIVE))).scalar_one()
 
 
 def queued_ids(session: Session) -> list[str]:
@@ -60,10 +62,10 @@ def claim(session: Session, job_id: str, worker: str) -> bool:
     result = session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED)
                              .values(status=JobStatus.RUNNING, started_at=now, updated_at=now, step="starting",
                                      worker=worker[:128]))
-    return result.rowcount == 1
+    return rows_matched(result) == 1
 
 
-def load_input(session: Session, job_id: str) -> tuple[str, str | None, dict, bytes]:
+def load_input(session: Session, job_id: str) -> tuple[str, str | None, dict, bytes | None]:
     """Kind, calibrator name, request fields and payload of a job."""
     row = session.execute(select(JobRow.kind, JobRow.calibrator, JobRow.request, JobRow.payload)
                           .where(JobRow.id == job_id)).one()
@@ -80,13 +82,13 @@ def finish(session: Session, job_id: str, status: JobStatus, result: dict | None
     """End a running job; False (nothing written) when it is no longer running: cancelled, or
     declared lost. The job's input is dropped with it."""
     now = utcnow()
-    values = {"status": status, "result": result, "error": error, "finished_at": now, "updated_at": now,
-              "payload": None, "step": status.value}
+    values: dict[str, Any] = {"status": status, "result": result, "error": error, "finished_at": now,
+                              "updated_at": now, "payload": None, "step": status.value}
     if status == JobStatus.SUCCEEDED:
         values["percent"] = 100.0
     outcome = session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.RUNNING)
                               .values(**values))
-    return outcome.rowcount == 1
+    return rows_matched(outcome) == 1
 
 
 def request_cancel(session: Session, job_id: str) -> None:
@@ -128,7 +130,8 @@ def finished_durations(session: Session) -> list[tuple[str, str, float]]:
     rows = session.execute(select(JobRow.kind, JobRow.status, JobRow.started_at, JobRow.finished_at)
                            .where(JobRow.status.in_(FINISHED), JobRow.started_at.is_not(None),
                                   JobRow.finished_at.is_not(None)))
-    return [(kind, status, (finished - started).total_seconds()) for kind, status, started, finished in rows]
+    return [(kind, status, (finished - started).total_seconds()) for kind, status, started, finished in rows
+            if started is not None and finished is not None]  # the query keeps only these
 
 
 def fail_if_silent(session: Session, job_id: str, silent_since: datetime, error: dict) -> bool:
@@ -136,7 +139,7 @@ def fail_if_silent(session: Session, job_id: str, silent_since: datetime, error:
     (only if it still is: its worker may have finished it, or beaten, since it was read); True
     when this call marked it."""
     now = utcnow()
-    return session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.RUNNING,
-                                         JobRow.updated_at < silent_since)
-                    .values(status=JobStatus.FAILED, error=error, updated_at=now, finished_at=now, payload=None,
-                            step=JobStatus.FAILED.value)).rowcount == 1
+    return rows_matched(session.execute(
+        update(JobRow).where(JobRow.id == job_id, JobRow.status == JobStatus.RUNNING, JobRow.updated_at < silent_since)
+        .values(status=JobStatus.FAILED, error=error, updated_at=now, finished_at=now, payload=None,
+                step=JobStatus.FAILED.value))) == 1

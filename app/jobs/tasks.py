@@ -78,7 +78,7 @@ def _run_claimed(db: Database, job_id: str) -> None:
                                  max_read_entries=settings.max_read_entries)
     progress = JobProgress(db, job_id)
     job = JobContext(db, job_id, kind, calibrator, request, payload, service, progress,
-                     lambda: _fan_out(db, job_id, progress))
+                     lambda: _fan_out(db, job_id, calibrator, progress))
     try:
         result = handler_of(kind)(job)
         if result is not None:
@@ -101,7 +101,7 @@ def fit_batch(service: CalibrationService, request: dict, payload: bytes | None,
     return batch_of_job(request, payload, FitSpec.from_dict)
 
 
-def _fan_out(db: Database, job_id: str, progress: JobProgress):
+def _fan_out(db: Database, job_id: str, calibrator: str | None, progress: JobProgress):
     """How this job's cross-validation fans out (``fan_out(x, labels, methods, folds, seed, kind)``),
     or ``None``: by default only where other workers can take the parts (Procrastinate);
     ``CALIBRATION_JOB_FAN_OUT=on`` also in the embedded pool (the parent then runs every part)."""
@@ -109,8 +109,6 @@ def _fan_out(db: Database, job_id: str, progress: JobProgress):
     named = engine_name(settings.job_engine, settings.database_url)
     if settings.job_fan_out == "off" or (settings.job_fan_out == "auto" and named != "procrastinate"):
         return None
-    with db.read() as session:
-        calibrator = job_store.get_job(session, job_id).calibrator
     parent = fan_out.Parent(db, job_id, calibrator, progress, f"{socket.gethostname()}:{os.getpid()}",
                             settings.job_stale_seconds)
 

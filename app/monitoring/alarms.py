@@ -17,6 +17,7 @@ service, for a request or a scheduled job.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from sqlalchemy import select
@@ -136,8 +137,8 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
     again from the first row. Each new alarm is queued for ``webhook_url`` (``app.monitoring.webhooks``) in
     the transaction that records it. Returns what ``alarms`` returns, with ``new_alarms``."""
     check_name(name)
-    options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
-               "class_tolerance": class_tolerance}
+    options: dict[str, Any] = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
+                               "class_tolerance": class_tolerance}
     with refused_as():
         cal.DriftTest(**options)
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
@@ -152,8 +153,11 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
     for signal, versions in (("labelled", labelled), ("label_free", logged)):
         for version in versions:
             state, after = known.get((version, signal), (None, 0))
-            recorded = state if signal == "labelled" or state is None else state.get("requested") or {}
-            same = state is not None and all(recorded.get(k) == v for k, v in options.items())
+            if state is None:
+                same = False
+            else:
+                recorded = state if signal == "labelled" else state.get("requested") or {}
+                same = all(recorded.get(k) == v for k, v in options.items())
             step = _labelled if signal == "labelled" else _label_free
             try:
                 outcome = step(service, name, calibrator.id, version, options, state if same else None,

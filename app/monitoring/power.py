@@ -104,8 +104,8 @@ def submit(service: Serving, name: str, fields: PowerSpec, settings) -> dict:
 
 
 def _shift(fields: PowerSpec) -> cal.PowerShift:
-    return cal.PowerShift(fields.shift, fields.size, fields.shift_class,
-                      tuple(fields.swap_classes) if fields.swap_classes else None)
+    swap = (fields.swap_classes[0], fields.swap_classes[1]) if fields.swap_classes else None
+    return cal.PowerShift(fields.shift, fields.size, fields.shift_class, swap)
 
 
 def run(service: Serving, name: str, request: dict, progress) -> dict:

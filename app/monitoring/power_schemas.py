@@ -3,12 +3,10 @@ stored labelled rows, the monitor's options and the simulation's size."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ..wire.decoding import model_value
-from .power import SHIFTS, SIGNALS, PowerSpec
+from .power import PowerSpec, ShiftKind, Signal
 
 
 class PowerRequest(BaseModel):
@@ -16,7 +14,7 @@ class PowerRequest(BaseModel):
         {"shift": "temperature", "size": 1.25, "labels": 50000},
         {"shift": "tweak_one", "size": 0.5, "signal": "label_free", "streams": 100, "labels": 20000},
         {"shift": "swap", "size": 1, "swap_classes": [3, 5]}]})
-    shift: Literal[SHIFTS] = Field(
+    shift: ShiftKind = Field(
         description="temperature: the raw logits times `size`; tweak_one: one class gets prior `size`; dirichlet: "
                     "priors ~ Dirichlet(`size`) per stream; swap: `size` class pairs' labels exchanged")
     size: float = Field(description="The shift's size (temperature: factor, 1 is none; tweak_one: the class's prior; "
@@ -24,7 +22,7 @@ class PowerRequest(BaseModel):
     shift_class: StrictInt | None = Field(None, ge=0, description="tweak_one: the class (default: random per stream)")
     swap_classes: tuple[StrictInt, StrictInt] | None = Field(None, description="swap of size 1: the two classes "
                                                                                   "(default: random per stream)")
-    signal: Literal[SIGNALS] = Field("labelled", description="Which monitor: on labels, or on "
+    signal: Signal = Field("labelled", description="Which monitor: on labels, or on "
                                                                               "predictions against a reference")
     version: StrictInt | None = Field(None, ge=1, le=2**31 - 1, description="The version (default: the latest)")
     streams: StrictInt = Field(200, ge=1, description="Simulated streams (CALIBRATION_POWER_MAX_STREAMS at most)")

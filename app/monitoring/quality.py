@@ -11,7 +11,9 @@ arrival order; only the newest ``windows`` of them are computed. A request reads
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -27,8 +29,9 @@ from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from . import coverage
 
-METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
-           "brier": cal.brier, "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}
+METRICS: dict[str, Callable[..., float]] = {
+    "ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll, "brier": cal.brier,
+    "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}
 BINNED = {"ece", "classwise_ece"}
 # resamples x rows x classes x 2 (calibrated and not) of one request's intervals: about 20 s of work
 BOOTSTRAP_ENTRIES = 200_000_000
@@ -128,7 +131,8 @@ def metrics_of(probs: np.ndarray, labels: np.ndarray, query: QualityQuery) -> di
         if query.bootstrap and (query.intervals is None or metric in query.intervals):
             interval = cal.bootstrap_interval(fn, probs, labels, n_resamples=query.bootstrap,
                                               confidence=query.confidence, seed=query.seed + offset, **kwargs)
-            values = {"estimate": interval.estimate, "low": interval.low, "high": interval.high}
+            values: dict[str, float | None] = {"estimate": interval.estimate, "low": interval.low,
+                                               "high": interval.high}
         else:
             values = {"estimate": fn(probs, labels, **kwargs), "low": None, "high": None}
         out[metric] = {k: (v if v is None or np.isfinite(v) else None) for k, v in values.items()}
@@ -154,6 +158,9 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
     unknown = (set(query.metrics or ()) | set(query.intervals or ())) - set(METRICS)
     if unknown:
         raise InvalidInput(f"unknown metrics {sorted(unknown)}; known: {list(METRICS)}")
+    answer: dict[str, Any] = {"name": name, "window": query.window, "version": query.version, "n_bins": query.n_bins,
+                              "bootstrap": query.bootstrap, "confidence": query.confidence, "windows": [],
+                              "skipped_rows": 0}
     db: Database = service.db
     with db.read() as session:
         calibrator = registry.calibrator(session, name)
@@ -162,16 +169,14 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
             registry.version_classes(session, name, query.version)
         chunks = observations.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
+        if not entries:
+            return answer
         n = total_rows(entries)
-        if entries and n * entries[0].n_classes > service.max_read_entries:
+        if n * entries[0].n_classes > service.max_read_entries:
             raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0].n_classes} classes, over "
                            f"the limit of {service.max_read_entries} entries one read may load "
                            "(CALIBRATION_MAX_READ_ENTRIES); ask for fewer or smaller windows")
-        inputs, labels = observations.load(session, entries) if entries else (None, None)
-    answer = {"name": name, "window": query.window, "version": query.version, "n_bins": query.n_bins,
-              "bootstrap": query.bootstrap, "confidence": query.confidence, "windows": [], "skipped_rows": 0}
-    if not entries:
-        return answer
+        inputs, labels = observations.load(session, entries)
     by_chunk = {chunk.id: chunk for chunk in chunks}
     versions = np.concatenate([
         np.full(entry.rows, query.version or by_chunk[entry.id].version or latest, dtype=np.int64)

@@ -16,10 +16,10 @@ from . import alarms, power
 def evaluate_alarms(job: JobContext) -> dict:
     """The drift monitors brought up to date, new alarms queued for CALIBRATION_ALARM_WEBHOOK_URL
     (``app.monitoring.webhooks``; the scheduler delivers them); as a job's result (times as ISO 8601 text)."""
-    result = alarms.evaluate(job.service, job.calibrator, webhook_url=get_settings().alarm_webhook_url)
+    result = alarms.evaluate(job.service, job.name, webhook_url=get_settings().alarm_webhook_url)
     return json.loads(json.dumps(json_safe(result), default=lambda value: value.isoformat()))
 
 
 @job_handler("power")
 def power_analysis(job: JobContext) -> dict:
-    return power.run(job.service, job.calibrator, job.request, job.progress)
+    return power.run(job.service, job.name, job.request, job.progress)

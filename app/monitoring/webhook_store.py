@@ -15,6 +15,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from ..platform.db import rows_matched
 from ..platform.rows import utcnow
 from .rows import WebhookDeliveryRow
 
@@ -54,7 +55,7 @@ def claim(session: Session, delivery_id: str, now: datetime, held_until: datetim
                             .where(WebhookDeliveryRow.id == delivery_id, WebhookDeliveryRow.state == "pending",
                                    WebhookDeliveryRow.next_attempt_at <= now)
                             .values(attempts=WebhookDeliveryRow.attempts + 1, next_attempt_at=held_until))
-    if taken.rowcount != 1:
+    if rows_matched(taken) != 1:
         return None
     row = session.execute(select(WebhookDeliveryRow.url, WebhookDeliveryRow.message, WebhookDeliveryRow.attempts)
                           .where(WebhookDeliveryRow.id == delivery_id)).one()
@@ -73,7 +74,7 @@ def record(session: Session, claimed: Claimed, state: str, error: str | None, ne
     done = session.execute(update(WebhookDeliveryRow)
                            .where(WebhookDeliveryRow.id == claimed.id, WebhookDeliveryRow.state == "pending",
                                   WebhookDeliveryRow.attempts == claimed.attempt).values(**values))
-    return done.rowcount == 1
+    return rows_matched(done) == 1
 
 
 def for_calibrator(session: Session, calibrator_id: int, limit: int) -> list[WebhookDeliveryRow]:

@@ -77,6 +77,8 @@ def alarm_message(delivery_id: str, name: str, alarm: dict) -> dict:
 
 def queue_alarm(session: Session, name: str, row: DriftMonitorRow, urls: list[str]) -> None:
     """One pending delivery per URL of the alarm just recorded on ``row``, in the same transaction."""
+    if row.alarm_rows is None:
+        raise ValueError(f"the {row.signal} monitor of version {row.version} has not alarmed")
     alarm = {"version": row.version, "signal": row.signal, "e_value": _e_value(row.log_e_value),
              "alpha": row.alpha, "alarm_rows": row.alarm_rows, "ece": row.ece,
              "alarmed_at": row.alarmed_at.isoformat() if row.alarmed_at else None}

@@ -25,7 +25,9 @@ answered.
 from __future__ import annotations
 
 import logging
+from typing import Protocol, runtime_checkable
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 import calibration as cal
@@ -39,6 +41,14 @@ from . import online_store
 from . import store as observation_store
 
 logger = logging.getLogger("calibration.online")
+
+
+@runtime_checkable
+class OnlineCalibrator(Protocol):
+    """What a method with ``updates_online`` adds to ``calibration.Calibrator``: it folds labelled
+    rows into its parameters in order and returns the probabilities it forecast before each label."""
+
+    def update_batch(self, scores: cal.InputBatch, labels: np.ndarray) -> np.ndarray: ...
 
 
 class OnlineUpdates:
@@ -59,9 +69,12 @@ class OnlineUpdates:
         """Update ``name``'s latest version on the rows stored since it, if it is online and they
         are enough; the number of the version stored, or ``None``. Call with the lock held."""
         latest = registry.latest_version(session, calibrator_id)
-        if latest is None or not getattr(cal.METHODS.get(latest.method), "updates_online", False):
+        if latest is None:
             return None
-        parent = registry.version_row(session, latest.id)
+        latest_id, method = latest
+        if not getattr(cal.METHODS.get(method), "updates_online", False):
+            return None
+        parent = registry.version_row(session, latest_id)
         through = (parent.report or {}).get("online_update", {}).get("through_chunk")
         if through is None:
             return None
@@ -73,6 +86,8 @@ class OnlineUpdates:
         values, labels = observation_store.load(session, usable)
         calibrator = load_calibrator(ResolvedVersion(name, parent.version, parent.checksum, parent.id),
                                      integrity.record_of(name, parent), self.integrity_key)
+        if not isinstance(calibrator, OnlineCalibrator):  # every updates_online method defines update_batch
+            return None
         try:
             probs = calibrator.update_batch(cal.validate_inputs(values, parent.input_kind), labels)
         except ValueError as exc:  # stored rows are validated on the way in: not expected

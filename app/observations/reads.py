@@ -74,8 +74,8 @@ def served_versions(session: Session, calibrator_id: int) -> list[int]:
 
 def rows_since(session: Session, calibrator_id: int, since: datetime) -> int:
     """How many observation rows of ``calibrator_id`` were stored after ``since``."""
-    return session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(
-        ObservationChunkRow.calibrator_id == calibrator_id, ObservationChunkRow.created_at > since))
+    return session.execute(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(
+        ObservationChunkRow.calibrator_id == calibrator_id, ObservationChunkRow.created_at > since)).scalar_one()
 
 
 def row_times(session: Session, calibrator_id: int, limit: int = 100_000):

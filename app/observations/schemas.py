@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from ..wire.decoding import model_value
-from .values import SOURCES, ObservationSelection, UploadSpec
+from .values import ObservationSelection, Source, UploadSpec
 
 FUTURE_SKEW = timedelta(minutes=5)  # clocks differ: an observation a little ahead of ours is accepted
 PredictionId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
@@ -24,7 +24,7 @@ class ObservationQuery(_Strict):
     last: int | None = Field(None, ge=1, description="The newest `last` rows")
     since: datetime | None = Field(None, description="Rows observed at or after this time (ISO 8601, with offset)")
     until: datetime | None = Field(None, description="Rows observed before this time")
-    source: Literal[SOURCES] | None = Field(None, description="Only uploads, or only labelled feedback")
+    source: Source | None = Field(None, description="Only uploads, or only labelled feedback")
     version: int | None = Field(None, ge=1, le=2**31 - 1, description="Only feedback on predictions this "
                                                                       "version served")
 

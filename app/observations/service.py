@@ -58,6 +58,9 @@ class Observations:
         name if it is new; its input kind and class count must match what ``name`` already has."""
         check_name(name)
         inputs, labels = validated(batch)
+        if batch.kind is None or labels is None:  # validated() refuses a batch without an input; the route needs labels
+            raise InvalidInput("an observation batch needs an input array and labels")
+        fields = batch.fields
         values = stored_form(batch.values)
         with self.db.write() as session:
             calibrator_id = registry.ensure_calibrator(session, name)
@@ -68,7 +71,7 @@ class Observations:
                                    f"{batch.kind} of {inputs.k} classes")
             rows = self._check_caps(session, calibrator_id, name, inputs.n, values.nbytes)
             observation_store.append(session, calibrator_id, "upload", None, batch.kind, inputs.k, values, labels,
-                                     batch.fields.observed_at)
+                                     fields.observed_at)
             online_version = self.online.apply(session, calibrator_id, name)
         return {"name": name, "appended": inputs.n, "total_rows": rows + inputs.n, "online_version": online_version}
 
@@ -93,7 +96,9 @@ class Observations:
             shape = observation_store.shape_of(session, calibrator.id)
             logged, labelled = prediction_log_reads.logged_counts(session, calibrator.id)
             held, dropped = prediction_log_reads.log_state(session, calibrator.id)
-        by_source, by_version, by_day = Counter(), Counter(), Counter()
+        by_source: Counter[str] = Counter()
+        by_version: Counter[str] = Counter()
+        by_day: Counter[str] = Counter()
         class_counts = np.zeros(shape[1] if shape else 0, dtype=np.int64)
         for source, version, created_at, n_rows, counts in facts:
             by_source[source] += n_rows

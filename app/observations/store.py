@@ -8,11 +8,12 @@ reads them back). Every function takes a session from ``Database.read()`` or ``w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import delete, func, select
+from sqlalchemy import Row, delete, func, select
 from sqlalchemy.orm import Session
 
 from ..platform.rows import utcnow
@@ -138,7 +139,7 @@ def load(session: Session, index: list[ChunkRef], dtype=np.float64) -> tuple[np.
     return inputs, labels
 
 
-def chunk_facts(session: Session, calibrator_id: int) -> list:
+def chunk_facts(session: Session, calibrator_id: int) -> Sequence[Row[str, int | None, datetime, int, list[int]]]:
     """(source, version, created_at, n_rows, class_counts) of every observation chunk, for summaries."""
     return session.execute(
         select(ObservationChunkRow.source, ObservationChunkRow.version, ObservationChunkRow.created_at,
@@ -154,4 +155,4 @@ def delete_before(session: Session, calibrator_id: int | None, before: datetime)
         where.append(ObservationChunkRow.calibrator_id == calibrator_id)
     removed = session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(*where))
     session.execute(delete(ObservationChunkRow).where(*where))
-    return int(removed)
+    return int(removed or 0)

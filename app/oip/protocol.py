@@ -17,6 +17,8 @@ parameter ``input_check`` is false.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import orjson
 
@@ -28,7 +30,8 @@ from .requests import HEADER_LENGTH, SET_OUTPUT, InferenceRequest, RequestedOutp
 __all__ = ["HEADER_LENGTH", "InferenceRequest", "accepted_inputs", "answer_datatype", "bad", "infer",
            "model_metadata", "output_names", "parse_request"]
 
-OUTPUT_DTYPES = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8"), "BOOL": np.dtype("?")}
+OUTPUT_DTYPES: dict[str, np.dtype] = {"FP64": np.dtype("<f8"), "FP32": np.dtype("<f4"), "INT64": np.dtype("<i8"),
+                                      "BOOL": np.dtype("?")}
 ANSWER_DATATYPES = {"float32": "FP32", "float64": "FP64"}  # the query parameter ``dtype``
 LOOKS_LIKE_PROBABILITIES = ("these look like probabilities; send them as `probabilities` (every row of the logits "
                             "is non-negative and sums to 1, and this model was fitted on logits; set the request "
@@ -99,16 +102,16 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         else:
             value, datatype = probabilities.max(axis=1), probability_type
         value = np.ascontiguousarray(value, dtype=OUTPUT_DTYPES[datatype])
-        entry = {"name": spec.name, "datatype": datatype, "shape": list(value.shape)}
+        entry: dict[str, Any] = {"name": spec.name, "datatype": datatype, "shape": list(value.shape)}
         if extra is not None:
             entry["parameters"] = extra
         if request.binary_default if spec.binary is None else spec.binary:
             entry["parameters"] = {**(extra or {}), "binary_data_size": value.nbytes}
-            binary.append(memoryview(value.reshape(-1).view(np.uint8)))
+            binary.append(value.reshape(-1).view(np.uint8).data)
         else:
             entry["data"] = value.ravel()
         outputs.append(entry)
-    response = {"model_name": model_name, "model_version": str(model_version), "outputs": outputs}
+    response: dict[str, Any] = {"model_name": model_name, "model_version": str(model_version), "outputs": outputs}
     if request.id is not None:
         response["id"] = request.id
     if served is not None:

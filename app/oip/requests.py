@@ -16,7 +16,7 @@ from ..wire.codecs import parse_json
 from ..wire.costs import RequestLimits
 
 HEADER_LENGTH = "inference-header-content-length"
-DTYPES = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
+DTYPES: dict[str, np.dtype] = {"FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8")}
 
 
 def bad(detail: str) -> MalformedRequest:

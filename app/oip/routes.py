@@ -123,13 +123,15 @@ async def model_version_ready(request: Request, name: str = MODEL, version: str 
 
 
 def _infer(service: CalibrationService, name: str, version: str | None, body: bytes, header_length: str | None,
-           dtype: str | None = None, conformal: ConformalService | None = None):
+           dtype: str | None, conformal: ConformalService):
     loaded = _serving(service, check_servable(_reference(name, version)), version)
     request = oip.parse_request(body, header_length, service.limits)
     sets = None
-    if request.wants_sets():  # chosen before anything is logged: a missing level is a 404
-        chosen, predictor = conformal.predictor_for(loaded, request.coverage, request.set_predictor)
-        sets = chosen, lambda probabilities: conformal.mask(predictor, probabilities, request.coverage, chosen)
+    coverage = request.coverage
+    # chosen before anything is logged: a missing level is a 404 (parse_request refuses a set without a coverage)
+    if request.wants_sets() and coverage is not None:
+        chosen, predictor = conformal.predictor_for(loaded, coverage, request.set_predictor)
+        sets = chosen, lambda probabilities: conformal.mask(predictor, probabilities, coverage, chosen)
 
     def log(array, ids):
         return log_served(service.prediction_log, loaded, loaded.calibrator.input, array, ids)

@@ -32,6 +32,12 @@ def libpq_url(url: str) -> str:
     return normalise_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def rows_matched(result: Result) -> int:
+    """The rows an UPDATE or DELETE matched: its result is a ``CursorResult`` (``rowcount``), which
+    ``Session.execute``'s type, the plain ``Result`` whatever the statement, does not say."""
+    return cast(CursorResult, result).rowcount
+
+
 SQLITE_PAGE_SIZE = 16384
 
 

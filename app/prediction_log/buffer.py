@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +58,7 @@ class Pending:
     kind: str
     n_classes: int
     inputs: np.ndarray
-    ids: list[str | None] | None  # the client's, one index row each (None: none); else generated:
+    ids: Sequence[str | None] | None  # the client's, one index row each (None: none); else generated:
     prefix: str | None = None  # the ids are this prefix and the row number: one index row in all
 
 
@@ -161,15 +161,17 @@ class LogBuffer:
                     logger.warning("prediction log: %d rows of calibrator %d not written: %s", rows,
                                    calibrator_id, first_line(exc))
             self.stats.written_rows += written
-            self.epochs.close_full(self.db)
+            if self.db is not None:  # without one no epoch was opened
+                self.epochs.close_full(self.db)
             return written
 
     def _write(self, calibrator_id: int, version: int, kind: str, n_classes: int, items: list[Pending],
                rows: int) -> int:
         """Write the first rows of ``items`` that fit in the calibrator's log (``max_logged_rows``)
         as one chunk, and count the rest as dropped for it; returns the rows written."""
+        db = self._database()
         try:
-            with self.db.write() as session:
+            with db.write() as session:
                 items = first_rows(items, prediction_log_store.room(session, calibrator_id, self.max_logged_rows))
                 kept = sum(len(item.inputs) for item in items)
                 if kept:
@@ -184,7 +186,7 @@ class LogBuffer:
                     prediction_log_store.count_dropped(session, calibrator_id, rows - kept)
         except LogFull:
             self.epochs.rolled_back(calibrator_id)
-            with self.db.write() as session:
+            with db.write() as session:
                 prediction_log_store.count_dropped(session, calibrator_id, rows)
             return 0
         if kept:
@@ -194,7 +196,13 @@ class LogBuffer:
     def close_epochs(self) -> None:
         """Close every epoch this writer holds open (it stops), after the write in progress."""
         with self._write_lock:
-            self.epochs.close_all(self.db)
+            if self.db is not None:  # without one no epoch was opened
+                self.epochs.close_all(self.db)
+
+    def _database(self) -> Database:
+        if self.db is None:
+            raise RuntimeError("this prediction log has no database to write to")
+        return self.db
 
     @staticmethod
     def _drop_repeated_ids(pending: list[Pending]) -> None:
@@ -210,15 +218,19 @@ class LogBuffer:
             seen.update(pid for pid in item.ids if pid is not None)
 
     @staticmethod
-    def _index(items: list[Pending]) -> tuple[list[str], list[tuple]]:
+    def _index(items: list[Pending]) -> tuple[list[str | None], list[tuple[str, int, int]]]:
         """The index rows of items written as one chunk, client ids' items first: the client ids
         (of rows 0, 1, ...), and ``(prefix, first row, n)`` of batches of generated ids."""
-        ids, batches, offset = [], [], 0
+        ids: list[str | None] = []
+        batches: list[tuple[str, int, int]] = []
+        offset = 0
         for item in items:
             if item.prefix is not None:
                 batches.append((item.prefix, offset, len(item.inputs)))
-            else:
+            elif item.ids is not None:
                 ids.extend(item.ids)
+            else:
+                raise TypeError("a logged batch has client ids or a prefix")
             offset += len(item.inputs)
         return ids, batches
 

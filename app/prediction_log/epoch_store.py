@@ -7,16 +7,18 @@ closed when their writer is gone and deleted once empty. Every function takes a 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import delete, exists, insert, select, text, update
+from sqlalchemy import Table, delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
+from ..platform.db import rows_matched
 from ..platform.rows import utcnow
 from ..platform.sql import IN_LIST
 from . import bloom
 from .rows import LoggedPredictionRow, PredictionEpochRow
 
-EPOCHS = PredictionEpochRow.__table__
+EPOCHS = cast(Table, PredictionEpochRow.__table__)  # a declarative class's table, typed as any FROM clause
 
 
 def open_epoch(session: Session, calibrator_id: int) -> int:
@@ -65,7 +67,7 @@ def delete_empty(session: Session) -> int:
     """Delete the closed epochs whose ids retention has all deleted; returns how many."""
     held = exists().where(LoggedPredictionRow.calibrator_id == EPOCHS.c.calibrator_id,
                           LoggedPredictionRow.epoch_id == EPOCHS.c.id)
-    return session.execute(delete(EPOCHS).where(EPOCHS.c.bloom_hashes.is_not(None), ~held)).rowcount
+    return rows_matched(session.execute(delete(EPOCHS).where(EPOCHS.c.bloom_hashes.is_not(None), ~held)))
 
 
 def listed(session: Session, calibrator_id: int) -> list[tuple[int, int | None]]:

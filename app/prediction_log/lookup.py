@@ -54,7 +54,7 @@ def _rows(session: Session, calibrator_id: int, keys: list[str], filters: EpochF
     connection = session.connection()
     for start in range(0, len(pairs), PAIRS_PER_STATEMENT):
         part = pairs[start:start + PAIRS_PER_STATEMENT]
-        if session.bind.dialect.name == "sqlite":
+        if connection.dialect.name == "sqlite":
             # CROSS JOIN keeps the pairs the outer loop: one primary-key lookup each
             yield from connection.exec_driver_sql(
                 f"SELECT {selected} FROM json_each(?) AS j CROSS JOIN logged_predictions AS l "

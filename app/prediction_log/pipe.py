@@ -36,7 +36,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import orjson
 
@@ -132,28 +134,36 @@ class PipeWriter:
             self._ring.close()
         self._fd = self._back = self._ring = None
 
+    def _channel(self) -> tuple[int, int, RingWriter]:
+        """The pipe down, the pipe back and the ring of the running process (set and cleared together)."""
+        if self._fd is None or self._back is None or self._ring is None:
+            raise BrokenPipeError("the writer process is not running")
+        return self._fd, self._back, self._ring
+
     def _control(self, mode: int, value: int = 0) -> bool:
         """Send a control message; ``False`` if the pipe is full (a write this small is never cut)."""
+        fd, _, ring = self._channel()
         try:
-            os.write(self._fd, CONTROL.pack(mode, value, self._ring.head))
+            os.write(fd, CONTROL.pack(mode, value, ring.head))
         except BlockingIOError:
             return False
         if mode == ANNOUNCE:
-            self._announced = (self._ring.head, time.monotonic())
+            self._announced = (ring.head, time.monotonic())
         return True
 
     def _read_back(self) -> None:
         """Take in what the process said: the ring's tail, and the marks it has flushed."""
+        _, back, ring = self._channel()
         while True:
             try:
-                said = os.read(self._back, BACK.size * 4096)
+                said = os.read(back, BACK.size * 4096)
             except BlockingIOError:
                 return
             if not said:
                 raise BrokenPipeError("the writer process has ended")
             for kind, value in BACK.iter_unpack(said):
                 if kind == TAIL:
-                    self._ring.tail = max(self._ring.tail, value)
+                    ring.tail = max(ring.tail, value)
                 elif kind == ACK:  # negative: rows could not be written before this mark's answer
                     self._acked = max(self._acked, abs(value))
                     self._failed = max(self._failed, -value)
@@ -165,7 +175,9 @@ class PipeWriter:
         if item.prefix is not None:
             mode, text = PREFIX, item.prefix.encode()
         else:
-            mode, text = CLIENT_IDS, "\n".join(item.ids).encode()
+            # a served batch's client ids (``PredictionLog.record``): without a prefix it has them, and
+            # only the buffer sets one of them to None (a repeated id), after a batch was put
+            mode, text = CLIENT_IDS, "\n".join(cast("Sequence[str]", item.ids)).encode()
         head = record_header(mode, item.calibrator_id, item.version, item.n_classes, item.inputs.shape, text,
                              len(data), dtype, item.kind)
         with self._lock:
@@ -177,7 +189,7 @@ class PipeWriter:
                     raise ValueError
                 if self._fd is None:
                     self._start()
-                ring = self._ring
+                ring = self._channel()[2]
                 if not ring.place(head, data):
                     self._read_back()
                     if not ring.place(head, data):
@@ -205,7 +217,7 @@ class PipeWriter:
         """Send the ring's head if batches came since it was last sent (the log's thread calls this
         every ``flush_seconds``, so the last batches before a lull are written in time)."""
         with self._lock:
-            if self._fd is not None and self._ring.head != self._announced[0]:
+            if self._ring is not None and self._fd is not None and self._ring.head != self._announced[0]:
                 try:
                     self._control(ANNOUNCE)
                 except OSError as exc:
@@ -224,7 +236,7 @@ class PipeWriter:
         deadline = time.monotonic() + self.flush_timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if self._generation != generation or self._fd is None:
+                if self._generation != generation or self._fd is None or self._back is None:
                     return False
                 try:
                     sent = sent or self._control(MARK, mark)

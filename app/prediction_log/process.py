@@ -18,6 +18,7 @@ it ends. Only raw arrays cross, never pickles.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import select
@@ -80,14 +81,16 @@ def _say(fd: int, kind: int, value: int, wait: bool = False) -> bool:
             return False
 
 
-def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
+def main(read_arg: str, back_arg: str, ring_arg: str) -> None:
+    """The process's loop; its arguments are the file descriptors of the pipe down, the pipe back
+    and the ring's shared memory, as text (its command line)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     name_thread("prediction-log")
-    read_fd, back_fd = int(read_fd), int(back_fd)
+    read_fd, back_fd = int(read_arg), int(back_arg)
     config = orjson.loads(os.environ.pop(CONFIG_VARIABLE))
     logs.configure(config["log_level"])
-    ring = RingReader(int(ring_fd), config["ring_bytes"])
+    ring = RingReader(int(ring_arg), config["ring_bytes"])
     db = Database(config["database_url"], config["db_timeout"], sqlite_cache_bytes=config["cache_bytes"])
     buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"],
                        EpochWriter(config["epoch_ids"]), config["max_logged_rows"])
@@ -121,7 +124,7 @@ def main(read_fd: str, back_fd: str, ring_fd: str) -> None:
             if ring.tail - said >= ring.size // 8 and _say(back_fd, TAIL, ring.tail):
                 said = ring.tail
             if mode == MARK:
-                buffer.ask_flush(lambda mark=value: answer(mark))
+                buffer.ask_flush(functools.partial(answer, value))
     finally:
         done.set()
         buffer.ask_flush(lambda: None)

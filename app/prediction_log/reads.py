@@ -61,8 +61,8 @@ def logged_arrays(session: Session, ranges: list[tuple[int, int, int]]) -> tuple
             continue
         kind, k, dtype = facts
         row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
-        data = session.scalar(select(byte_range(PredictionChunkRow.inputs, start * row_bytes,
-                                                (stop - start) * row_bytes)).where(PredictionChunkRow.id == chunk_id))
+        cut = byte_range(PredictionChunkRow.inputs, start * row_bytes, (stop - start) * row_bytes)
+        data = session.execute(select(cut).where(PredictionChunkRow.id == chunk_id)).scalar_one()
         arrays.append(from_raw(data, dtype, stop - start, k, kind))
     return kind, (np.concatenate(arrays) if arrays else np.empty((0, 0)))
 
@@ -99,8 +99,8 @@ def logged_inputs(session: Session, calibrator_id: int, version: int | None,
     for chunk_id, n_rows, skip, served_by, _, _, dtype in chosen:
         row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
         take = n_rows - skip
-        data = session.scalar(select(byte_range(PredictionChunkRow.inputs, skip * row_bytes, take * row_bytes))
-                              .where(PredictionChunkRow.id == chunk_id))
+        data = session.execute(select(byte_range(PredictionChunkRow.inputs, skip * row_bytes, take * row_bytes))
+                               .where(PredictionChunkRow.id == chunk_id)).scalar_one()
         inputs[at:at + take] = from_raw(data, dtype, take, k, kind)
         versions[at:at + take] = served_by
         at += take

@@ -178,9 +178,15 @@ class PredictionLog:
             return 0
         return self.buffer.flush()
 
+    def _database(self) -> Database:
+        if self.db is None:
+            raise RuntimeError("this prediction log has no database")
+        return self.db
+
     def apply_retention(self) -> None:
         now = utcnow()
-        with self.db.write() as session:
+        db = self._database()
+        with db.write() as session:
             if self.observation_retention_days > 0:
                 observations.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
             if self.log_retention_days > 0:
@@ -189,7 +195,7 @@ class PredictionLog:
         # epochs left open or idle (a writer stopped, or ids logged before 0011), each in a
         # transaction of its own: a close reads all its ids, and writers wait for it on SQLite
         for epoch_id in stale:
-            with self.db.write() as session:
+            with db.write() as session:
                 prediction_epoch_store.close(session, epoch_id)
 
     def _run(self) -> None:
@@ -221,7 +227,7 @@ class PredictionLog:
         under traffic, the first batches would otherwise wait for the process to boot, and those
         beyond the ring's room be dropped."""
         try:
-            with self.db.read() as session:
+            with self._database().read() as session:
                 logging_on = prediction_log_store.any_logging(session)
         except Exception as exc:  # the database away at start-up: the first batch starts it
             logger.warning("prediction log: could not tell whether a calibrator logs: %s", first_line(exc))

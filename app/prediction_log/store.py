@@ -8,11 +8,14 @@ pickle. Every function takes a session from ``Database.read()`` or ``write()``.
 from __future__ import annotations
 
 import re
+import typing
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import orjson
-from sqlalchemy import Integer, cast, delete, func, insert, select
+from sqlalchemy import Integer, Table, cast, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from ..platform.rows import utcnow
@@ -27,8 +30,8 @@ IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded pa
 
 
 def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
-                    inputs: np.ndarray, ids: list[str | None],
-                    batches: list[tuple[str, int, int]] = (), epoch_id: int | None = None) -> int:
+                    inputs: np.ndarray, ids: Sequence[str | None],
+                    batches: Sequence[tuple[str, int, int]] = (), epoch_id: int | None = None) -> int:
     """Store one chunk of logged inputs with their ids, in the index's epoch ``epoch_id`` (an open
     one, ``app.prediction_log.epochs``; ``None``: a new epoch of its own): ``ids``, the client ids of
     rows 0, 1, ..., one index row each (an id already in the epoch keeps its row there; an id in
@@ -42,7 +45,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # once more when it binds them, and a flush at 100% is ~1.6 MB, copied ~8 times on its way
     data, dtype = raw_view(inputs)
     # a Core insert on the table: the ORM's bulk-insert path cost ~1.7 ms a flush, for one row
-    chunks = PredictionChunkRow.__table__
+    chunks = typing.cast(Table, PredictionChunkRow.__table__)  # a declarative class's table, typed as any FROM clause
     connection = session.connection()
     chunk_id = connection.execute(insert(chunks).returning(chunks.c.id), {
         "calibrator_id": calibrator_id, "version": version, "input_kind": kind, "n_rows": len(inputs),
@@ -55,7 +58,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # time): per id, half the CPU of the driver's executemany, which converts each row's
     # parameters in Python. On Postgres in id order, so that two processes logging the same ids
     # lock them in the same order (no deadlock); a duplicate's first row still wins.
-    sqlite = session.bind.dialect.name == "sqlite"
+    sqlite = connection.dialect.name == "sqlite"
     if sqlite:
         unpack = "SELECT ?, ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE value IS NOT NULL"
     else:
@@ -64,7 +67,7 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = ids[start:start + IDS_PER_STATEMENT]
         array = orjson.dumps(part).decode() if sqlite else part
-        parameters = (calibrator_id, epoch_id, chunk_id, start, array)
+        parameters: tuple[Any, ...] = (calibrator_id, epoch_id, chunk_id, start, array)
         inserted += connection.exec_driver_sql(columns + unpack + conflict, parameters).rowcount
     if batches:
         # one statement for all of them, unpacking an array in the database as for client ids. The
@@ -109,15 +112,16 @@ def prediction_rows(session: Session, wanted: dict[int, set[int]]) -> dict[int, 
             continue
         version, kind, k, dtype = facts
         row_bytes = np.dtype(dtype).itemsize * (1 if kind == "scores" else k)
-        rows, found = sorted(wanted[chunk_id]), {}
+        rows = sorted(wanted[chunk_id])
+        found: dict[int, np.ndarray] = {}
         start = 0
         while start < len(rows):
             stop = start + 1
             while stop < len(rows) and rows[stop] == rows[stop - 1] + 1:
                 stop += 1
             first, n = rows[start], stop - start
-            data = session.scalar(select(byte_range(PredictionChunkRow.inputs, first * row_bytes, n * row_bytes))
-                                  .where(PredictionChunkRow.id == chunk_id))
+            data = session.execute(select(byte_range(PredictionChunkRow.inputs, first * row_bytes, n * row_bytes))
+                                   .where(PredictionChunkRow.id == chunk_id)).scalar_one()
             array = from_raw(data, dtype, n, k, kind)
             found.update((first + i, array[i]) for i in range(n))
             start = stop

@@ -79,6 +79,8 @@ def _served_probabilities(service: Serving, name: str, index: list, values,
         if probabilities is None:
             probabilities = np.empty((len(served), part.shape[1]))
         probabilities[rows] = part
+    if probabilities is None:  # fit_index refuses a selection without rows
+        raise NotFound(f"{name!r} has no labelled predictions to evaluate on")
     return probabilities, {v: int((served == v).sum()) for v in np.unique(served).tolist()}
 
 
@@ -102,7 +104,7 @@ def evaluate(service: Serving, name: str, fields: ChallengeSpec) -> dict:
     except NotFound as exc:
         hint = " (post labels created after both versions, or name a selection in data.observations)"
         raise NotFound(str(exc) + (hint if held_out else "")) from exc
-    n, k, _ = shape_of_index(index)
+    n, k, kind = shape_of_index(index)
     if n * k > service.max_read_entries:
         raise TooLarge(f"the selected observations are {n} rows of {k} classes, {n * k} entries, over the limit of "
                        f"{service.max_read_entries} entries one read may load (CALIBRATION_MAX_READ_ENTRIES); "
@@ -113,11 +115,11 @@ def evaluate(service: Serving, name: str, fields: ChallengeSpec) -> dict:
             raise InvalidInput(f"version {loaded.version} takes {loaded.calibrator.input}; the observations "
                                f"are {batch.kind}")
     with refused_as():
-        inputs = cal.validate_inputs(batch.values, batch.kind)
+        inputs = cal.validate_inputs(batch.values, kind)
         labels = cal.check_labels(batch.labels, inputs.n, inputs.k)
     challenger_probs = service.predict(challenger, inputs)
     if champion is None:
-        champion_probs, served = _served_probabilities(service, name, index, batch.values, batch.kind)
+        champion_probs, served = _served_probabilities(service, name, index, batch.values, kind)
     else:
         champion_probs, served = service.predict(champion, inputs), {champion.version: inputs.n}
     champion_version = next(iter(served)) if len(served) == 1 else 0  # 0: several (no gate accepts it)

@@ -70,12 +70,15 @@ class Scheduler:
         """Look once: alarm evaluations where data arrived, then every policy, then the webhook
         deliveries due; returns the jobs submitted."""
         submitted = []
+        jobs = self.service.jobs
+        if jobs is None:  # an application's service has jobs (app.wiring); a job process's, no scheduler
+            raise RuntimeError("the scheduler submits jobs: it needs a service that runs them")
         if self.service.prediction_log is not None:  # this process's served rows, not only the flushed ones
             self.service.prediction_log.flush()
         for name, mark in data_marks(self.service.db).items():
             if self.seen.get(name) != mark:
                 try:
-                    submitted.append(self.service.jobs.submit("alarms", name, {}, None))
+                    submitted.append(jobs.submit("alarms", name, {}, None))
                 except ServiceError as error:  # the queue full: the next tick tries again
                     logger.info("drift monitors of %s not evaluated: %s", name, error.detail)
                     continue

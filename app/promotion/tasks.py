@@ -8,4 +8,4 @@ from . import policies
 
 @job_handler("refit")
 def refit(job: JobContext) -> dict:
-    return policies.run_refit(job.service, job.calibrator, job.request, job.progress)
+    return policies.run_refit(job.service, job.name, job.request, job.progress)

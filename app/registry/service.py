@@ -11,9 +11,9 @@ which the routes render as problems. Nothing here knows HTTP or a wire format.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 import calibration as cal
 
@@ -139,7 +139,8 @@ class CalibrationService:
             if calibrator.method == "auto":
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}
-        new = NewVersion(calibrator, params, batch.kind, inputs.k, inputs.n, report, fields.class_names,
+        # the calibrator's input is the batch's kind (_fit_inputs refuses any other options.input)
+        new = NewVersion(calibrator, params, calibrator.input, inputs.k, inputs.n, report, fields.class_names,
                          fields.description, fields.tags, fields.tensor_names)
         if job is not None:
             job.step("storing the version", 95.0)
@@ -219,7 +220,7 @@ class CalibrationService:
             return self.device.predict(loaded.calibrator, inputs)
 
     def _checked_inputs(self, loaded: LoadedVersion,
-                        batch: ArrayBatch[BaseModel]) -> tuple[cal.InputBatch, np.ndarray | None]:
+                        batch: ArrayBatch[Any]) -> tuple[cal.InputBatch, np.ndarray | None]:
         expected = loaded.calibrator.input
         if batch.kind != expected:
             raise InvalidInput(f"calibrator {loaded.name!r} version {loaded.version} was fitted on "

@@ -163,7 +163,7 @@ def decode_values(body: RequestBody, model: type[ValueModel[Value]], *, need_lab
                   npy_kind: str = "logits") -> ArrayBatch[Value]:
     """``decode_batch``, its fields turned into the domain value the service takes (``to_value()``)."""
     batch = decode_batch(body, model, need_labels=need_labels, limits=limits, npy_kind=npy_kind)  # type: ignore[type-var]
-    return dataclasses.replace(batch, fields=batch.fields.to_value())
+    return ArrayBatch(batch.fields.to_value(), batch.kind, batch.values, batch.labels)
 
 
 def decode_fields(body: RequestBody, model: type[ModelT], max_bytes: int = MAX_JSON_BYTES) -> ModelT:
