@@ -19,6 +19,6 @@ def test_job_state_type_is_every_job_status():
 
 
 def test_observation_source_type_is_the_sources():
-    from app.observations.schemas import SOURCES, Source
+    from app.observations.values import SOURCES, Source
 
     assert get_args(Source) == SOURCES == ("upload", "feedback")
