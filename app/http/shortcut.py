@@ -86,6 +86,14 @@ class Shortcut:
         await self.router_stack(scope, receive, send)
 
 
+def _holds(route, routes) -> bool:
+    """Whether ``route`` is one of ``routes`` or an included router with one of them inside."""
+    included = getattr(route, "original_router", None)
+    if included is None:
+        return route in routes
+    return any(_holds(inner, routes) for inner in included.routes)
+
+
 def install_shortcut(app: FastAPI, routes) -> None:
     """Put a ``Shortcut`` for ``routes`` (as the routers declare them) around the app router's own
     stack; with a FastAPI that cannot say how it serves a route (no ``iter_route_contexts``),
@@ -97,5 +105,8 @@ def install_shortcut(app: FastAPI, routes) -> None:
     from .auth import CHECKS
 
     router = app.router
-    contexts = [context for context in iter_route_contexts(router.routes) if context.original_route in routes]
+    # only the included routers that hold one of ``routes``: reading a router's routes as served
+    # builds every one of them (FastAPI builds them lazily, per included router, on first use)
+    holding = [route for route in router.routes if _holds(route, routes)]
+    contexts = [context for context in iter_route_contexts(holding) if context.original_route in routes]
     router.middleware_stack = app.state.shortcut = Shortcut(app, router.middleware_stack, contexts, CHECKS)

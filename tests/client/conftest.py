@@ -5,8 +5,6 @@ real model outputs (a few hundred CIFAR-10 ResNet-50 validation rows)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -14,8 +12,11 @@ import httpx
 import numpy as np
 import pytest
 
+from app.access.keys import create_key
+from app.platform.db import Database
+from app.platform.migrate import upgrade
 from calibration_client import Client
-from tests.helpers import DATA, REPO
+from tests.helpers import DATA
 from tests.service.support.databases import create_postgres_database
 from tests.service.support.live import live_server
 
@@ -57,14 +58,16 @@ def database(kind: str, tmp_path_factory):
 
 
 def _admin_key(url: str) -> str:
-    """The first admin key, made as an operator makes it: ``calibration-service keys create``
-    (which also needs the schema: ``migrate`` first)."""
-    environment = {**os.environ, "DATABASE_URL": url}
-    for command in (["migrate"], ["keys", "create", "--name", "client-tests", "--scope", "admin"]):
-        done = subprocess.run([sys.executable, "-m", "app.cli", *command], cwd=REPO, env=environment,
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    """The first admin key, made in process on the migrated database, as ``calibration-service
+    keys create`` makes it (that command and ``migrate`` have their own tests:
+    tests/service/live/test_access.py, tests/service/migrations/test_migrate_cli.py)."""
+    upgrade(url)
+    database = Database(url)
+    try:
+        _, key = create_key(database, "client-tests", ["admin"])
+    finally:
+        database.dispose()
+    return key
 
 
 @contextmanager

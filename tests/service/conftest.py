@@ -10,7 +10,12 @@ import pytest
 from app.platform.migrate import upgrade
 from tests.service.support.browser import browser, shots  # noqa: F401  (fixtures for the browser tests)
 from tests.service.support.clients import app_client
-from tests.service.support.databases import create_postgres_database
+from tests.service.support.databases import (
+    copy_sqlite_database,
+    create_postgres_database,
+    create_postgres_database_from,
+    migrated_sqlite_template,
+)
 from tests.service.support.webhooks import receiver  # noqa: F401  (the webhook receiver fixture)
 
 
@@ -32,12 +37,37 @@ def empty_url(request) -> str:
     return request.getfixturevalue(f"{request.param}_url")
 
 
+@pytest.fixture(scope="session")
+def sqlite_head(tmp_path_factory):
+    """A SQLite file migrated to head, once per test process (copied for each test)."""
+    return migrated_sqlite_template(tmp_path_factory.mktemp("head"))
+
+
+@pytest.fixture(scope="session")
+def postgres_head():
+    """A Postgres database migrated to head, once per test process (the template of each test's)."""
+    url, drop = create_postgres_database()
+    upgrade(url)
+    yield url
+    drop()
+
+
+@pytest.fixture
+def migrated_sqlite_url(sqlite_head, tmp_path) -> str:
+    return copy_sqlite_database(sqlite_head, tmp_path / "calibration.db")
+
+
+@pytest.fixture
+def migrated_postgres_url(request):
+    url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
+    yield url
+    drop()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request) -> str:
-    """An empty database of each kind, migrated to head."""
-    url = request.getfixturevalue(f"{request.param}_url")
-    upgrade(url)
-    return url
+    """An empty database of each kind, migrated to head (a copy of a migrated template)."""
+    return request.getfixturevalue(f"migrated_{request.param}_url")
 
 
 @pytest.fixture
