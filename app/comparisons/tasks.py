@@ -11,5 +11,7 @@ from .values import CompareSpec
 
 @job_handler("compare")
 def compare(job: JobContext) -> dict:
+    if job.payload is None:  # a comparison's arrays always travel with its job (Comparisons.compare_or_submit)
+        raise ValueError("a compare job has no input arrays")
     batch = batch_of_job(job.request, job.payload, CompareSpec.from_dict)
     return Comparisons(job.service).compare_as_job(batch, job.progress, job.fan_out())

@@ -8,12 +8,14 @@ themselves take the row locks they need.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 from sqlalchemy import Select, create_engine, event
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, CursorResult, Engine, Result, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -75,6 +77,12 @@ def make_engine(url: str, timeout: float = 30.0, pre_ping: bool = True, sqlite_c
     )
 
 
+def changed_rows(result: Result) -> int:
+    """The rows an UPDATE or DELETE matched: ``Session.execute`` returns a ``CursorResult`` (which
+    has ``rowcount``) for such a statement, typed as the plain ``Result`` it extends."""
+    return cast(CursorResult, result).rowcount
+
+
 class Database:
     """An engine with a read session factory and a write session factory, and (on Postgres) a
     second pool for the hot path's single-statement lookups (see ``first_row``)."""
@@ -93,7 +101,7 @@ class Database:
         self._compiled: dict = {}
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(writer, expire_on_commit=False)
-        self._watch = None  # the connection that reads ``data_version`` (SQLite), opened on first use
+        self._watch: sqlite3.Connection | None = None  # reads ``data_version`` (SQLite), opened on first use
         self._watch_lock = threading.Lock()
         self._watchable = self.dialect == "sqlite" and make_url(url).database not in (None, "", ":memory:")
 
@@ -135,7 +143,10 @@ class Database:
         if compiled is None:
             compiled = self._compiled[statement] = statement.compile(dialect=self.engine.dialect)
         values = compiled.construct_params(params)
-        positional = tuple(values[key] for key in compiled.positiontup)
+        order = compiled.positiontup
+        if order is None:  # SQLite's paramstyle (qmark) is positional: its compiler always sets the order
+            raise TypeError("the statement did not compile to positional parameters")
+        positional = tuple(values[key] for key in order)
         dbapi_error = self.engine.dialect.loaded_dbapi.Error
         connection = self.engine.raw_connection()
         try:
@@ -165,7 +176,8 @@ class Database:
             if self._watch is None:
                 pooled = self.engine.raw_connection()
                 pooled.detach()  # its own for good: never handed to a writer
-                self._watch = pooled.dbapi_connection
+                # SQLite's driver connection (pysqlite's): the DBAPI stubs type it as the generic protocol
+                self._watch = cast(sqlite3.Connection, pooled.dbapi_connection)
             return self._watch.execute("PRAGMA data_version").fetchone()[0]
 
     def _lookup(self, statement: Select, params: dict) -> tuple | None:

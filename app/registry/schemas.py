@@ -9,24 +9,26 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from calibration import INPUT_KINDS, METHODS
+from calibration import METHODS, InputKind
 
 from ..observations.schemas import DataSource, PredictionId
 from ..wire.decoding import model_value
 from .serving import CalibrateSpec, EvaluationSpec, FitSpec
 
-OUTPUTS = ("probabilities", "predicted_class", "confidence", "set")
+Output = Literal["probabilities", "predicted_class", "confidence", "set"]
+DEFAULT_OUTPUTS: tuple[Output, ...] = ("probabilities",)
 
 
 def input_check_field():
     return Field(True, description="Refuse logits that look like probabilities (every row non-negative and "
                                    "summing to 1 within 1e-6) with a 422; false sends them as logits anyway")
 
-EXAMPLE_LOGITS = [
+# the examples' JSON values (list[Any]: a json_schema_extra holds any JSON)
+EXAMPLE_LOGITS: list[Any] = [
     [2.0, 0.5, -1.0], [0.3, 1.8, -0.2], [1.2, 1.0, 0.1], [-0.5, 0.2, 1.5],
     [1.5, -0.3, 0.4], [0.1, 0.9, 1.1], [2.2, 1.9, -0.4], [-1.0, 0.4, 0.8],
 ]
-EXAMPLE_LABELS = [0, 1, 1, 2, 2, 0, 1, 2]
+EXAMPLE_LABELS: list[Any] = [0, 1, 1, 2, 2, 0, 1, 2]
 
 
 class Strict(BaseModel):
@@ -71,8 +73,8 @@ class FitRequest(FitFields, Arrays):
 
 
 class CalibrateFields(Strict):
-    outputs: list[Literal[OUTPUTS]] = Field(
-        default_factory=lambda: ["probabilities"],
+    outputs: list[Output] = Field(
+        default_factory=lambda: list(DEFAULT_OUTPUTS),
         description="Which outputs to return; `set`: the conformal prediction set of each row at `coverage` "
                     "(JSON: the class indices; .npy: an (n, k) uint8 mask, with `set` the only output)",
     )
@@ -156,7 +158,7 @@ class VersionOut(BaseModel):
     version: int
     method: str
     options: dict[str, Any]
-    input: Literal[INPUT_KINDS]
+    input: InputKind
     n_classes: int
     n_samples: int
     class_names: list[str] | None = None

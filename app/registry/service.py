@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from pydantic import BaseModel
 
 import calibration as cal
 
@@ -108,6 +109,8 @@ class CalibrationService:
     def _fit_stored_or_submit(self, name: str, fields: FitSpec, asked: bool) -> tuple[bool, dict]:
         """A fit on stored observations: the chunks are fixed now; a job reads them in its worker."""
         check_name(name)
+        if fields.data is None:  # decode_batch gives a batch without arrays only with `data`
+            raise InvalidInput("send exactly one of logits, probabilities or scores")
         index = self.observations.fit_index(name, fields.data)
         n, k, kind = shape_of_index(index)
         seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
@@ -215,7 +218,8 @@ class CalibrationService:
         with refused_as():
             return self.device.predict(loaded.calibrator, inputs)
 
-    def _checked_inputs(self, loaded: LoadedVersion, batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
+    def _checked_inputs(self, loaded: LoadedVersion,
+                        batch: ArrayBatch[BaseModel]) -> tuple[cal.InputBatch, np.ndarray | None]:
         expected = loaded.calibrator.input
         if batch.kind != expected:
             raise InvalidInput(f"calibrator {loaded.name!r} version {loaded.version} was fitted on "
@@ -228,7 +232,8 @@ class CalibrationService:
         if batch.fields.priors is not None:  # label shift (app.registry.prior_shift)
             probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
                                                  batch.fields.source_priors)
-        served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
+        kind = loaded.calibrator.input  # the batch's kind: _checked_inputs refuses any other
+        served = log_served(self.prediction_log, loaded, kind, batch.values, batch.fields.ids)
         return CalibratedBatch(loaded.name, loaded.version, probabilities, inputs.given,
                                loaded.class_names, served, getattr(batch.values, "dtype", None))
 
@@ -256,6 +261,8 @@ class CalibrationService:
 
     def metrics(self, batch: ArrayBatch[EvaluationSpec]) -> dict:
         inputs, labels = validated(batch)
+        if labels is None:  # (decoded with need_labels: it has them)
+            raise InvalidInput("labels are required")
         fields = batch.fields
         result = reports.evaluation(inputs.probabilities, labels, fields.n_bins, fields.bootstrap,
                                     fields.confidence, fields.seed)

@@ -88,6 +88,8 @@ def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
     """The batch's input validated by the core, and its labels if it has them. Logits that look
     like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
     sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
+    if batch.kind is None:  # a batch that names stored observations: there are no arrays to validate
+        raise InvalidInput("send exactly one of logits, probabilities or scores")
     with refused_as():
         inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)

@@ -26,6 +26,8 @@ from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
 from .costs import MAX_JSON_BYTES, RequestLimits
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
 JSON_TYPE = "application/json"
@@ -56,7 +58,7 @@ class RequestBody:
     query: Mapping[str, str] = field(default_factory=dict)
 
 
-def validate_fields(model: type[BaseModel], payload: dict) -> BaseModel:
+def validate_fields(model: type[ModelT], payload: dict) -> ModelT:
     """``payload`` validated by ``model``; every error named by its field in one 422."""
     try:
         return model.model_validate(payload)
@@ -106,8 +108,8 @@ def _check_json_entries(arrays: dict, limits: RequestLimits) -> None:
                        "(CALIBRATION_MAX_ENTRIES)")
 
 
-def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool, limits: RequestLimits,
-                 npy_kind: str = "logits") -> ArrayBatch:
+def decode_batch(body: RequestBody, model: type[ModelT], *, need_labels: bool, limits: RequestLimits,
+                 npy_kind: str = "logits") -> ArrayBatch[ModelT]:
     """A body that carries one input array (and labels when ``need_labels``) plus small fields;
     a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind). The
     request budgets (``limits``: decoded array bytes, JSON bytes, n·k entries) are checked before
@@ -160,11 +162,11 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
 def decode_values(body: RequestBody, model: type[ValueModel[Value]], *, need_labels: bool, limits: RequestLimits,
                   npy_kind: str = "logits") -> ArrayBatch[Value]:
     """``decode_batch``, its fields turned into the domain value the service takes (``to_value()``)."""
-    batch = decode_batch(body, model, need_labels=need_labels, limits=limits, npy_kind=npy_kind)  # type: ignore[arg-type]
+    batch = decode_batch(body, model, need_labels=need_labels, limits=limits, npy_kind=npy_kind)  # type: ignore[type-var]
     return dataclasses.replace(batch, fields=batch.fields.to_value())
 
 
-def decode_fields(body: RequestBody, model: type[BaseModel], max_bytes: int = MAX_JSON_BYTES) -> BaseModel:
+def decode_fields(body: RequestBody, model: type[ModelT], max_bytes: int = MAX_JSON_BYTES) -> ModelT:
     """A JSON body of fields only (no arrays), at most ``max_bytes`` (checked before parsing: a
     label call's list of ids costs ~10 times its text once parsed)."""
     if media_type(body.content_type) != JSON_TYPE:
