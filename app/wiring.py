@@ -4,44 +4,40 @@ idempotency keys, API keys, the Prometheus collectors) and hands them with the d
 HTTP edge (``app.http.application``). Importing it also imports every domain's ``tasks`` module, which
 fills the job-kind -> handler registry (``app.jobs.handlers``): the job processes run ``run_job`` of this
 module, and ``calibration-service worker`` its ``procrastinate_app``, so that every kind has its handler
-in them too."""
+in them too. The HTTP edge (``app.http``, every domain's ``routes``, FastAPI) is imported only where the
+application is built (``edge``, ``create_app``): a job process imports the services and the handlers,
+not a web framework it never serves with."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .access import routes as keys
 from .access.idempotency import IdempotencyKeys
-from .comparisons import routes as evaluation
 from .comparisons import tasks as comparison_tasks
-from .conformal import routes as conformal_routes
 from .conformal.service import ConformalService
-from .dashboard import routes as ui
-from .http import application, health
-from .http.auth import KeyVerifier
 from .jobs import tasks as job_tasks
 from .jobs.metrics import JobCollector
 from .jobs.runner import EmbeddedEngine, JobRunner, ProcrastinateEngine, engine_name
-from .monitoring import routes as quality_routes
 from .monitoring import tasks as monitoring_tasks
 from .monitoring.metrics import QualityCollector
 from .monitoring.webhooks import WebhookPolicy
-from .observations import routes as observations
-from .oip import routes as v2
 from .platform import logs
 from .platform.db import Database
 from .prediction_log.caps import LogCapCollector
 from .prediction_log.epochs import EpochFilters, EpochWriter
 from .prediction_log.pipe import PipeWriter
 from .prediction_log.service import PredictionLog
-from .promotion import routes as promotion_routes
 from .promotion import tasks as promotion_tasks
 from .promotion.scheduler import Scheduler
-from .registry import routes as calibrators
 from .registry import tasks as registry_tasks
 from .registry.service import CalibrationService
 from .settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from .http import application
+    from .http.auth import KeyVerifier
 
 #: the domains' job handlers, registered on import (``app.jobs.handlers``)
 TASKS = (comparison_tasks, job_tasks, monitoring_tasks, promotion_tasks, registry_tasks)
@@ -109,6 +105,8 @@ class Services:
 
 def build(settings: Settings) -> Services:
     """The services of one application, from ``settings``."""
+    from .http.auth import KeyVerifier
+
     database = Database(settings.database_url, settings.db_timeout_seconds)
     jobs = JobRunner(database, job_engine(settings), settings.job_stale_seconds, settings.job_queue_limit)
     prediction_log = PredictionLog(database, settings.log_flush_rows, settings.log_flush_seconds,
@@ -137,6 +135,17 @@ def build(settings: Settings) -> Services:
 
 def edge(services: Services) -> application.Edge:
     """What the HTTP edge serves: the services' state, the collectors and every domain's router."""
+    from .access import routes as keys
+    from .comparisons import routes as evaluation
+    from .conformal import routes as conformal_routes
+    from .dashboard import routes as ui
+    from .http import application, health
+    from .monitoring import routes as quality_routes
+    from .observations import routes as observations
+    from .oip import routes as v2
+    from .promotion import routes as promotion_routes
+    from .registry import routes as calibrators
+
     return application.Edge(
         state={"db": services.database, "service": services.service,
                "conformal": services.conformal, "idempotency": services.idempotency,
@@ -159,6 +168,8 @@ def edge(services: Services) -> application.Edge:
 def create_app(settings: Settings | None = None) -> application.FastAPI:
     """The application: every service built from ``settings`` (default: the environment's), served by
     the HTTP edge."""
+    from .http import application
+
     settings = settings or get_settings()
     logs.configure(settings.log_level)
     return application.create_app(settings, edge(build(settings)))

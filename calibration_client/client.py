@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import time
@@ -254,6 +253,8 @@ class AsyncClient(_Methods):
         await self._http.aclose()
 
     async def _sleep(self, seconds: float) -> None:
+        import asyncio  # here: a blocking client (and the command line) never loads the event loop's modules
+
         await asyncio.sleep(seconds)
 
     async def _send(self, call: Call) -> httpx.Response:

@@ -4,6 +4,7 @@ model outputs, restarts, concurrent fits and two instances sharing one database.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import time
 
 import httpx
@@ -33,6 +34,23 @@ def _post(client: httpx.Client, path: str, body: dict) -> dict:
     return response.json()
 
 
+METRICS = ("ece", "adaptive_ece", "classwise_ece", "brier", "accuracy", "kde_ece")
+
+
+@functools.cache
+def _core(position: int) -> tuple[np.ndarray, dict, dict]:
+    """What the core computes for ``FITS[position]``, fitted on the validation split: its probabilities
+    on the test split and the metrics of the test split before and after calibration (the same for
+    every database, so computed once)."""
+    data, method, options = FITS[position]
+    kind, x_val, y_val = load_split(data, "val")
+    _, x_test, y_test = load_split(data, "test")
+    expected = cal.create(method, {**options, "input": kind}).fit(x_val, y_val).predict_proba(x_test)
+    raw = cal.validate_inputs(x_test, kind).probabilities
+    return (expected, {metric: getattr(cal, metric)(expected, y_test) for metric in METRICS},
+            {metric: getattr(cal, metric)(raw, y_test) for metric in METRICS})
+
+
 def _serve_and_check(client: httpx.Client) -> dict[str, np.ndarray]:
     outputs = {}
     for position, (data, method, options) in enumerate(FITS):
@@ -41,16 +59,14 @@ def _serve_and_check(client: httpx.Client) -> dict[str, np.ndarray]:
         name = f"{method}-{position}"
         version = _post(client, f"/v1/calibrators/{name}/versions",
                         {"method": method, "options": options, kind: x_val.tolist(), "labels": y_val.tolist()})
-        local = cal.create(method, {**options, "input": kind}).fit(x_val, y_val)
         assert version["diagnostics"]["converged"]
         served = np.array(_post(client, f"/v1/calibrators/{name}/calibrate", {kind: x_test.tolist()})["probabilities"])
-        expected = local.predict_proba(x_test)
+        expected, after, before = _core(position)
         assert np.array_equal(served, expected), f"{name}: served probabilities differ from the core's"
         report = _post(client, f"/v1/calibrators/{name}/report", {kind: x_test.tolist(), "labels": y_test.tolist()})
-        raw = cal.validate_inputs(x_test, kind).probabilities
-        for metric in ("ece", "adaptive_ece", "classwise_ece", "brier", "accuracy", "kde_ece"):
-            assert report["after"]["metrics"][metric] == getattr(cal, metric)(expected, y_test)
-            assert report["before"]["metrics"][metric] == getattr(cal, metric)(raw, y_test)
+        for metric in METRICS:
+            assert report["after"]["metrics"][metric] == after[metric]
+            assert report["before"]["metrics"][metric] == before[metric]
         outputs[name] = served
     return outputs
 
