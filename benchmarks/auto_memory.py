@@ -9,12 +9,12 @@ after the imports (the runtime), as a multiple of the float32 array's bytes (wha
 is counted against). ``--each`` also runs every candidate alone (its cross-validation and its fit), and
 ``--trace`` reports tracemalloc's peak instead (numpy allocations, slower). ``--float32`` fills a
 float32 array instead (as ``load(..., dtype=np.float32)`` would hand it), marked reorderable the same way,
-so the folds are laid out in place in float32. ``--from-log`` goes through the service instead: the rows
-are appended as float32 ``.npz`` chunks of 10000 rows to a SQLite database in a temporary directory (the
-app in process), then the fit is what a fit job runs: ``Observations.load`` (the chunks' own dtype)
-and ``CalibrationService.fit`` (validation, ``auto``'s cross-validation and refit, the fit report, the
-stored version); its phases are ``load`` and ``fit``, and the runtime baseline is taken after the app
-is built and before the appends.
+so the folds are laid out in place in float32. ``--from-log`` goes through the service instead: a
+child process appends the rows as float32 ``.npz`` chunks of 10000 rows to a SQLite database in a
+temporary directory; then, in a process that did not write them (as a job's), the fit is what a fit
+job runs: ``Observations.load`` (in the chunks' own dtype) and ``CalibrationService.fit``
+(validation, ``auto``'s cross-validation and refit, the fit report, the stored version). Its phases
+are ``load`` and ``fit``; the runtime baseline is taken once its app is built.
 
 Run: ``python benchmarks/auto_memory.py [--rows 10000 --classes 1000] [--each] [--candidates a,b]
 [--float32 | --from-log]``.
@@ -57,69 +57,88 @@ def synthetic_blocks(rows: int, classes: int):
     return labels, blocks
 
 
-def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
-    """``auto`` fitted from the prediction log's observations through the service, in process."""
-    import io
-    import tempfile
-    import time
-    import tracemalloc
-
-    import numpy as np
+def app_client(database_url: str):
     from fastapi.testclient import TestClient
 
     sys.path.insert(0, str(REPO))
-    from app.observations.schemas import ObservationQuery
-    from app.registry.schemas import FitFields
     from app.settings import Settings
     from app.wiring import create_app
 
-    with tempfile.TemporaryDirectory() as directory, TestClient(create_app(Settings(
-            database_url=f"sqlite:///{directory}/log.db", job_engine="embedded", log_level="warning",
-            max_body_bytes=1 << 30, max_array_bytes=1 << 30, max_entries=1 << 30))) as client:
-        service = client.app.state.service
-        baseline = status("VmRSS")
-        labels, blocks = synthetic_blocks(rows, classes)
-        chunk, parts = 10000, []
+    return TestClient(create_app(Settings(database_url=database_url, job_engine="embedded", log_level="warning",
+                                          max_body_bytes=1 << 30, max_array_bytes=1 << 30, max_entries=1 << 30)))
+
+
+def fill(database_url: str, rows: int, classes: int) -> None:
+    """The synthetic rows appended to the log as float32 ``.npz`` chunks of 10000 rows."""
+    import io
+
+    import numpy as np
+
+    sys.path.insert(0, str(REPO))
+    from app.platform.migrate import upgrade
+
+    upgrade(database_url)
+    labels, blocks = synthetic_blocks(rows, classes)
+    with app_client(database_url) as client:
+        parts = []
         for start, block in blocks():
             parts.append(block)
-            if sum(map(len, parts)) == chunk or start + len(block) == rows:
+            stop = start + len(block)
+            if stop % 10000 == 0 or stop == rows:
                 buffer = io.BytesIO()
-                at = start + len(block) - sum(map(len, parts))
-                np.savez(buffer, logits=np.concatenate(parts), labels=labels[at:start + len(block)])
+                np.savez(buffer, logits=np.concatenate(parts), labels=labels[stop - sum(map(len, parts)):stop])
                 parts = []
                 response = client.post("/v1/calibrators/log/observations", content=buffer.getvalue(),
                                        headers={"content-type": "application/x-npz"})
                 assert response.status_code == 201, response.text
-                del buffer
-        nbytes = rows * classes * 4
-        holding = status("VmRSS")
-        peaks = {}
 
-        def phase(name: str) -> None:
-            peaks[name] = (status("VmHWM") - baseline) / nbytes
-            with open("/proc/self/clear_refs", "w") as refs:
-                refs.write("5")
 
-        phase("appends")
-        if trace:
-            tracemalloc.start()
-        started = time.perf_counter()
-        options = {"candidates": candidates} if len(candidates) > 1 else {}
-        fields = FitFields(method="auto" if len(candidates) > 1 else candidates[0], options=options,
-                           data={"observations": {}})
-        batch = service.observations.load(fields, service.observations.fit_index("log", ObservationQuery()))
-        dtype = str(batch.values.dtype)
-        phase("load")
-        view = service.fit("log", batch)
-        del batch
-        phase("fit")
-        seconds = time.perf_counter() - started
-        traced = tracemalloc.get_traced_memory()[1] if trace else 0
-        del peaks["appends"]
-        chosen = view.get("summary", {}).get("chosen") or view["method"]
-        return {"candidates": candidates, "chosen": f"{chosen} ({dtype} load)", "seconds": seconds,
-                "holding_x": (holding - baseline) / nbytes, "peak_x": max(peaks.values()), "phases": peaks,
-                "traced_x": traced / nbytes, "peak_mib": max(peaks.values()) * nbytes / MIB}
+def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
+    """``auto`` fitted from the prediction log's observations through the service, in a process that
+    did not write them (as a job's): the appends run in a child process first."""
+    import tempfile
+    import time
+    import tracemalloc
+
+    sys.path.insert(0, str(REPO))
+    from app.observations.schemas import ObservationQuery
+    from app.registry.schemas import FitFields
+
+    with tempfile.TemporaryDirectory() as directory:
+        database_url = f"sqlite:///{directory}/log.db"
+        subprocess.run([sys.executable, __file__, "--fill", database_url, "--rows", str(rows),
+                        "--classes", str(classes)], check=True)
+        with app_client(database_url) as client:
+            service = client.app.state.service
+            baseline = status("VmRSS")
+            nbytes = rows * classes * 4
+            peaks = {}
+
+            def phase(name: str) -> None:
+                peaks[name] = (status("VmHWM") - baseline) / nbytes
+                with open("/proc/self/clear_refs", "w") as refs:
+                    refs.write("5")
+
+            phase("start")
+            if trace:
+                tracemalloc.start()
+            started = time.perf_counter()
+            options = {"candidates": candidates} if len(candidates) > 1 else {}
+            fields = FitFields(method="auto" if len(candidates) > 1 else candidates[0], options=options,
+                               data={"observations": {}})
+            batch = service.observations.load(fields, service.observations.fit_index("log", ObservationQuery()))
+            dtype = str(batch.values.dtype)
+            phase("load")
+            view = service.fit("log", batch)
+            del batch
+            phase("fit")
+            seconds = time.perf_counter() - started
+            traced = tracemalloc.get_traced_memory()[1] if trace else 0
+            del peaks["start"]
+    chosen = view.get("summary", {}).get("chosen") or view["method"]
+    return {"candidates": candidates, "chosen": f"{chosen} ({dtype} load)", "seconds": seconds, "holding_x": 0.0,
+            "peak_x": max(peaks.values()), "phases": peaks, "traced_x": traced / nbytes,
+            "peak_mib": max(peaks.values()) * nbytes / MIB}
 
 
 def case(rows: int, classes: int, candidates: list[str], trace: bool, float32: bool = False) -> dict:
@@ -189,7 +208,11 @@ def main() -> None:
     parser.add_argument("--from-log", action="store_true",
                         help="append float32 chunks to a SQLite log and fit from it through the service")
     parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--fill", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fill:
+        fill(args.fill, args.rows, args.classes)
+        return
     if args.case:
         measure = from_log if args.from_log else case
         extra = () if args.from_log else (args.float32,)
