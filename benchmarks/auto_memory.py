@@ -135,7 +135,7 @@ def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dic
             seconds = time.perf_counter() - started
             traced = tracemalloc.get_traced_memory()[1] if trace else 0
             del peaks["start"]
-    chosen = view.get("summary", {}).get("chosen") or view["method"]
+    chosen = (view["parameters"] or {}).get("chosen") or view["method"]
     return {"candidates": candidates, "chosen": f"{chosen} ({dtype} load)", "seconds": seconds, "holding_x": 0.0,
             "peak_x": max(peaks.values()), "phases": peaks, "traced_x": traced / nbytes,
             "peak_mib": max(peaks.values()) * nbytes / MIB}
