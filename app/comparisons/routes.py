@@ -21,7 +21,7 @@ from ..registry.routes import job_accepted, prefers_async, request_body
 from ..registry.schemas import EvaluationFields, MethodList, MetricsOut, MetricsRequest
 from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
-from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
+from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_values
 from .schemas import CompareFields, CompareOut, CompareRequest
 from .service import Comparisons
 
@@ -34,13 +34,13 @@ def jobs_of(request: Request) -> JobRunner:
 
 
 def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
-    batch = decode_batch(body, EvaluationFields, need_labels=True, limits=service.limits)
+    batch = decode_values(body, EvaluationFields, need_labels=True, limits=service.limits)
     return dump_json(service.metrics(batch))
 
 
 def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
-    batch = decode_batch(body, CompareFields, need_labels=True, limits=service.limits)
+    batch = decode_values(body, CompareFields, need_labels=True, limits=service.limits)
     return Comparisons(service).compare_or_submit(batch, asked_async)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from ..jobs.handlers import JobContext, job_handler
 from ..jobs.inputs import batch_of_job
-from .schemas import CompareFields
 from .service import Comparisons
+from .values import CompareSpec
 
 
 @job_handler("compare")
 def compare(job: JobContext) -> dict:
-    batch = batch_of_job(job.request, job.payload, CompareFields)
+    batch = batch_of_job(job.request, job.payload, CompareSpec.from_dict)
     return Comparisons(job.service).compare_as_job(batch, job.progress, job.fan_out())

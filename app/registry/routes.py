@@ -18,7 +18,7 @@ from ..http.parts import PartsResponse
 from ..jobs.schemas import JobOut
 from ..promotion.schemas import AliasMoveRequest
 from ..wire.codecs import dump_json
-from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_batch, decode_fields
+from ..wire.decoding import JSON_TYPE, NPY_TYPE, NPZ_TYPE, RequestBody, decode_fields, decode_values
 from ..wire.encoding import Parts, calibrated_body, calibrated_headers, image_format, wants
 from . import store
 from .names import Reference, check_alias, check_name, check_servable
@@ -76,14 +76,14 @@ def job_accepted(job: dict) -> Response:
 def _fit(service: CalibrationService, name: str, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the fit runs as a job, else ``(False, the stored version)``."""
     check_name(name)
-    batch = decode_batch(body, FitFields, need_labels=True, limits=service.limits)
+    batch = decode_values(body, FitFields, need_labels=True, limits=service.limits)
     return service.fit_or_submit(name, batch, asked_async)
 
 
 def _calibrate(service: CalibrationService, reference: Reference, body: RequestBody,
                accept: str | None, conformal: ConformalService) -> tuple[bytes | Parts, str, dict]:
     loaded = service.serving(check_servable(reference))
-    batch = decode_batch(body, CalibrateFields, need_labels=False, limits=service.limits,
+    batch = decode_values(body, CalibrateFields, need_labels=False, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
     fields = batch.fields  # the set predictor is chosen before anything is logged
     chosen = conformal.for_calibrate(loaded, fields.outputs, fields.coverage, fields.set_predictor,
@@ -109,7 +109,7 @@ async def calibrate_body(request: Request) -> RequestBody:
 def _report(service: CalibrationService, reference: Reference, body: RequestBody,
             accept: str | None) -> tuple[bytes, str]:
     loaded = service.serving(reference)
-    batch = decode_batch(body, EvaluationFields, need_labels=True, limits=service.limits,
+    batch = decode_values(body, EvaluationFields, need_labels=True, limits=service.limits,
                          npy_kind=loaded.calibrator.input)
     image = image_format(accept)
     if image is not None:

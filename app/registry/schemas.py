@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from calibration import INPUT_KINDS, METHODS
 
 from ..observations.schemas import DataSource, PredictionId
+from ..wire.decoding import model_value
+from .serving import CalibrateSpec, EvaluationSpec, FitSpec
 
 OUTPUTS = ("probabilities", "predicted_class", "confidence", "set")
 
@@ -54,6 +56,10 @@ class FitFields(Strict):
     input_check: bool = input_check_field()
     data: DataSource | None = Field(None, description="Fit on stored data instead of arrays in the body")
 
+    def to_value(self) -> FitSpec:
+        return model_value(self, FitSpec, tensor_names=self.tensor_names.model_dump() if self.tensor_names else None,
+                           data=self.data.observations.to_value() if self.data is not None else None)
+
 
 class FitRequest(FitFields, Arrays):
     model_config = ConfigDict(
@@ -84,6 +90,9 @@ class CalibrateFields(Strict):
         "Precision of the probabilities (computed in float64; only the answer is cast). Default: an .npy "
         "answer in the question's (float32 for a float32/float16 .npy or .npz), JSON float64. `?dtype=`"))
 
+    def to_value(self) -> CalibrateSpec:
+        return model_value(self, CalibrateSpec)
+
 
 class CalibrateRequest(CalibrateFields, Arrays):
     model_config = ConfigDict(
@@ -99,6 +108,9 @@ class EvaluationFields(Strict):
     confidence: float = Field(0.95, gt=0, lt=1, description="Level of the bootstrap intervals")
     seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling")
     input_check: bool = input_check_field()
+
+    def to_value(self) -> EvaluationSpec:
+        return model_value(self, EvaluationSpec)
 
 
 class ReportRequest(EvaluationFields, Arrays):

@@ -5,23 +5,27 @@ what the prediction log did with the batch (``Served``, made by ``app.prediction
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
-from pydantic import BaseModel
 
 import calibration as cal
 
 from ..platform.errors import InvalidInput, refused_as
 
+Fields = TypeVar("Fields")
+
 
 @dataclass(frozen=True)
-class ArrayBatch:
+class ArrayBatch(Generic[Fields]):
     """A decoded batch: the validated small ``fields``, the input ``kind`` (``logits``,
     ``probabilities`` or ``scores``), its ``values`` and the ``labels`` (or ``None``). A fit on
     stored data has no arrays (``kind`` ``None``; ``fields.data`` says which observations). The arrays
-    are as decoded (numpy arrays, or nested lists from JSON); the core validates them."""
+    are as decoded (numpy arrays, or nested lists from JSON); the core validates them. ``fields`` is
+    the request model as decoded (``app.wire.decoding.decode_batch``), and the domain value a service
+    takes once the route has turned it into one (``decode_values``)."""
 
-    fields: BaseModel
+    fields: Fields
     kind: str | None
     values: np.ndarray | list | None
     labels: np.ndarray | list | None

@@ -15,8 +15,8 @@ from app.platform.db import Database
 from app.platform.errors import NotFound
 from app.registry import store
 from app.registry.names import Reference
-from app.registry.schemas import CalibrateFields, FitFields
 from app.registry.service import CalibrationService
+from app.registry.serving import CalibrateSpec, FitSpec
 from app.wire.batches import ArrayBatch
 from tests.helpers import load_split
 
@@ -33,8 +33,8 @@ def replica(url: str) -> CalibrationService:
 @pytest.fixture
 def replicas(database_url):
     ours, theirs = replica(database_url), replica(database_url)
-    ours.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
-    ours.fit("demo", ArrayBatch(FitFields(method="temperature", options={"objective": "brier"}), KIND, X, Y))
+    ours.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
+    ours.fit("demo", ArrayBatch(FitSpec(method="temperature", options={"objective": "brier"}), KIND, X, Y))
     ours.set_alias("demo", "production", 1)
     yield ours, theirs
     ours.db.dispose()
@@ -43,7 +43,7 @@ def replicas(database_url):
 
 def served_version(service: CalibrationService, reference: Reference) -> int:
     loaded = service.serving(reference)
-    result = service.calibrate(loaded, ArrayBatch(CalibrateFields(), KIND, X[:5], None))
+    result = service.calibrate(loaded, ArrayBatch(CalibrateSpec(), KIND, X[:5], None))
     assert np.allclose(result.probabilities.sum(axis=1), 1.0)
     return result.version
 
@@ -62,7 +62,7 @@ def test_an_alias_moved_or_a_version_added_by_another_replica_is_served_at_the_n
     assert (served_version(ours, alias), served_version(ours, latest)) == (1, 2)  # now remembered
     theirs.set_alias("demo", "production", 2)
     assert served_version(ours, alias) == 2
-    theirs.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
+    theirs.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
     assert served_version(ours, latest) == 3
     theirs.delete_alias("demo", "production")
     with pytest.raises(NotFound, match="no alias 'production'"):
@@ -88,7 +88,7 @@ def test_an_unchanged_database_is_not_asked_again(sqlite_url, monkeypatch):
 
     upgrade(sqlite_url)
     service = replica(sqlite_url)
-    service.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
+    service.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
     lookups = []
     resolve = store.resolve
     monkeypatch.setattr(store, "resolve", lambda db, reference: lookups.append(reference) or resolve(db, reference))
