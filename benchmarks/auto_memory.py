@@ -101,8 +101,8 @@ def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dic
     import tracemalloc
 
     sys.path.insert(0, str(REPO))
-    from app.observations.schemas import ObservationQuery
-    from app.registry.schemas import FitFields
+    from app.observations.values import ObservationSelection
+    from app.registry.serving import FitSpec
 
     with tempfile.TemporaryDirectory() as directory:
         database_url = f"sqlite:///{directory}/log.db"
@@ -124,9 +124,9 @@ def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dic
                 tracemalloc.start()
             started = time.perf_counter()
             options = {"candidates": candidates} if len(candidates) > 1 else {}
-            fields = FitFields(method="auto" if len(candidates) > 1 else candidates[0], options=options,
-                               data={"observations": {}})
-            batch = service.observations.load(fields, service.observations.fit_index("log", ObservationQuery()))
+            fields = FitSpec(method="auto" if len(candidates) > 1 else candidates[0], options=options,
+                             data=ObservationSelection())
+            batch = service.observations.load(fields, service.observations.fit_index("log", ObservationSelection()))
             dtype = str(batch.values.dtype)
             phase("load")
             view = service.fit("log", batch)

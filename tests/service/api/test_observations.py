@@ -256,7 +256,7 @@ def test_a_fit_reads_float32_chunks_as_float32_and_fits_what_float64_fits(api):
     assert _append_npz(api, "f32", narrow[:300], LABELS[:300]).status_code == 201
     assert _append_npz(api, "f32", narrow[300:], LABELS[300:]).status_code == 201
     observations = api.app.state.service.observations
-    batch = observations.load(None, observations.fit_index("f32", ObservationQuery()))
+    batch = observations.load(None, observations.fit_index("f32", ObservationQuery().to_value()))
     assert batch.values.dtype == np.float32
     np.testing.assert_array_equal(batch.values, narrow)
     for method in ("temperature", "ensemble_temperature"):
@@ -265,7 +265,7 @@ def test_a_fit_reads_float32_chunks_as_float32_and_fits_what_float64_fits(api):
         direct = cal.create(method, {"input": "logits"}).fit(narrow.astype(np.float64), LABELS)
         assert fitted["parameters"]["temperature"] == pytest.approx(direct.temperature_, rel=1e-10)
     assert _append(api, "f32", 0, 10).status_code == 201  # JSON: a float64 chunk
-    mixed = observations.load(None, observations.fit_index("f32", ObservationQuery()))
+    mixed = observations.load(None, observations.fit_index("f32", ObservationQuery().to_value()))
     assert mixed.values.dtype == np.float64
     np.testing.assert_array_equal(mixed.values[:600], narrow)
 
