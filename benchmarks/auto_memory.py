@@ -9,9 +9,15 @@ after the imports (the runtime), as a multiple of the float32 array's bytes (wha
 is counted against). ``--each`` also runs every candidate alone (its cross-validation and its fit), and
 ``--trace`` reports tracemalloc's peak instead (numpy allocations, slower). ``--float32`` fills a
 float32 array instead (as ``load(..., dtype=np.float32)`` would hand it), marked reorderable the same way,
-so the folds are laid out in place in float32.
+so the folds are laid out in place in float32. ``--from-log`` goes through the service instead: a
+child process appends the rows as float32 ``.npz`` chunks of 10000 rows to a SQLite database in a
+temporary directory; then, in a process that did not write them (as a job's), the fit is what a fit
+job runs: ``Observations.load`` (in the chunks' own dtype) and ``CalibrationService.fit``
+(validation, ``auto``'s cross-validation and refit, the fit report, the stored version). Its phases
+are ``load`` and ``fit``; the runtime baseline is taken once its app is built.
 
-Run: ``python benchmarks/auto_memory.py [--rows 10000 --classes 1000] [--each] [--candidates a,b]``.
+Run: ``python benchmarks/auto_memory.py [--rows 10000 --classes 1000] [--each] [--candidates a,b]
+[--float32 | --from-log]``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,106 @@ def status(field: str) -> int:
     return 0
 
 
+def synthetic_blocks(rows: int, classes: int):
+    """Labels and the float32 logits' row blocks of 1000 (the true class raised by 4, over 0.5)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, classes, rows)
+
+    def blocks():
+        for start in range(0, rows, 1000):
+            block = rng.standard_normal((min(1000, rows - start), classes), dtype=np.float32)
+            block[np.arange(len(block)), labels[start:start + len(block)]] += 4.0
+            yield start, (block / 0.5).astype(np.float32)
+
+    return labels, blocks
+
+
+def app_client(database_url: str):
+    from fastapi.testclient import TestClient
+
+    sys.path.insert(0, str(REPO))
+    from app.settings import Settings
+    from app.wiring import create_app
+
+    return TestClient(create_app(Settings(database_url=database_url, job_engine="embedded", log_level="warning",
+                                          max_body_bytes=1 << 30, max_array_bytes=1 << 30, max_entries=1 << 30)))
+
+
+def fill(database_url: str, rows: int, classes: int) -> None:
+    """The synthetic rows appended to the log as float32 ``.npz`` chunks of 10000 rows."""
+    import io
+
+    import numpy as np
+
+    sys.path.insert(0, str(REPO))
+    from app.platform.migrate import upgrade
+
+    upgrade(database_url)
+    labels, blocks = synthetic_blocks(rows, classes)
+    with app_client(database_url) as client:
+        parts = []
+        for start, block in blocks():
+            parts.append(block)
+            stop = start + len(block)
+            if stop % 10000 == 0 or stop == rows:
+                buffer = io.BytesIO()
+                np.savez(buffer, logits=np.concatenate(parts), labels=labels[stop - sum(map(len, parts)):stop])
+                parts = []
+                response = client.post("/v1/calibrators/log/observations", content=buffer.getvalue(),
+                                       headers={"content-type": "application/x-npz"})
+                assert response.status_code == 201, response.text
+
+
+def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dict:
+    """``auto`` fitted from the prediction log's observations through the service, in a process that
+    did not write them (as a job's): the appends run in a child process first."""
+    import tempfile
+    import time
+    import tracemalloc
+
+    sys.path.insert(0, str(REPO))
+    from app.observations.values import ObservationSelection
+    from app.registry.serving import FitSpec
+
+    with tempfile.TemporaryDirectory() as directory:
+        database_url = f"sqlite:///{directory}/log.db"
+        subprocess.run([sys.executable, __file__, "--fill", database_url, "--rows", str(rows),
+                        "--classes", str(classes)], check=True)
+        with app_client(database_url) as client:
+            service = client.app.state.service
+            baseline = status("VmRSS")
+            nbytes = rows * classes * 4
+            peaks = {}
+
+            def phase(name: str) -> None:
+                peaks[name] = (status("VmHWM") - baseline) / nbytes
+                with open("/proc/self/clear_refs", "w") as refs:
+                    refs.write("5")
+
+            phase("start")
+            if trace:
+                tracemalloc.start()
+            started = time.perf_counter()
+            options = {"candidates": candidates} if len(candidates) > 1 else {}
+            fields = FitSpec(method="auto" if len(candidates) > 1 else candidates[0], options=options,
+                             data=ObservationSelection())
+            batch = service.observations.load(fields, service.observations.fit_index("log", ObservationSelection()))
+            dtype = str(batch.values.dtype)
+            phase("load")
+            view = service.fit("log", batch)
+            del batch
+            phase("fit")
+            seconds = time.perf_counter() - started
+            traced = tracemalloc.get_traced_memory()[1] if trace else 0
+            del peaks["start"]
+    chosen = (view["parameters"] or {}).get("chosen") or view["method"]
+    return {"candidates": candidates, "chosen": f"{chosen} ({dtype} load)", "seconds": seconds, "holding_x": 0.0,
+            "peak_x": max(peaks.values()), "phases": peaks, "traced_x": traced / nbytes,
+            "peak_mib": max(peaks.values()) * nbytes / MIB}
+
+
 def case(rows: int, classes: int, candidates: list[str], trace: bool, float32: bool = False) -> dict:
     """One measurement, in this process."""
     import time
@@ -48,13 +154,10 @@ def case(rows: int, classes: int, candidates: list[str], trace: bool, float32: b
     from calibration.candidates import candidate
 
     baseline = status("VmRSS")
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, classes, rows)
+    labels, blocks = synthetic_blocks(rows, classes)
     logits = np.empty((rows, classes), np.float32 if float32 else np.float64)  # as observation_store.load fills it
-    for start in range(0, rows, 1000):
-        block = rng.standard_normal((min(1000, rows - start), classes), dtype=np.float32)
-        block[np.arange(len(block)), labels[start:start + len(block)]] += 4.0
-        logits[start:start + len(block)] = (block / 0.5).astype(np.float32)
+    for start, block in blocks():
+        logits[start:start + len(block)] = block
     del block
     nbytes = rows * classes * 4
     if hasattr(cal, "allow_reordering"):
@@ -102,20 +205,30 @@ def main() -> None:
     parser.add_argument("--each", action="store_true", help="also each candidate alone")
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--float32", action="store_true", help="the fit's array in float32, not float64")
+    parser.add_argument("--from-log", action="store_true",
+                        help="append float32 chunks to a SQLite log and fit from it through the service")
     parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--fill", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fill:
+        fill(args.fill, args.rows, args.classes)
+        return
     if args.case:
-        print(json.dumps(case(args.rows, args.classes, args.case.split(","), args.trace, args.float32)))
+        measure = from_log if args.from_log else case
+        extra = () if args.from_log else (args.float32,)
+        print(json.dumps(measure(args.rows, args.classes, args.case.split(","), args.trace, *extra)))
         return
     names = args.candidates.split(",")
     runs = ([[n] for n in names] if args.each else []) + [names]
     print(f"{args.rows} x {args.classes} float32 ({args.rows * args.classes * 4 / MIB:.0f} MiB); "
           "peak RSS above the runtime, x the float32 array's bytes "
-          + ("(the fit's array is float32: 1x)" if args.float32 else "(the float64 array held is 2x)"))
+          + ("(from the log through the service)" if args.from_log
+             else "(the fit's array is float32: 1x)" if args.float32 else "(the float64 array held is 2x)"))
     for run in runs:
         command = [sys.executable, __file__, "--rows", str(args.rows), "--classes", str(args.classes),
                    "--case", ",".join(run)]
         command += (["--trace"] if args.trace else []) + (["--float32"] if args.float32 else [])
+        command += ["--from-log"] if args.from_log else []
         result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
         traced = f"  traced {result['traced_x']:.2f}x" if args.trace else ""
         phases = ", ".join(f"{name} {value:.2f}x" for name, value in result["phases"].items())

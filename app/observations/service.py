@@ -218,10 +218,18 @@ class Observations:
         ``shared`` (a worker's cached arrays, read by several parts)."""
         with self.db.read() as session:
             try:
-                inputs, labels = observation_store.load(session, index)
+                inputs, labels = observation_store.load(session, index, loaded_dtype(index))
             except NoResultFound as exc:
                 raise NotFound("observations selected for this fit were deleted before it ran") from exc
         return ArrayBatch(fields, index[0].kind, inputs if shared else cal.allow_reordering(inputs), labels)
+
+
+def loaded_dtype(index: list[ChunkRef]) -> type:
+    """The dtype a fit reads ``index``'s chunks in: float32 where every chunk holds float32 (the
+    core reads float32 a block of rows at a time, accumulating in float64, and widening is exact,
+    so a fit computes the same numbers without a whole float64 copy: the fold layout of ``auto``
+    is then float32 too), else float64 (float16 and float64 chunks widen to it exactly)."""
+    return np.float32 if all(np.dtype(ref.dtype) == np.float32 for ref in index) else np.float64
 
 
 def shape_of_index(index: list[ChunkRef]) -> tuple[int, int, str]:

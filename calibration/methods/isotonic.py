@@ -171,12 +171,12 @@ class IsotonicMulticlass(Calibrator):
         if scores.n * scores.k > STREAM_ABOVE:  # the same knots, one value range of the scores at a time
             from .isotonic_streamed import streamed_knots
 
-            source = getattr(scores, scores.source)
             blocks = row_blocks(scores.n, scores.k)
 
-            def block_scores():
+            def block_scores():  # float32 input widened a block of rows at a time (exact: the same scores)
                 for rows in blocks:
-                    yield (softmax(source[rows]) if scores.source == "logits" else source[rows]).reshape(-1)
+                    yield (softmax(scores.logit_rows(rows)) if scores.source == "logits"
+                           else scores.probability_rows(rows)).reshape(-1)
 
             positives = np.concatenate([values.reshape(-1, scores.k)[np.arange(len(values) // scores.k),
                                                                      labels[rows]]

@@ -239,6 +239,37 @@ def test_a_fit_s_observations_are_its_own_to_reorder_unless_shared(api):
     assert not may_reorder(observations.load(None, index, shared=True).values)
 
 
+def _append_npz(client, name, values, labels):
+    buffer = io.BytesIO()
+    np.savez(buffer, logits=values, labels=labels)
+    return client.post(f"/v1/calibrators/{name}/observations", content=buffer.getvalue(),
+                       headers={"content-type": "application/x-npz"})
+
+
+def test_a_fit_reads_float32_chunks_as_float32_and_fits_what_float64_fits(api):
+    """Chunks stored as float32 are loaded as float32 (no whole float64 copy: the core widens a
+    block of rows at a time, exactly), so a fit from them gives what a fit on their float64 values
+    gives; a float64 chunk among them makes the whole load float64 (widening is exact)."""
+    from app.observations.schemas import ObservationQuery
+
+    narrow = LOGITS.astype(np.float32)
+    assert _append_npz(api, "f32", narrow[:300], LABELS[:300]).status_code == 201
+    assert _append_npz(api, "f32", narrow[300:], LABELS[300:]).status_code == 201
+    observations = api.app.state.service.observations
+    batch = observations.load(None, observations.fit_index("f32", ObservationQuery().to_value()))
+    assert batch.values.dtype == np.float32
+    np.testing.assert_array_equal(batch.values, narrow)
+    for method in ("temperature", "ensemble_temperature"):
+        fitted = api.post("/v1/calibrators/f32/versions",
+                          json={"method": method, "data": {"observations": {}}}).json()
+        direct = cal.create(method, {"input": "logits"}).fit(narrow.astype(np.float64), LABELS)
+        assert fitted["parameters"]["temperature"] == pytest.approx(direct.temperature_, rel=1e-10)
+    assert _append(api, "f32", 0, 10).status_code == 201  # JSON: a float64 chunk
+    mixed = observations.load(None, observations.fit_index("f32", ObservationQuery().to_value()))
+    assert mixed.values.dtype == np.float64
+    np.testing.assert_array_equal(mixed.values[:600], narrow)
+
+
 def _log(client, prefix: str, n: int, start: int = 0) -> dict:
     """Serve ``n`` rows with ids ``prefix0``...; every row served is handed to the log (rate 1), then
     written (the label path's flush); returns the calibrate answer."""
