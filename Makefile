@@ -15,7 +15,9 @@ test:
 	scripts/install $(VENV) $(TEST_EXTRAS) editable
 	$(VENV)/bin/ruff check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(VENV)/bin/python -m pytest
+	# the processes the tests start (servers, workers, the CLI) read the project's bytecode from a cache that
+	# the first one writes, even where the environment turns writing it off (PYTHONDONTWRITEBYTECODE)
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest
 
 lint:
 	$(VENV)/bin/ruff check .
