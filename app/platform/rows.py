@@ -121,6 +121,16 @@ class AliasRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
 
+class RegistryGenerationRow(Base):
+    """One row (``id`` 1) whose ``generation`` moves with every commit that changes what a
+    reference resolves to (Postgres triggers, migration 0018; ``Database.data_version``)."""
+
+    __tablename__ = "registry_generation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger)
+
+
 class JobRow(Base):
     """Long work (a fit, a comparison) run in the background: its input, progress and outcome.
 
