@@ -36,9 +36,11 @@ class Device:
         self.target = torch.device("cpu" if name == "torch-cpu" else name)
         torch.empty(1, device=self.target)  # fail now, not on the first request, if it is unusable
 
-    def predict(self, calibrator: cal.Calibrator, scores: cal.InputBatch) -> np.ndarray:
-        """Calibrated probabilities of a validated host batch, computed on this device."""
+    def predict(self, calibrator: cal.Calibrator, scores: cal.InputBatch, dtype=None) -> np.ndarray:
+        """Calibrated probabilities of a validated host batch, computed on this device (in float64;
+        as ``dtype``, a numpy dtype, when given: the float64 answer's cast)."""
         if self.torch is None:
-            return calibrator.predict_batch(scores)
+            return calibrator.predict_batch(scores, dtype)
         batch = self.torch.as_tensor(getattr(scores, scores.source), device=self.target)
-        return cal.to_host(calibrator.predict_batch(cal.InputBatch(**{scores.source: batch})))
+        host = cal.to_host(calibrator.predict_batch(cal.InputBatch(**{scores.source: batch})))
+        return host if dtype is None else host.astype(dtype, copy=False)
