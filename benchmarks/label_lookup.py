@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.platform.db import Database
 from app.platform.migrate import upgrade
-from app.platform.rows import CalibratorRow
 from app.prediction_log import epoch_store as prediction_epoch_store
 from app.prediction_log.epochs import EpochFilters
 from app.prediction_log.lookup import find_logged
 from app.prediction_log.store import log_predictions
+from app.registry.rows import CalibratorRow
 from benchmarks._common import environment, postgres_database, write
 
 LOOKUP = 1000

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.platform.db import SQLITE_PAGE_SIZE, Database
 from app.platform.migrate import upgrade
-from app.platform.rows import CalibratorRow
 from app.prediction_log.service import PredictionLog
+from app.registry.rows import CalibratorRow
 from app.registry.store import ResolvedVersion
 from benchmarks._common import environment, postgres_database, write
 

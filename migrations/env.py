@@ -4,9 +4,9 @@ foreign keys off while it migrates."""
 
 from alembic import context
 
+from app.all_rows import Base
 from app.platform.db import make_engine
 from app.platform.migrate import include_name
-from app.platform.rows import Base
 from app.settings import get_settings
 
 config = context.config

@@ -29,7 +29,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ..platform.db import Database
 from ..platform.errors import Conflict, InvalidInput
-from ..platform.rows import IdempotencyRow, utcnow
+from ..platform.rows import utcnow
+from .rows import IdempotencyRow
 
 MAX_KEY_LENGTH = 255
 

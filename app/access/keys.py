@@ -20,7 +20,8 @@ from datetime import datetime
 from sqlalchemy import select, update
 
 from ..platform.db import Database
-from ..platform.rows import ApiKeyRow, utcnow
+from ..platform.rows import utcnow
+from .rows import ApiKeyRow
 
 SCOPES = ("read", "write", "admin")
 KEY_PATTERN = re.compile(r"^cal_([0-9a-f]{12})_[A-Za-z0-9_-]{43}$")

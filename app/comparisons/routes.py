@@ -23,6 +23,7 @@ from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
 from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
 from .schemas import CompareFields, CompareOut, CompareRequest
+from .service import Comparisons
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
 METHODS_BODY = dump_json({"methods": cal.describe_methods()})
@@ -40,7 +41,7 @@ def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
 def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
     batch = decode_batch(body, CompareFields, need_labels=True, limits=service.limits)
-    return service.comparisons.compare_or_submit(batch, asked_async)
+    return Comparisons(service).compare_or_submit(batch, asked_async)
 
 
 @router.post("/metrics", summary="Metrics of a labelled batch (no calibrator)", response_model=MetricsOut,

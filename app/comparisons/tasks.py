@@ -6,9 +6,10 @@ from __future__ import annotations
 from ..jobs.handlers import JobContext, job_handler
 from ..jobs.inputs import batch_of_job
 from .schemas import CompareFields
+from .service import Comparisons
 
 
 @job_handler("compare")
 def compare(job: JobContext) -> dict:
     batch = batch_of_job(job.request, job.payload, CompareFields)
-    return job.service.comparisons.compare_as_job(batch, job.progress, job.fan_out())
+    return Comparisons(job.service).compare_as_job(batch, job.progress, job.fan_out())

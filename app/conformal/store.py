@@ -9,8 +9,9 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from ..platform.errors import IntegrityFailure, NotFound
-from ..platform.rows import CalibratorRow, VersionRow, utcnow
+from ..platform.rows import utcnow
 from ..registry import integrity
+from ..registry import reads as registry
 from .rows import SetPredictorRow
 
 RECORD_COLUMNS = ("score", "options", "coverage", "params_json", "source", "n_samples", "created_at")
@@ -73,10 +74,12 @@ def sign_all(session: Session, key: bytes) -> tuple[int, list[str]]:
     and not keyed yet (``calibration-service sign-versions``, after setting the key); returns how many
     were signed and the ones refused (a digest that does not match: never signed over)."""
     signed, refused = 0, []
-    rows = session.execute(select(SetPredictorRow, CalibratorRow.name, VersionRow.version)
-                           .join(VersionRow, SetPredictorRow.version_id == VersionRow.id)
-                           .join(CalibratorRow, VersionRow.calibrator_id == CalibratorRow.id))
-    for row, name, version in rows:
+    predictors = list(session.scalars(select(SetPredictorRow)))
+    names = registry.version_names(session, {row.version_id for row in predictors})
+    for row in predictors:
+        if row.version_id not in names:
+            continue
+        name, version = names[row.version_id]
         values = record_values(name, version, row)
         if integrity.is_current(row.checksum, key) and integrity.verify_record(row.checksum, values, key) is None:
             continue

@@ -1,4 +1,4 @@
-"""What the dashboard reads beyond the API's own answers, through the service and the stores:
+"""What the dashboard reads beyond the API's own answers, through the services and the domains' read APIs:
 
 - ``health``: one calibrator's row on the home page (serving aliases, alarm state, the recent
   calibrated ECE per window of rows, label freshness, logging);
@@ -16,15 +16,15 @@ import math
 
 import numpy as np
 
-from calibration import monitoring
+import calibration as cal
 
 from ..monitoring import alarms as drift_alarms
 from ..monitoring import quality
-from ..monitoring import store as alarm_store
-from ..observations import store as observation_store
+from ..monitoring import reads as monitor_reads
+from ..observations import reads as observations
+from ..observations.chunks import pieces
 from ..platform.errors import ServiceError
-from ..promotion import store as promotion_store
-from ..registry import store
+from ..promotion import evaluations as promotion_evaluations
 from ..registry.serving import Serving
 
 SPARK_WINDOWS = 12  # windows of rows in the home page's sparkline
@@ -75,31 +75,25 @@ def trajectories(service: Serving, name: str, max_rows: int) -> list[dict]:
     ``TRAJECTORY_POINTS`` points, the first crossing kept), its threshold and alarm; a monitor fed
     more than ``max_rows`` rows is not replayed (``skipped``)."""
     out = []
-    with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
-        monitors = [m for m in alarm_store.monitors(session, calibrator.id) if m.signal == "labelled"]
-        plans = {m.version: [c for c in alarm_store.observation_chunks(session, calibrator.id, "feedback", m.version)
-                             if c.id <= m.last_chunk_id] for m in monitors}
-    for row in sorted(monitors, key=lambda m: m.version):
+    for row, chunks in sorted(monitor_reads.labelled_monitors(service.db, name), key=lambda m: m[0].version):
         view = drift_alarms.monitor_view(row)
         entry = {"version": row.version, "threshold_log_e": view["threshold_log_e_value"],
                  "alarm_rows": row.alarm_rows, "n_rows": row.n_rows, "log_e_value": row.log_e_value,
                  "rows": [], "log_e": [], "skipped": row.n_rows > max_rows}
-        chunks = plans[row.version]
         if not entry["skipped"] and chunks:
-            test = monitoring.DriftTest(**{k: row.state[k] for k in monitoring.OPTIONS})
+            test = cal.DriftTest(**{k: row.state[k] for k in cal.DRIFT_TEST_OPTIONS})
             path = []
             parts = [(chunk.kind, part) for chunk in chunks
-                     for part in observation_store.pieces(chunk.index_entry(), service.max_read_entries)]
+                     for part in pieces(chunk.index_entry(), service.max_read_entries)]
             for kind, part in parts:  # one read at a time, each within the read budget
                 with service.db.read() as session:
-                    inputs, labels = observation_store.load(session, [part])
+                    inputs, labels = observations.load(session, [part])
                 versions = np.full(len(labels), row.version, dtype=np.int64)
                 _, probs, usable = quality.calibrated_groups(service, name, kind, inputs, versions)
                 labels = labels[usable]
                 if len(labels):
-                    test.update(monitoring.top_label_residuals(probs, labels),
-                                monitoring.class_residuals(probs, labels))
+                    test.update(cal.top_label_residuals(probs, labels),
+                                cal.class_residuals(probs, labels))
                     path.append(test.trajectory)
             log_e = np.concatenate(path) if path else np.zeros(0)
             keep = np.unique(np.concatenate([np.linspace(0, len(log_e) - 1, min(len(log_e), TRAJECTORY_POINTS))
@@ -117,8 +111,7 @@ def alarm_windows(service: Serving, name: str, window: str, alarms: dict) -> lis
     holding the row at which it fired: for a labelled monitor, its ``alarm_rows``-th labelled row of
     its version in arrival order; for a label-free one, the newest observation before it was raised."""
     size = quality.window_size(window)
-    with service.db.read() as session:
-        chunks = alarm_store.observation_chunks(session, store.calibrator_row(session, name).id)
+    chunks = monitor_reads.observation_chunks(service.db, name)
     out = []
     for alarm in alarms["alarms"]:
         offset, seen, where = 0, 0, None
@@ -143,6 +136,4 @@ def alarm_windows(service: Serving, name: str, window: str, alarms: dict) -> lis
 
 def evaluations(service: Serving, name: str, limit: int = 20) -> list[dict]:
     """The newest ``limit`` evaluations, whole (the stored result: confidence sequences, ECE intervals)."""
-    with service.db.read() as session:
-        return [{"id": r.id, **r.result, "created_at": r.created_at}
-                for r in promotion_store.recent_evaluations(session, name, limit)]
+    return promotion_evaluations.recent_evaluations(service.db, name, limit)

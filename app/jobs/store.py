@@ -15,7 +15,8 @@ import numpy as np
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from ..platform.rows import JobRow, utcnow
+from ..platform.rows import utcnow
+from .rows import JobRow
 from .status import ACTIVE, FINISHED, STATES, JobStatus
 
 RETENTION = timedelta(days=1)

@@ -23,13 +23,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 import calibration as cal
-from calibration import label_free, monitoring
 
-from ..observations import store as observation_store
+from ..observations import reads as observations
+from ..observations.chunks import pieces
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
-from ..registry import store
+from ..prediction_log import reads as prediction_log
+from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from . import coverage_monitors, webhooks
@@ -56,8 +57,8 @@ def reference_view(row: DriftMonitorRow, drift: float | None) -> dict | None:
     view["detectable_class_drift"] = row.state["requested"]["class_tolerance"] + view["max_class_radius"]
     if drift is not None:
         view["drift"] = drift
-        view["rows_needed"] = label_free.rows_needed(drift, row.tolerance, row.alpha,
-                                                     sd=min(max(reference["confidence_sd"], 1e-3), 0.5))
+        view["rows_needed"] = cal.label_free_rows_needed(drift, row.tolerance, row.alpha,
+                                                           sd=min(max(reference["confidence_sd"], 1e-3), 0.5))
     return view
 
 
@@ -81,13 +82,13 @@ def alarms(db: Database, name: str, drift: float | None = None) -> dict:
     if drift is not None and not 0 < drift < 1:
         raise InvalidInput(f"drift must lie in (0, 1), got {drift!r}")
     with db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         views = [monitor_view(row, drift) for row in alarm_store.monitors(session, calibrator.id)]
     return {"name": name, "alarms": [v for v in views if v["alarm"]], "monitors": views}
 
 
 def _residuals(service: Serving, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
-    inputs, labels = observation_store.load(session, entries)
+    inputs, labels = observations.load(session, entries)
     _, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs,
                                               np.full(len(labels), version, dtype=np.int64))
     return calibrated, labels[usable]
@@ -99,7 +100,7 @@ def _batches(service: Serving, name: str, version: int, chunks: list):
     read budget if smaller (a larger chunk in pieces)."""
     batch, entries = [], 0
     limit = min(FEED_ENTRIES, service.max_read_entries)
-    parts = [part for chunk in chunks for part in observation_store.pieces(chunk.index_entry(), limit)]
+    parts = [part for chunk in chunks for part in pieces(chunk.index_entry(), limit)]
     for position, part in enumerate(parts):
         batch.append(part)
         entries += part.rows * part.n_classes
@@ -111,15 +112,15 @@ def _batches(service: Serving, name: str, version: int, chunks: list):
             batch, entries = [], 0
 
 
-def _feed(service: Serving, name: str, version: int, test: monitoring.DriftTest, chunks: list) -> None:
+def _feed(service: Serving, name: str, version: int, test: cal.DriftTest, chunks: list) -> None:
     """Feed ``test`` the rows of ``chunks`` (``_batches``)."""
     for probs, labels in _batches(service, name, version, chunks):
-        test.update(monitoring.top_label_residuals(probs, labels), monitoring.class_residuals(probs, labels))
+        test.update(cal.top_label_residuals(probs, labels), cal.class_residuals(probs, labels))
 
 
 def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
     with service.db.read() as session:
-        index = observation_store.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
+        index = observations.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
                                                 source="feedback", version=version)
         if not index:
             return None, 0
@@ -138,13 +139,13 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
     options = {"alpha": alpha, "tolerance": tolerance, "half_life": half_life, "max_bet": 0.5,
                "class_tolerance": class_tolerance}
     with refused_as():
-        monitoring.DriftTest(**options)
+        cal.DriftTest(**options)
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
-        labelled = alarm_store.served_versions(session, calibrator.id)
-        logged = alarm_store.logged_versions(session, calibrator.id)
+        calibrator = registry.calibrator(session, name)
+        labelled = observations.served_versions(session, calibrator.id)
+        logged = prediction_log.logged_versions(session, calibrator.id)
         known = {(row.version, row.signal): (row.state, row.last_chunk_id)
                  for row in alarm_store.monitors(session, calibrator.id)}
     new_alarms = []
@@ -188,10 +189,10 @@ def _record(service: Serving, calibrator: tuple[str, int], version: int, signal:
 
 def _labelled(service: Serving, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
     with service.db.read() as session:
-        chunks = alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
+        chunks = observations.observation_chunks(session, calibrator_id, "feedback", version, after)
     if state is None and not chunks:  # its rows were deleted meanwhile
         return None
-    test = monitoring.DriftTest.from_dict(state) if state is not None else monitoring.DriftTest(
+    test = cal.DriftTest.from_dict(state) if state is not None else cal.DriftTest(
         **options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
     _feed(service, name, version, test, chunks)
     ece, ece_rows = _recent_ece(service, name, calibrator_id, version)
@@ -203,8 +204,8 @@ def _reference(service: Serving, name: str, calibrator_id: int, version: int) ->
     observations (uploads if there are any) through ``version``."""
     with service.db.read() as session:
         budget = service.max_read_entries
-        index = observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget, source="upload") or \
-            observation_store.newest_within(session, calibrator_id, REFERENCE_ROWS, budget)
+        index = observations.newest_within(session, calibrator_id, REFERENCE_ROWS, budget, source="upload") or \
+            observations.newest_within(session, calibrator_id, REFERENCE_ROWS, budget)
         if not index:
             return None
         probs, _ = _residuals(service, name, version, session, index)
@@ -217,15 +218,15 @@ def _label_free(service: Serving, name: str, calibrator_id: int, version: int, o
         if probs is None:  # nothing labelled to compare with
             return None
     with service.db.read() as session:
-        facts = alarm_store.logged_chunk_facts(session, calibrator_id, version, after)
+        facts = prediction_log.logged_chunk_facts(session, calibrator_id, version, after)
     if state is None and not facts:
         return None
     loaded = service.serving(Reference.pinned(name, version))
     if state is not None:
-        test = monitoring.DriftTest.from_dict(state)
-        reference = label_free.LabelFreeReference.from_dict(state["reference"])
+        test = cal.DriftTest.from_dict(state)
+        reference = cal.LabelFreeReference.from_dict(state["reference"])
     else:
-        test, reference = label_free.label_free_test(probs, **options)
+        test, reference = cal.label_free_test(probs, **options)
     batch, entries = [], 0
     limit = min(FEED_ENTRIES, service.max_read_entries)
     step = [max(limit // width, 1) for _, _, width in facts]
@@ -237,10 +238,10 @@ def _label_free(service: Serving, name: str, calibrator_id: int, version: int, o
         entries += (stop - start) * width
         if entries >= limit or position == len(parts) - 1:
             with service.db.read() as session:
-                kind, inputs = alarm_store.logged_arrays(session, batch)
+                kind, inputs = prediction_log.logged_arrays(session, batch)
             if len(inputs):
                 probs = cal.to_host(service.predict(loaded, cal.validate_inputs(inputs, kind)))
-                test.update(*label_free.residuals(probs, reference))
+                test.update(*cal.label_free_residuals(probs, reference))
             batch, entries = [], 0
     return test, facts[-1][0] if facts else after, None, 0, {"reference": reference.to_dict(), "requested": options}
 

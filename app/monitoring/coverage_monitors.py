@@ -23,8 +23,8 @@ import calibration as cal
 
 from ..conformal import adaptive
 from ..conformal.service import alpha_of
+from ..observations import reads as observations
 from . import coverage
-from . import store as alarm_store
 
 PREFIX = "coverage@"
 Batches = Callable[..., Iterator[tuple[np.ndarray, np.ndarray]]]
@@ -50,7 +50,7 @@ def view(row) -> dict:
 
 def _chunks(service, calibrator_id: int, version: int, after: int) -> list:
     with service.db.read() as session:
-        return alarm_store.observation_chunks(session, calibrator_id, "feedback", version, after)
+        return observations.observation_chunks(session, calibrator_id, "feedback", version, after)
 
 
 def update_adaptive(service, name: str, calibrator_id: int, version: int, serving: dict, batches: Batches) -> int:

@@ -15,11 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 import calibration as cal
-from calibration import power as core
 
-from ..observations import store as observation_store
+from ..observations import reads as observations
 from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge, refused_as
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from .power_schemas import PowerRequest
@@ -28,8 +27,8 @@ from .power_schemas import PowerRequest
 def _index(session, calibrator_id: int, rows: int, budget: int) -> list:
     """The newest ``rows`` labelled observations (uploads if there are any), fewer where over the
     read budget ``CALIBRATION_MAX_READ_ENTRIES``, as the label-free monitor's reference."""
-    return observation_store.newest_within(session, calibrator_id, rows, budget, source="upload") or \
-        observation_store.newest_within(session, calibrator_id, rows, budget)
+    return observations.newest_within(session, calibrator_id, rows, budget, source="upload") or \
+        observations.newest_within(session, calibrator_id, rows, budget)
 
 
 def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
@@ -42,9 +41,9 @@ def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
         if value > limit:
             raise InvalidInput(f"{setting.split('_')[-1].lower()} must be at most {limit} ({setting}), got {value}")
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         version = fields.version or calibrator.last_version
-        k = store.get_version(session, name, version).n_classes
+        k = registry.version_classes(session, name, version)
         index = _index(session, calibrator.id, settings.power_rows, service.max_read_entries)
     if not index:
         raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
@@ -59,8 +58,8 @@ def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
     return service.jobs.submit("power", name, request, None)
 
 
-def _shift(fields: PowerRequest) -> core.Shift:
-    return core.Shift(fields.shift, fields.size, fields.shift_class,
+def _shift(fields: PowerRequest) -> cal.PowerShift:
+    return cal.PowerShift(fields.shift, fields.size, fields.shift_class,
                       tuple(fields.swap_classes) if fields.swap_classes else None)
 
 
@@ -70,11 +69,11 @@ def run(service: Serving, name: str, request: dict, progress) -> dict:
     version = int(request["version"])
     progress.step(f"reading up to {request['rows']} labelled observations", 2.0)
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         index = _index(session, calibrator.id, int(request["rows"]), service.max_read_entries)
         if not index:
             raise NotFound(f"{name!r} has no labelled observations to simulate streams from")
-        inputs, labels = observation_store.load(session, index)
+        inputs, labels = observations.load(session, index)
     kind = index[0].kind
     loaded = service.serving(Reference.pinned(name, version))
 
@@ -82,10 +81,10 @@ def run(service: Serving, name: str, request: dict, progress) -> dict:
         return cal.to_host(service.predict(loaded, cal.validate_inputs(raw, kind)))
 
     with refused_as():
-        result = core.power(calibrate, inputs, kind, labels, _shift(fields), streams=fields.streams,
-                            max_labels=fields.labels, signal=fields.signal, alpha=fields.alpha,
-                            tolerance=fields.tolerance, class_tolerance=fields.class_tolerance,
-                            half_life=fields.half_life, checkpoints=fields.checkpoints,
-                            confidence=fields.confidence, seed=fields.seed,
-                            progress=lambda step, percent: progress.step(step, 5.0 + 0.9 * percent))
+        result = cal.detection_power(calibrate, inputs, kind, labels, _shift(fields), streams=fields.streams,
+                                     max_labels=fields.labels, signal=fields.signal, alpha=fields.alpha,
+                                     tolerance=fields.tolerance, class_tolerance=fields.class_tolerance,
+                                     half_life=fields.half_life, checkpoints=fields.checkpoints,
+                                     confidence=fields.confidence, seed=fields.seed,
+                                     progress=lambda step, percent: progress.step(step, 5.0 + 0.9 * percent))
     return {"name": name, "version": version, "input_kind": kind, **result}

@@ -16,18 +16,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 import calibration as cal
-from calibration import label_shift as shift
-from calibration import prior_shift, quality_plot
 
-from ..observations import store as observation_store
-from ..observations.store import Selection
+from ..observations import reads as observations
+from ..observations.chunks import total_rows
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotAcceptable, NotFound, TooLarge, refused_as
-from ..registry import store
+from ..prediction_log import reads as prediction_log
+from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from . import coverage
-from . import store as alarm_store
 
 METRICS = {"ece": cal.ece, "classwise_ece": cal.classwise_ece, "kde_ece": cal.kde_ece, "nll": cal.nll,
            "brier": cal.brier, "accuracy": cal.accuracy, "mean_confidence": cal.mean_confidence}
@@ -158,18 +156,18 @@ def quality(service: Serving, name: str, query: QualityQuery) -> dict:
         raise InvalidInput(f"unknown metrics {sorted(unknown)}; known: {list(METRICS)}")
     db: Database = service.db
     with db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         latest = calibrator.last_version
         if query.version is not None:
-            store.get_version(session, name, query.version)
-        chunks = alarm_store.observation_chunks(session, calibrator.id)
+            registry.version_classes(session, name, query.version)
+        chunks = observations.observation_chunks(session, calibrator.id)
         entries, window_labels = _plan(chunks, query.window, query.windows)
-        n = observation_store.index_rows(entries)
+        n = total_rows(entries)
         if entries and n * entries[0].n_classes > service.max_read_entries:
             raise TooLarge(f"the newest {query.windows} windows hold {n} rows of {entries[0].n_classes} classes, over "
                            f"the limit of {service.max_read_entries} entries one read may load "
                            "(CALIBRATION_MAX_READ_ENTRIES); ask for fewer or smaller windows")
-        inputs, labels = observation_store.load(session, entries) if entries else (None, None)
+        inputs, labels = observations.load(session, entries) if entries else (None, None)
     answer = {"name": name, "window": query.window, "version": query.version, "n_bins": query.n_bins,
               "bootstrap": query.bootstrap, "confidence": query.confidence, "windows": [], "skipped_rows": 0}
     if not entries:
@@ -223,17 +221,17 @@ def label_shift(service: Serving, name: str, version: int | None = None, last: i
     if service.prediction_log is not None:  # what was served until now, not only what was flushed
         service.prediction_log.flush()
     with service.db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         reference = version or calibrator.last_version
-        k = max(store.get_version(session, name, reference).n_classes, 2)
+        k = max(registry.version_classes(session, name, reference), 2)
         check_read(last, k, service.max_read_entries, "last")
-        logged = alarm_store.logged_inputs(session, calibrator.id, version, last)
-        index = observation_store.chunk_index(session, calibrator.id, Selection(last=last, source="upload")) or \
-            observation_store.chunk_index(session, calibrator.id, Selection(last=last))
+        logged = prediction_log.logged_inputs(session, calibrator.id, version, last)
+        index = observations.chunk_index(session, calibrator.id, last=last, source="upload") or \
+            observations.chunk_index(session, calibrator.id, last=last)
         if logged is None or not index:
             raise NotFound(f"{name!r} needs logged predictions and labelled observations for a label-shift "
                            f"estimate (it has {0 if logged is None else len(logged[1])} logged rows)")
-        source_inputs, source_labels = observation_store.load(session, index)
+        source_inputs, source_labels = observations.load(session, index)
     kind, inputs, versions = logged
     if version is not None:
         versions[:] = version
@@ -245,8 +243,8 @@ def label_shift(service: Serving, name: str, version: int | None = None, last: i
         raise NotFound(f"the versions that served {name!r}'s rows were deleted")
     k = target.shape[1]
     pi = np.bincount(source_labels, minlength=k) / len(source_labels)
-    em = shift.em_priors(target, pi)
-    bbse = shift.bbse_priors(source, source_labels, target, pi)
+    em = cal.em_priors(target, pi)
+    bbse = cal.bbse_priors(source, source_labels, target, pi)
     return {"name": name, "version": version, "reference_version": reference, "n_predictions": len(target),
             "n_source_rows": len(source_labels), "source_priors": pi.tolist(), "em": em.to_dict(),
             "bbse": bbse.to_dict(), "suggestion": suggestion(raw_source, source_labels, raw_target, pi, alpha),
@@ -258,8 +256,8 @@ def suggestion(raw_source: np.ndarray, source_labels: np.ndarray, raw_target: np
                alpha: float) -> dict:
     """``calibration.prior_shift``'s decision on the raw probabilities' logs (BCTS fitted on the
     labelled source rows), with the BCTS it used."""
-    bcts = prior_shift.bcts_fit(np.log(np.clip(raw_source, 1e-300, 1.0)), source_labels)
-    decision = prior_shift.prior_shift(bcts.predict_proba(np.log(np.clip(raw_target, 1e-300, 1.0))), pi, alpha)
+    bcts = cal.bcts_fit(np.log(np.clip(raw_source, 1e-300, 1.0)), source_labels)
+    decision = cal.prior_shift_test(bcts.predict_proba(np.log(np.clip(raw_target, 1e-300, 1.0))), pi, alpha)
     return {**decision.to_dict(), "calibration": {"method": "bias_corrected_temperature",
                                                   "temperature": bcts.temperature, "biases": bcts.biases.tolist(),
                                                   "converged": bcts.converged, "rows": len(source_labels)}}
@@ -278,7 +276,7 @@ def quality_figure(service: Serving, name: str, query: QualityQuery, fmt: str) -
                              "mean confidence": [w["calibrated"]["mean_confidence"] for w in windows]}}
     version = f" (all through v{query.version})" if query.version else ""
     try:
-        return quality_plot.quality_figure([w["window"] for w in windows], panels, fmt,
-                                           f"{name}: calibration quality per {query.window}{version}")
+        return cal.quality_figure([w["window"] for w in windows], panels, fmt,
+                                f"{name}: calibration quality per {query.window}{version}")
     except ImportError as exc:  # pragma: no cover - matplotlib is an optional extra
         raise NotAcceptable("images need the 'plot' extra (matplotlib) on the server") from exc

@@ -2,9 +2,8 @@
 labelled predictions it served (``signal`` "labelled") and one of its logged predictions without
 labels (``signal`` "label_free"), each holding its anytime-valid e-process
 (``calibration.monitoring.DriftTest``) and, once it crossed ``1/alpha``, its alarm; and the
-webhook outbox, one delivery per new alarm and URL. Kept out of
-``app.platform.rows`` so that the monitoring schema has a module of its own; it shares ``Base`` (and so
-the metadata Alembic compares)."""
+webhook outbox, one delivery per new alarm and URL. It shares
+``Base`` (and so the metadata Alembic compares, through ``app.all_rows``)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from ..platform.db import Database
 from ..platform.logs import first_line
 from ..platform.rows import utcnow
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import check_name
 from . import coverage_monitors, webhook_store
 from .rows import DriftMonitorRow
@@ -178,7 +178,7 @@ def deliveries(db: Database, name: str) -> dict:
     """The newest deliveries of ``name``'s alarms, with their state."""
     check_name(name)
     with db.read() as session:
-        calibrator = store.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         rows = webhook_store.for_calibrator(session, calibrator.id, LISTED)
         views = [{"id": row.id, "version": row.version, "signal": row.signal, "alarm_rows": row.alarm_rows,
                   "url": _shown(row.url), "state": row.state, "attempts": row.attempts,

@@ -1,16 +1,18 @@
-"""``ChunkRef``: a stored observation chunk as a read selects it, without its arrays."""
+"""``ChunkRef``: a stored observation chunk as a read selects it, without its arrays; ``ChunkFacts``: one
+with its source, serving version and time."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkRef:
     """Rows ``skip`` to ``n_rows`` of observation chunk ``id``: its inputs are ``n_classes`` columns
     (one for ``kind == "scores"``) of ``dtype``. ``n_rows`` below the chunk's own reads a range of it
-    (``observations.store.pieces``). A job that reads stored observations keeps its refs in its request
+    (``pieces``). A job that reads stored observations keeps its refs in its request
     as JSON lists (``as_json``), so that it reads exactly the chunks chosen when it was asked for."""
 
     id: int
@@ -44,3 +46,27 @@ def refs_from_json(entries: Iterable[Sequence]) -> list[ChunkRef]:
 def total_rows(index: Iterable[ChunkRef]) -> int:
     """How many rows the refs of ``index`` select."""
     return sum(ref.rows for ref in index)
+
+
+def pieces(entry: ChunkRef, max_entries: int) -> list[ChunkRef]:
+    """``entry`` cut into refs of at most ``max_entries`` rows x classes (at least one row)."""
+    step = max(max_entries // max(entry.n_classes if entry.kind != "scores" else 1, 1), 1)
+    return [replace(entry, n_rows=min(start + step, entry.n_rows), skip=start)
+            for start in range(entry.skip, entry.n_rows, step)]
+
+
+@dataclass(frozen=True)
+class ChunkFacts:
+    """One observation chunk without its arrays; ``index_entry`` is its ref (reading from row ``skip``)."""
+
+    id: int
+    source: str
+    version: int | None
+    created_at: datetime
+    n_rows: int
+    dtype: str
+    kind: str
+    n_classes: int
+
+    def index_entry(self, skip: int = 0) -> ChunkRef:
+        return ChunkRef(self.id, self.n_rows, self.dtype, self.kind, self.n_classes, skip)

@@ -13,7 +13,7 @@ like any other, and the history is the version list itself. ``min_rows`` bounds 
 a stream of small label batches makes (default 100 rows a version).
 
 **Ordering**: every write of observations takes the calibrator's row lock before it inserts
-(``app.observations.online_store.lock_calibrator``), so chunks commit in id order and an update never passes
+(``app.registry.reads.lock_calibrator``), so chunks commit in id order and an update never passes
 over a chunk still being written. Within a labels request, rows are stored by serving version,
 each in the order the ids were posted.
 
@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 
 import calibration as cal
 
-from ..platform.rows import VersionRow
 from ..registry import integrity
+from ..registry import reads as registry
 from ..registry.cache import load_calibrator
 from ..registry.names import ResolvedVersion
 from ..registry.versions import NewVersion, write_version
@@ -48,7 +48,7 @@ class OnlineUpdates:
         self.integrity_key = integrity_key
         self.min_rows = min_rows
 
-    lock = staticmethod(online_store.lock_calibrator)
+    lock = staticmethod(registry.lock_calibrator)
 
     @staticmethod
     def watermark(session: Session, calibrator_id: int) -> dict:
@@ -58,10 +58,10 @@ class OnlineUpdates:
     def apply(self, session: Session, calibrator_id: int, name: str) -> int | None:
         """Update ``name``'s latest version on the rows stored since it, if it is online and they
         are enough; the number of the version stored, or ``None``. Call with the lock held."""
-        latest = online_store.latest_version(session, calibrator_id)
+        latest = registry.latest_version(session, calibrator_id)
         if latest is None or not getattr(cal.METHODS.get(latest.method), "updates_online", False):
             return None
-        parent = session.get(VersionRow, latest.id)
+        parent = registry.version_row(session, latest.id)
         through = (parent.report or {}).get("online_update", {}).get("through_chunk")
         if through is None:
             return None

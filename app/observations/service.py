@@ -18,12 +18,11 @@ import calibration as cal
 
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, TooLarge
-from ..platform.rows import CalibratorRow
 from ..prediction_log import lookup as prediction_log_lookup
-from ..prediction_log import store as prediction_log_store
+from ..prediction_log import reads as prediction_log_reads
 from ..prediction_log.epochs import EpochFilters
 from ..prediction_log.service import PredictionLog
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import check_name
 from ..wire.batches import ArrayBatch, validated
 from . import store as observation_store
@@ -61,7 +60,7 @@ class Observations:
         inputs, labels = validated(batch)
         values = stored_form(batch.values)
         with self.db.write() as session:
-            calibrator_id = store.ensure_calibrator(session, name)
+            calibrator_id = registry.ensure_calibrator(session, name)
             self.online.lock(session, calibrator_id)
             expected = observation_store.shape_of(session, calibrator_id)
             if expected is not None and expected != (batch.kind, inputs.k):
@@ -89,11 +88,11 @@ class Observations:
         chunks' small columns (the arrays are never read)."""
         check_name(name)
         with self.db.read() as session:
-            calibrator = store.calibrator_row(session, name)
+            calibrator = registry.calibrator(session, name)
             facts = observation_store.chunk_facts(session, calibrator.id)
             shape = observation_store.shape_of(session, calibrator.id)
-            logged, labelled = prediction_log_store.logged_counts(session, calibrator.id)
-            held, dropped = prediction_log_store.log_state(session, calibrator.id)
+            logged, labelled = prediction_log_reads.logged_counts(session, calibrator.id)
+            held, dropped = prediction_log_reads.log_state(session, calibrator.id)
         by_source, by_version, by_day = Counter(), Counter(), Counter()
         class_counts = np.zeros(shape[1] if shape else 0, dtype=np.int64)
         for source, version, created_at, n_rows, counts in facts:
@@ -116,7 +115,7 @@ class Observations:
     def delete_before(self, name: str, before: datetime) -> dict:
         check_name(name)
         with self.db.write() as session:
-            calibrator = store.calibrator_row(session, name)
+            calibrator = registry.calibrator(session, name)
             return {"name": name, "deleted_rows": observation_store.delete_before(session, calibrator.id, before)}
 
     # -- the prediction log -------------------------------------------------------------------
@@ -124,8 +123,7 @@ class Observations:
     def set_logging(self, name: str, sample_rate: float) -> dict:
         check_name(name)
         with self.db.write() as session:
-            calibrator: CalibratorRow = store.calibrator_row(session, name)
-            calibrator.log_sample_rate = sample_rate
+            registry.set_log_sample_rate(session, name, sample_rate)
         if sample_rate > 0 and self.log is not None:
             self.log.start_writer()
         return self.logging(name)
@@ -136,8 +134,8 @@ class Observations:
         is logged until retention or a delete frees room) and the rows it dropped for being full."""
         check_name(name)
         with self.db.read() as session:
-            calibrator = store.calibrator_row(session, name)
-            logged, dropped = prediction_log_store.log_state(session, calibrator.id)
+            calibrator = registry.calibrator(session, name)
+            logged, dropped = prediction_log_reads.log_state(session, calibrator.id)
         return {"name": name, "sample_rate": calibrator.log_sample_rate, "logged_rows": logged,
                 "max_logged_rows": self.log.max_logged_rows if self.log is not None else None,
                 "full": self._full(logged), "dropped_rows": dropped}
@@ -159,12 +157,12 @@ class Observations:
             statuses.append("duplicate" if pid in first else None)
             first.setdefault(pid, position)
         with self.db.write() as session:
-            calibrator = store.calibrator_row(session, name)
+            calibrator = registry.calibrator(session, name)
             found = prediction_log_lookup.find_logged(session, calibrator.id, list(first), self.epoch_filters)
             wanted: dict[int, set[int]] = {}
             for logged in found.values():
                 wanted.setdefault(logged.chunk_id, set()).add(logged.row)
-            chunks = prediction_log_store.prediction_rows(session, wanted)  # those rows only, not whole chunks
+            chunks = prediction_log_reads.prediction_rows(session, wanted)  # those rows only, not whole chunks
             for pid, logged in found.items():
                 label, n_classes = labels[first[pid]], chunks[logged.chunk_id][2]
                 if not 0 <= label < max(n_classes, 2):
@@ -198,7 +196,7 @@ class Observations:
         """The chunks a fit on ``name``'s stored observations reads (fixed when the fit is asked
         for, so that a job fits exactly them), after checking there are some and not too many."""
         with self.db.read() as session:
-            calibrator = store.calibrator_row(session, name)
+            calibrator = registry.calibrator(session, name)
             index = observation_store.chunk_index(session, calibrator.id, Selection(**query.model_dump()))
         if not index:
             raise NotFound(f"{name!r} has no observations matching {query.model_dump(exclude_none=True)}")

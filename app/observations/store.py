@@ -12,32 +12,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import LargeBinary, delete, func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from ..platform.rows import ObservationChunkRow, VersionRow, utcnow
+from ..platform.rows import utcnow
+from ..platform.sql import byte_range, from_raw, raw
+from ..registry import reads as registry
 from .chunks import ChunkRef, total_rows
+from .rows import ObservationChunkRow
 
 LABEL_DTYPE = np.dtype("<i4")
-IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound parameters
-
-
-def raw(array: np.ndarray) -> tuple[bytes, str]:
-    """An array's bytes, little-endian and C-ordered, with its dtype string."""
-    data, dtype = raw_view(array)
-    return data.tobytes(), dtype
-
-
-def raw_view(array: np.ndarray) -> tuple[memoryview, str]:
-    """``raw`` without copying the bytes out: a byte view of the array itself where it already is
-    little-endian and C-ordered (for a Core insert, whose driver copies them when it binds them)."""
-    little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return memoryview(little).cast("B"), little.dtype.str
-
-
-def from_raw(data: bytes, dtype: str, n_rows: int, n_classes: int, kind: str) -> np.ndarray:
-    shape = (n_rows,) if kind == "scores" else (n_rows, n_classes)
-    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
 
 
 def shape_of(session: Session, calibrator_id: int) -> tuple[str, int] | None:
@@ -46,10 +30,8 @@ def shape_of(session: Session, calibrator_id: int) -> tuple[str, int] | None:
     row = session.execute(select(ObservationChunkRow.input_kind, ObservationChunkRow.n_classes)
                           .where(ObservationChunkRow.calibrator_id == calibrator_id).limit(1)).first()
     if row is None:
-        row = session.execute(select(VersionRow.input_kind, VersionRow.n_classes)
-                              .where(VersionRow.calibrator_id == calibrator_id)
-                              .order_by(VersionRow.version.desc()).limit(1)).first()
-    return None if row is None else (row[0], row[1])
+        return registry.latest_shape(session, calibrator_id)
+    return row[0], row[1]
 
 
 def totals(session: Session, calibrator_id: int) -> tuple[int, int]:
@@ -132,13 +114,6 @@ def index_rows(index: list[ChunkRef]) -> int:
     return total_rows(index)
 
 
-def pieces(entry: ChunkRef, max_entries: int) -> list[ChunkRef]:
-    """``entry`` cut into refs of at most ``max_entries`` rows x classes (at least one row)."""
-    step = max(max_entries // max(entry.n_classes if entry.kind != "scores" else 1, 1), 1)
-    return [replace(entry, n_rows=min(start + step, entry.n_rows), skip=start)
-            for start in range(entry.skip, entry.n_rows, step)]
-
-
 def load(session: Session, index: list[ChunkRef], dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
     """The inputs and labels of the chunks in ``index``, concatenated as ``dtype`` (float64: what
     the core validates them to, so no second copy is made): one output array is allocated and
@@ -161,13 +136,6 @@ def load(session: Session, index: list[ChunkRef], dtype=np.float64) -> tuple[np.
         at += take
         del data, label_bytes
     return inputs, labels
-
-
-def byte_range(column, start: int, length: int):
-    """``length`` bytes of ``column`` from byte ``start`` on, cut in the database (``substr`` of a
-    blob or bytea, 1-based on both): a read of some rows of a chunk never brings its other rows
-    into this process."""
-    return func.substr(column, start + 1, length, type_=LargeBinary)
 
 
 def chunk_facts(session: Session, calibrator_id: int) -> list:

@@ -60,7 +60,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
     given) and encode the response: the JSON header, then the binary outputs if asked, as parts
     to send one after another (``answer_datatype`` says the probabilities' datatype from
     ``dtype``). ``log(array, ids)`` hands
-    the input to the prediction log and returns what it did (``app.prediction_log.service.Served``), or
+    the input to the prediction log and returns what it did (``app.wire.batches.Served``), or
     ``None`` when the calibrator does not log; with logging on the response's ``parameters`` carry
     ``ids`` and ``logged``. ``sets``, given when the request asks for the output ``set``, is
     ``(set predictor id, probabilities -> boolean mask)``."""

@@ -11,9 +11,10 @@ from datetime import datetime
 from sqlalchemy import delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
-from ..observations.store import IN_LIST
-from ..platform.rows import LoggedPredictionRow, PredictionEpochRow, utcnow
+from ..platform.rows import utcnow
+from ..platform.sql import IN_LIST
 from . import bloom
+from .rows import LoggedPredictionRow, PredictionEpochRow
 
 EPOCHS = PredictionEpochRow.__table__
 

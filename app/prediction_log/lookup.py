@@ -18,10 +18,9 @@ import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from ..observations.store import IN_LIST
-from ..platform.rows import LoggedPredictionRow
-from ..registry.store import dialect_insert
+from ..platform.sql import IN_LIST, dialect_insert
 from .epochs import EpochFilters
+from .rows import LoggedPredictionRow
 from .store import BATCH_MARK, GENERATED
 
 # a batch of generated ids that an earlier release sampled row by row (migration 0010): the sorted

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import orjson
 
-from ..observations.store import raw_view
+from ..platform.sql import raw_view
 from .buffer import Pending
 from .ring import CLIENT_IDS, PREFIX, RING_BYTES, RingWriter, record_header
 

@@ -27,7 +27,7 @@ import numpy as np
 # input kind; then the text (client ids joined by newlines, or the prefix) and the array's bytes
 HEADER = struct.Struct("<8q8s16s")
 CLIENT_IDS, PREFIX, WRAP = 1, 2, 3  # the ids are the client's or a prefix's; the records go on at the start
-DTYPES = ("<f2", "<f4", "<f8")  # what ``observation_store.raw_view`` gives for float inputs
+DTYPES = ("<f2", "<f4", "<f8")  # what ``app.platform.sql.raw_view`` gives for float inputs
 # ``calibration.INPUT_KINDS`` (a test keeps them equal): the writer process does not import the core,
 # whose scipy would add ~50 MiB to its resident memory
 KINDS = ("logits", "probabilities", "scores")

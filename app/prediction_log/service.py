@@ -27,17 +27,17 @@ import random
 import re
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
 
-from ..observations import store as observation_store
+from ..observations import reads as observations
 from ..platform.db import Database
 from ..platform.errors import InvalidInput
 from ..platform.logs import first_line
 from ..platform.rows import utcnow
 from ..registry.names import ResolvedVersion
+from ..wire.batches import Served
 from . import epoch_store as prediction_epoch_store
 from . import store as prediction_log_store
 from .buffer import LogBuffer, LogStats, Pending, name_thread
@@ -99,24 +99,6 @@ def new_prefix() -> str:
     ids need to be distinct, not secret, and ``os.urandom`` releases the GIL for its system call,
     a hand-over to the log's writer thread on every request."""
     return f"{random.getrandbits(64):016x}-"
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    """A served batch of ``n`` rows as the prediction log saw it: the client's ``client_ids``, or
-    generated ids (``prefix`` and the row number), and how many rows it ``logged`` (0 or ``n``)."""
-
-    n: int
-    logged: int
-    client_ids: list[str] | None = None
-    prefix: str | None = None
-
-    @property
-    def ids(self) -> list[str]:
-        """Every row's id (built only when asked: a binary answer carries just the prefix)."""
-        if self.client_ids is not None:
-            return self.client_ids
-        return [f"{self.prefix}{i}" for i in range(self.n)]
 
 
 def log_served(log: PredictionLog | None, loaded, kind: str, values, ids: list[str] | None) -> Served | None:
@@ -200,7 +182,7 @@ class PredictionLog:
         now = utcnow()
         with self.db.write() as session:
             if self.observation_retention_days > 0:
-                observation_store.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
+                observations.delete_before(session, None, now - timedelta(days=self.observation_retention_days))
             if self.log_retention_days > 0:
                 prediction_log_store.delete_predictions_before(session, now - timedelta(days=self.log_retention_days))
             stale = prediction_epoch_store.stale(session, now - timedelta(seconds=self.epoch_idle_seconds))

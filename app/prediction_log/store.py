@@ -1,7 +1,7 @@
 """Persistence of the prediction log: logged inputs in binary chunks with their prediction ids
 (an index row per client id, one per batch of generated ids), on SQLite and Postgres alike.
 
-A chunk holds its rows as one raw little-endian array (``app.observations.store.raw``), never a
+A chunk holds its rows as one raw little-endian array (``app.platform.sql.raw``), never a
 pickle. Every function takes a session from ``Database.read()`` or ``write()``.
 """
 
@@ -12,12 +12,14 @@ from datetime import datetime
 
 import numpy as np
 import orjson
-from sqlalchemy import Integer, cast, delete, func, insert, select, update
+from sqlalchemy import Integer, cast, delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from ..observations.store import byte_range, from_raw, raw_view
-from ..platform.rows import CalibratorRow, LoggedPredictionRow, PredictionChunkRow, utcnow
+from ..platform.rows import utcnow
+from ..platform.sql import byte_range, from_raw, raw_view
+from ..registry import reads as registry
 from . import epoch_store as prediction_epoch_store
+from .rows import LoggedPredictionRow, PredictionChunkRow
 
 BATCH_MARK = ","  # no client id holds one: ``<prefix>,`` is the row of a batch of generated ids
 GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_log.service.new_prefix
@@ -97,7 +99,7 @@ def prediction_chunks(session: Session, chunk_ids: set[int]) -> dict[int, tuple]
 def prediction_rows(session: Session, wanted: dict[int, set[int]]) -> dict[int, tuple]:
     """``{chunk_id: (version, kind, n_classes, {row: inputs})}`` of the rows ``wanted`` of logged
     chunks (``{chunk_id: rows}``): each run of consecutive rows is cut from its chunk in the database
-    (``observation_store.byte_range``), so that labelling a few rows never reads a whole chunk."""
+    (``app.platform.sql.byte_range``), so that labelling a few rows never reads a whole chunk."""
     out = {}
     for chunk_id in sorted(wanted):
         facts = session.execute(select(PredictionChunkRow.version, PredictionChunkRow.input_kind,
@@ -125,7 +127,7 @@ def prediction_rows(session: Session, wanted: dict[int, set[int]]) -> dict[int, 
 
 def any_logging(session: Session) -> bool:
     """Whether some calibrator logs its predictions (a sampling rate above 0)."""
-    return session.scalar(select(CalibratorRow.id).where(CalibratorRow.log_sample_rate > 0).limit(1)) is not None
+    return registry.any_logging(session)
 
 
 def logged_counts(session: Session, calibrator_id: int) -> tuple[int, int]:
@@ -141,8 +143,7 @@ def room(session: Session, calibrator_id: int, cap: int) -> int:
     """Rows the calibrator's log may still take under ``cap``, as last committed (no lock: a
     writer's first look, ``reserve_rows`` decides); raises ``NoResultFound`` for a calibrator deleted
     meanwhile (the writer counts its rows as failed, not as dropped by the cap)."""
-    held = session.execute(select(CalibratorRow.logged_rows).where(CalibratorRow.id == calibrator_id)).scalar_one()
-    return max(cap - held, 0)
+    return max(cap - registry.logged_rows(session, calibrator_id), 0)
 
 
 def reserve_rows(session: Session, calibrator_id: int, n: int, cap: int) -> bool:
@@ -150,31 +151,22 @@ def reserve_rows(session: Session, calibrator_id: int, n: int, cap: int) -> bool
     did. One conditional update: writers of several processes cannot pass the cap together. Called
     after the chunk's index rows are inserted, so that a writer takes the calibrator's row lock
     after the index rows, as a labels call does (``claim_labels`` then ``lock_calibrator``)."""
-    rows = session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id,
-                                                       CalibratorRow.logged_rows + n <= cap)
-                           .values(logged_rows=CalibratorRow.logged_rows + n)
-                           .execution_options(synchronize_session=False)).rowcount
-    return rows == 1
+    return registry.add_logged_rows(session, calibrator_id, n, cap)
 
 
 def count_dropped(session: Session, calibrator_id: int, n: int) -> None:
     """Count ``n`` rows the calibrator's full log did not take."""
-    session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
-                    .values(log_dropped_rows=CalibratorRow.log_dropped_rows + n)
-                    .execution_options(synchronize_session=False))
+    registry.add_dropped_rows(session, calibrator_id, n)
 
 
 def log_state(session: Session, calibrator_id: int) -> tuple[int, int]:
     """The calibrator's logged rows and the rows its full log dropped."""
-    return tuple(session.execute(select(CalibratorRow.logged_rows, CalibratorRow.log_dropped_rows)
-                                 .where(CalibratorRow.id == calibrator_id)).one())
+    return registry.log_counts(session, calibrator_id)
 
 
 def every_dropped(session: Session) -> list[tuple[str, int]]:
     """(name, dropped rows) of every calibrator whose log dropped rows, for /metrics."""
-    return [tuple(row) for row in session.execute(
-        select(CalibratorRow.name, CalibratorRow.log_dropped_rows).where(CalibratorRow.log_dropped_rows > 0)
-        .order_by(CalibratorRow.name))]
+    return registry.every_dropped(session)
 
 
 def delete_predictions_before(session: Session, before: datetime) -> int:
@@ -192,8 +184,6 @@ def delete_predictions_before(session: Session, before: datetime) -> int:
     for calibrator_id, rows in deleted:
         freed[calibrator_id] = freed.get(calibrator_id, 0) + rows
     for calibrator_id, rows in sorted(freed.items()):  # after the index rows, as writers lock them (``reserve_rows``)
-        session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
-                        .values(logged_rows=CalibratorRow.logged_rows - rows)
-                        .execution_options(synchronize_session=False))
+        registry.add_logged_rows(session, calibrator_id, -rows)
     prediction_epoch_store.delete_empty(session)
     return removed

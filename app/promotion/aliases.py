@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..platform.db import Database
 from ..platform.errors import Conflict, NotFound
+from ..registry import reads as registry
 from ..registry.names import check_alias, check_name
 from . import store as ps
 
@@ -53,15 +54,15 @@ def move_alias(db: Database, name: str, alias: str, version: int, evaluation_id:
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
-        current = ps.alias_target(session, calibrator.id, alias)
+        calibrator = registry.locked_calibrator(session, name)
+        current = registry.alias_target(session, calibrator.id, alias)
         if current == version:
             return _alias_view(name, alias, version)
         if current is not None and ps.gate(session, calibrator.id, alias):
             _check_evidence(session, name, alias, current, version, evaluation_id)
         elif evaluation_id is not None:
             ps.evaluation(session, name, evaluation_id)  # evidence given is recorded, so it must exist
-        ps.point_alias(session, name, calibrator.id, alias, version)
+        registry.point_alias(session, name, calibrator.id, alias, version)
         ps.record_move(session, calibrator.id, alias, "set", current, version, actor, evaluation_id)
         return _alias_view(name, alias, version)
 
@@ -70,17 +71,17 @@ def delete_alias(db: Database, name: str, alias: str, actor: str | None = None) 
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
-        current = ps.alias_target(session, calibrator.id, alias)
+        calibrator = registry.locked_calibrator(session, name)
+        current = registry.alias_target(session, calibrator.id, alias)
         if current is None:
             raise NotFound(f"calibrator {name!r} has no alias {alias!r}")
         if ps.gate(session, calibrator.id, alias):
             raise Conflict(f"alias {alias!r} of {name!r} requires evidence to move; lift its gate first "
                            f"(PUT .../aliases/{alias}/gate {{\"require_evaluation\": false}})")
-        if ps.v2_default(session, calibrator.id) == alias:
+        if registry.v2_default(session, calibrator.id) == alias:
             raise Conflict(f"alias {alias!r} is what unversioned /v2 calls of {name!r} serve; change that first "
                            "(PUT .../serving)")
-        ps.remove_alias(session, calibrator.id, alias)
+        registry.remove_alias(session, calibrator.id, alias)
         ps.record_move(session, calibrator.id, alias, "delete", current, None, actor, None)
 
 
@@ -89,13 +90,13 @@ def rollback(db: Database, name: str, alias: str, actor: str | None = None) -> d
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         last = ps.last_move(session, calibrator.id, alias)
         if last is None or last.from_version is None:
             raise Conflict(f"alias {alias!r} of {name!r} has no earlier version to roll back to")
-        current = ps.alias_target(session, calibrator.id, alias)
+        current = registry.alias_target(session, calibrator.id, alias)
         try:
-            ps.point_alias(session, name, calibrator.id, alias, last.from_version)
+            registry.point_alias(session, name, calibrator.id, alias, last.from_version)
         except NotFound as exc:
             raise Conflict(f"cannot roll {alias!r} back: version {last.from_version} was deleted") from exc
         move = ps.record_move(session, calibrator.id, alias, "rollback", current, last.from_version, actor, None)
@@ -107,9 +108,9 @@ def history(db: Database, name: str, alias: str, limit: int = HISTORY_LIMIT) -> 
     check_name(name)
     check_alias(alias)
     with db.read() as session:
-        calibrator = ps.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         rows = ps.moves(session, calibrator.id, alias, limit)
-        return {"name": name, "alias": alias, "version": ps.alias_target(session, calibrator.id, alias),
+        return {"name": name, "alias": alias, "version": registry.alias_target(session, calibrator.id, alias),
                 "require_evaluation": ps.gate(session, calibrator.id, alias),
                 "moves": [ps.move_view(row) for row in rows]}
 
@@ -118,17 +119,17 @@ def set_gate(db: Database, name: str, alias: str, require_evaluation: bool) -> d
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         ps.set_gate(session, calibrator.id, alias, require_evaluation)
         return {"name": name, "alias": alias, "require_evaluation": require_evaluation,
-                "version": ps.alias_target(session, calibrator.id, alias)}
+                "version": registry.alias_target(session, calibrator.id, alias)}
 
 
 def serving(db: Database, name: str) -> dict:
     check_name(name)
     with db.read() as session:
-        calibrator = ps.calibrator_row(session, name)
-        return {"name": name, "v2_default": ps.v2_default(session, calibrator.id) or "latest"}
+        calibrator = registry.calibrator(session, name)
+        return {"name": name, "v2_default": registry.v2_default(session, calibrator.id) or "latest"}
 
 
 def set_serving(db: Database, name: str, v2_default: str) -> dict:
@@ -136,8 +137,8 @@ def set_serving(db: Database, name: str, v2_default: str) -> dict:
     check_name(name)
     alias = None if v2_default == "latest" else check_alias(v2_default)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
-        if alias is not None and ps.alias_target(session, calibrator.id, alias) is None:
+        calibrator = registry.locked_calibrator(session, name)
+        if alias is not None and registry.alias_target(session, calibrator.id, alias) is None:
             raise NotFound(f"calibrator {name!r} has no alias {alias!r}")
-        ps.set_v2_default(session, calibrator.id, alias)
+        registry.set_v2_default(session, calibrator.id, alias)
     return {"name": name, "v2_default": v2_default}

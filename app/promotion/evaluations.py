@@ -30,11 +30,12 @@ import numpy as np
 
 import calibration as cal
 
+from ..observations import reads as observations
 from ..observations.schemas import ObservationQuery
 from ..observations.service import shape_of_index
 from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
 from ..platform.rows import utcnow
-from ..registry import store
+from ..registry import reads as registry
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.serving import Serving
 from . import store as promotion_store
@@ -65,7 +66,7 @@ def _served_probabilities(service: Serving, name: str, index: list, values,
     """Each labelled prediction's probabilities from the version that served it (the shadow's
     champion: what callers actually got), and the rows per serving version."""
     with service.db.read() as session:
-        versions = promotion_store.chunk_versions(session, [entry.id for entry in index])
+        versions = observations.chunk_versions(session, [entry.id for entry in index])
     served = np.repeat([versions[entry.id] for entry in index], [entry.rows for entry in index])
     probabilities = None
     for version in np.unique(served).tolist():
@@ -90,7 +91,7 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
     if champion is not None and challenger.version == champion.version:
         raise InvalidInput(f"challenger and champion are both version {challenger.version}")
     with service.db.read() as session:
-        created = [store.version_by_id(session, v.resolved).created_at for v in (challenger, champion) if v]
+        created = [registry.version_created(session, v.resolved) for v in (challenger, champion) if v]
     held_out = fields.data is None
     query = ObservationQuery(since=max(created)) if held_out else fields.data.observations
     if champion is None:  # only labelled predictions know the version that served them
@@ -138,7 +139,7 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
                         alpha=fields.alpha, n_rows=comparison["n_rows"], verdict=comparison["verdict"],
                         result=result, created_at=utcnow())
     with service.db.write() as session:
-        row.calibrator_id = store.calibrator_row(session, name).id
+        row.calibrator_id = registry.calibrator_id(session, name)
         promotion_store.add_evaluation(session, row)
         return _view(row)
 
@@ -155,6 +156,13 @@ def list_evaluations(db, name: str, limit: int = 20) -> dict:
         return {"name": name, "evaluations": [
             {"id": r.id, "challenger": r.challenger, "champion": r.champion, "alpha": r.alpha, "n_rows": r.n_rows,
              "verdict": r.verdict, "created_at": r.created_at} for r in rows]}
+
+
+def recent_evaluations(db, name: str, limit: int = 20) -> list[dict]:
+    """The newest ``limit`` evaluations of ``name``, whole (the stored result: confidence sequences,
+    ECE intervals), newest first."""
+    with db.read() as session:
+        return [_view(row) for row in promotion_store.recent_evaluations(session, name, limit)]
 
 
 def get_evaluation(db, name: str, evaluation_id: str) -> dict:

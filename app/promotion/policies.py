@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import func, select
-
 import calibration as cal
 
 from ..monitoring.alarms import alarmed_versions
+from ..observations import reads as observations
 from ..observations.chunks import refs_from_json
 from ..observations.schemas import DataSource, ObservationQuery
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
-from ..platform.rows import ObservationChunkRow, utcnow
+from ..platform.rows import utcnow
+from ..registry import reads as registry
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.schemas import FitFields
 from ..registry.serving import Serving
@@ -52,7 +52,7 @@ def set_policy(db, name: str, policy: RefitPolicy) -> dict:
     with refused_as():
         cal.create(policy.method, policy.options)
     with db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             row = RefitPolicyRow(calibrator_id=calibrator.id, created_at=utcnow())
@@ -65,7 +65,7 @@ def set_policy(db, name: str, policy: RefitPolicy) -> dict:
 def get_policy(db, name: str) -> dict:
     check_name(name)
     with db.read() as session:
-        calibrator = ps.calibrator_row(session, name)
+        calibrator = registry.calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")
@@ -75,8 +75,7 @@ def get_policy(db, name: str) -> dict:
 def _reasons(session, calibrator_id: int, policy: RefitPolicy, since) -> list[str]:
     reasons = []
     if policy.every_labels:
-        new = session.scalar(select(func.coalesce(func.sum(ObservationChunkRow.n_rows), 0)).where(
-            ObservationChunkRow.calibrator_id == calibrator_id, ObservationChunkRow.created_at > since))
+        new = observations.rows_since(session, calibrator_id, since)
         if new >= policy.every_labels:
             reasons.append(f"{new} labelled observations since {since.isoformat()} (every {policy.every_labels})")
     if policy.on_alarm:
@@ -93,9 +92,7 @@ def _cut(session, calibrator_id: int, last: int, holdout: float):
     if holdout <= 0:
         return None
     wanted, seen = holdout * last, 0
-    rows = session.execute(select(ObservationChunkRow.n_rows, ObservationChunkRow.created_at)
-                           .where(ObservationChunkRow.calibrator_id == calibrator_id)
-                           .order_by(ObservationChunkRow.created_at.desc()).limit(100_000))
+    rows = observations.row_times(session, calibrator_id, 100_000)
     for n_rows, created_at in rows:
         seen += n_rows
         if seen >= wanted:
@@ -110,7 +107,7 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
     if service.jobs is None:
         raise Conflict("this server runs no jobs")
     with service.db.write() as session:
-        calibrator = ps.locked_calibrator(session, name)
+        calibrator = registry.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")

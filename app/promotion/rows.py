@@ -1,7 +1,6 @@
-"""The tables of safe promotion: what an unversioned /v2 call serves, which aliases
-need evidence to move, every alias move, and the stored challenger evaluations. Kept out of
-``app.platform.rows`` in a module of their own; they share ``Base`` (and so the metadata Alembic
-compares). Every row goes with its calibrator (``ON DELETE CASCADE``)."""
+"""The tables of safe promotion: which aliases need evidence to move, every alias move, and the
+stored challenger evaluations. They share ``Base`` (and so the metadata Alembic compares, through
+``app.all_rows``). Every row goes with its calibrator (``ON DELETE CASCADE``)."""
 
 from __future__ import annotations
 
@@ -12,17 +11,6 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ..platform.rows import Base, UTCDateTime, utcnow
-
-
-class CalibratorSettingRow(Base):
-    """Per-calibrator serving settings: ``v2_default`` is the alias an unversioned /v2 call
-    serves (null: the latest version)."""
-
-    __tablename__ = "calibrator_settings"
-
-    calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
-    v2_default: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class AliasGateRow(Base):

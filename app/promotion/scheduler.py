@@ -20,12 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from ..monitoring import webhooks
+from ..observations import reads as observations
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..platform.rows import CalibratorRow, ObservationChunkRow, PredictionChunkRow
+from ..prediction_log import reads as prediction_log
+from ..registry import reads as registry
 from ..registry.serving import Serving
 from ..settings import get_settings
 from . import policies
@@ -37,19 +39,21 @@ logger = logging.getLogger(__name__)
 def policy_names(db) -> list[str]:
     """The calibrators that have a refit policy."""
     with db.read() as session:
-        return list(session.scalars(select(CalibratorRow.name).join(
-            RefitPolicyRow, RefitPolicyRow.calibrator_id == CalibratorRow.id).order_by(CalibratorRow.name)))
+        names = registry.calibrator_names(session)  # in the database's order of names
+        with_policy = set(session.scalars(select(RefitPolicyRow.calibrator_id)))
+        return [name for calibrator_id, name in names.items() if calibrator_id in with_policy]
 
 
 def data_marks(db) -> dict[str, tuple[int, int]]:
     """Per calibrator with data, the newest observation chunk id and prediction chunk id."""
     marks: dict[str, list[int]] = {}
     with db.read() as session:
-        for table, slot in ((ObservationChunkRow, 0), (PredictionChunkRow, 1)):
-            rows = session.execute(select(CalibratorRow.name, func.max(table.id))
-                                   .join(table, table.calibrator_id == CalibratorRow.id).group_by(CalibratorRow.name))
-            for name, newest in rows:
-                marks.setdefault(name, [0, 0])[slot] = newest
+        names = registry.calibrator_names(session)
+        for newest_ids, slot in ((observations.newest_chunk_ids(session), 0),
+                                 (prediction_log.newest_chunk_ids(session), 1)):
+            for calibrator_id, newest in newest_ids.items():
+                if calibrator_id in names:
+                    marks.setdefault(names[calibrator_id], [0, 0])[slot] = newest
     return {name: (a, b) for name, (a, b) in marks.items()}
 
 

@@ -1,47 +1,20 @@
-"""Persistence of alias moves (each one recorded), alias gates, calibrator settings and stored
-evaluations. Every function takes a session from ``Database.read()`` or ``write()``.
-
-An alias move first locks its calibrator's row (``SELECT ... FOR UPDATE`` on Postgres; SQLite
-writes are serialised by ``BEGIN IMMEDIATE``), so that the version it moves from, the gate it
-checks and the move it records are one consistent step even with several replicas."""
+"""Persistence of alias moves (each one recorded), alias gates, refit policies and stored
+evaluations. Every function takes a session from ``Database.read()`` or ``write()``. The aliases
+themselves and the /v2 default are the registry's (``app.registry.reads``: ``locked_calibrator``,
+``point_alias``, ``set_v2_default``, ...)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..platform.errors import NotFound
-from ..platform.rows import AliasRow, CalibratorRow, ObservationChunkRow, utcnow
-from ..registry.store import calibrator_row, dialect_insert, get_version, version_by_id
-from .rows import AliasGateRow, AliasMoveRow, CalibratorSettingRow, EvaluationRow, RefitPolicyRow
-
-
-def locked_calibrator(session: Session, name: str) -> CalibratorRow:
-    row = session.scalar(select(CalibratorRow).where(CalibratorRow.name == name).with_for_update())
-    if row is None:
-        raise NotFound(f"no calibrator named {name!r}")
-    return row
-
-
-def alias_target(session: Session, calibrator_id: int, alias: str) -> int | None:
-    return session.scalar(select(AliasRow.version).where(AliasRow.calibrator_id == calibrator_id,
-                                                         AliasRow.alias == alias))
-
-
-def point_alias(session: Session, name: str, calibrator_id: int, alias: str, version: int) -> None:
-    get_version(session, name, version)
-    now = utcnow()
-    session.execute(
-        dialect_insert(session)(AliasRow)
-        .values(calibrator_id=calibrator_id, alias=alias, version=version, updated_at=now)
-        .on_conflict_do_update(index_elements=["calibrator_id", "alias"], set_={"version": version, "updated_at": now})
-    )
-
-
-def remove_alias(session: Session, calibrator_id: int, alias: str) -> None:
-    session.execute(delete(AliasRow).where(AliasRow.calibrator_id == calibrator_id, AliasRow.alias == alias))
+from ..platform.rows import utcnow
+from ..platform.sql import dialect_insert
+from ..registry import reads as registry
+from .rows import AliasGateRow, AliasMoveRow, EvaluationRow, RefitPolicyRow
 
 
 def record_move(session: Session, calibrator_id: int, alias: str, action: str, from_version: int | None,
@@ -86,26 +59,13 @@ def set_gate(session: Session, calibrator_id: int, alias: str, require_evaluatio
                                set_={"require_evaluation": require_evaluation, "updated_at": now}))
 
 
-def v2_default(session: Session, calibrator_id: int) -> str | None:
-    return session.scalar(select(CalibratorSettingRow.v2_default)
-                          .where(CalibratorSettingRow.calibrator_id == calibrator_id))
-
-
-def set_v2_default(session: Session, calibrator_id: int, alias: str | None) -> None:
-    now = utcnow()
-    session.execute(
-        dialect_insert(session)(CalibratorSettingRow)
-        .values(calibrator_id=calibrator_id, v2_default=alias, updated_at=now)
-        .on_conflict_do_update(index_elements=["calibrator_id"], set_={"v2_default": alias, "updated_at": now}))
-
-
 def add_evaluation(session: Session, row: EvaluationRow) -> None:
     session.add(row)
     session.flush()
 
 
 def evaluation(session: Session, name: str, evaluation_id: str) -> EvaluationRow:
-    calibrator = calibrator_row(session, name)
+    calibrator = registry.calibrator(session, name)
     row = session.scalar(select(EvaluationRow).where(EvaluationRow.id == evaluation_id,
                                                      EvaluationRow.calibrator_id == calibrator.id))
     if row is None:
@@ -115,7 +75,7 @@ def evaluation(session: Session, name: str, evaluation_id: str) -> EvaluationRow
 
 def recent_evaluations(session: Session, name: str, limit: int) -> list[EvaluationRow]:
     """The newest ``limit`` evaluations of ``name``, newest first."""
-    calibrator = calibrator_row(session, name)
+    calibrator = registry.calibrator(session, name)
     return list(session.scalars(select(EvaluationRow).where(EvaluationRow.calibrator_id == calibrator.id)
                                 .order_by(EvaluationRow.created_at.desc()).limit(limit)))
 
@@ -127,18 +87,8 @@ def set_last_job(session: Session, calibrator_id: int, job_id: str) -> None:
 
 
 def version_created_at(session: Session, resolved) -> datetime:
-    return version_by_id(session, resolved).created_at
+    return registry.version_created(session, resolved)
 
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
-
-
-def chunk_versions(session: Session, chunk_ids: list[int]) -> dict[int, int | None]:
-    """The serving version of each observation chunk (feedback), by chunk id."""
-    found: dict[int, int | None] = {}
-    for start in range(0, len(chunk_ids), 500):
-        part = chunk_ids[start:start + 500]
-        found.update(session.execute(select(ObservationChunkRow.id, ObservationChunkRow.version)
-                                     .where(ObservationChunkRow.id.in_(part))).all())
-    return found

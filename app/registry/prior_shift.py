@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibration import label_shift
+import calibration as cal
 
 from ..platform.errors import InvalidInput, refused_as
 from . import store
@@ -40,4 +40,4 @@ def adjusted(db, loaded: LoadedVersion, probabilities: np.ndarray, priors: list[
         raise InvalidInput(f"version {loaded.version} of {loaded.name!r} was stored without its class frequencies: "
                            "send source_priors with priors")
     with refused_as():
-        return label_shift.adjust_priors(probabilities, source, priors)
+        return cal.adjust_priors(probabilities, source, priors)

@@ -15,7 +15,6 @@ import numpy as np
 
 import calibration as cal
 
-from ..comparisons.service import Comparisons
 from ..jobs.inputs import job_input
 from ..jobs.runner import JobProgress, JobRunner
 from ..observations.online_updates import OnlineUpdates
@@ -36,12 +35,10 @@ from ..wire.costs import (
     estimated_fit_seconds,
 )
 from . import prior_shift, reports, store, version_records
-from .cache import CalibratorCache, LoadedVersion, Resolutions, load_calibrator
-from .device import Device
+from .cache import CalibratorCache, Device, LoadedVersion, Resolutions, load_calibrator
 from .names import Reference, check_name
 from .schemas import EvaluationFields, FitFields
-from .versions import NewVersion, write_version
-from .views import version_view
+from .versions import NewVersion, version_view, write_version
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
 MAX_READ_ENTRIES = 1 << 23  # CALIBRATION_MAX_READ_ENTRIES's default
@@ -66,7 +63,6 @@ class CalibrationService:
         self.max_read_entries = max_read_entries  # stored rows x classes one read loads (monitoring.quality.check_read)
         self.jobs = jobs
         self.sync_budget_seconds = sync_budget_seconds
-        self.comparisons = Comparisons(self)
         self.prediction_log = prediction_log
         self.observations = Observations(db, prediction_log, *observation_caps,
                                          OnlineUpdates(integrity_key, online_update_rows))

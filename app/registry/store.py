@@ -13,15 +13,15 @@ import hashlib
 
 import orjson
 from sqlalchemy import bindparam, delete, func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..platform.db import Database
 from ..platform.errors import Conflict, InvalidInput, NotFound
-from ..platform.rows import AliasRow, CalibratorRow, VersionRow, utcnow
-from ..promotion.rows import CalibratorSettingRow
+from ..platform.rows import utcnow
+from ..platform.sql import dialect_insert
 from . import integrity
 from .names import Reference, ResolvedVersion
+from .rows import AliasRow, CalibratorRow, CalibratorSettingRow, VersionRow
 
 MAX_PAGE_SIZE = 1000
 
@@ -39,10 +39,6 @@ def calibrator_row(session: Session, name: str) -> CalibratorRow:
     if row is None:
         raise NotFound(f"no calibrator named {name!r}")
     return row
-
-
-def dialect_insert(session: Session):
-    return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert
 
 
 def ensure_calibrator(session: Session, name: str) -> int:

@@ -16,10 +16,10 @@ from sqlalchemy import String, Text, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
 from ..platform.errors import IntegrityFailure, NotFound, refused_as
-from ..platform.rows import CalibratorRow, VersionRow
 from . import integrity, store
 from .integrity import JSON_COLUMNS, VersionRecord
-from .views import version_view
+from .rows import CalibratorRow, VersionRow
+from .versions import version_view
 
 
 @dataclass(frozen=True)

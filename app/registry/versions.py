@@ -1,19 +1,21 @@
 """Writing a version: the one function that stores a fitted calibrator as the next version of a
 name, for a fit and for an online update alike. Its parameters are stored as canonical JSON (sorted
 keys, so equal parameters give equal text and equal digests), with the calibrator's summary and
-diagnostics beside them, and the row is sealed with its digest (``app.registry.integrity``)."""
+diagnostics beside them, and the row is sealed with its digest (``app.registry.integrity``). A stored
+version is shown by the API as ``VersionOut`` describes it (``version_view``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from sqlalchemy.orm import Session
 
 import calibration as cal
 
-from ..platform.rows import VersionRow
 from . import store
+from .rows import VersionRow
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,26 @@ def write_version(session: Session, name: str, version: NewVersion, key: bytes |
         "tags": version.tags,
         "tensor_names": version.tensor_names,
     }, key)
+
+
+def version_view(name: str, row: VersionRow, aliases: list[str]) -> dict:
+    """A stored version as the API shows it."""
+    return {
+        "name": name,
+        "version": row.version,
+        "method": row.method,
+        "options": orjson.loads(row.params_json)["options"],
+        "input": row.input_kind,
+        "n_classes": row.n_classes,
+        "n_samples": row.n_samples,
+        "class_names": row.class_names,
+        "parameters": row.summary,
+        "diagnostics": row.diagnostics,
+        "report": row.report,
+        "description": row.description,
+        "tags": row.tags,
+        "tensor_names": row.tensor_names,
+        "aliases": aliases,
+        "checksum": row.checksum,
+        "created_at": row.created_at,
+    }

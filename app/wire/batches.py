@@ -1,5 +1,6 @@
 """The values that travel between the HTTP edge and the service: a decoded ``ArrayBatch`` in
-(``app.wire.decoding`` makes it) and a ``CalibratedBatch`` out (``app.wire.encoding`` writes it)."""
+(``app.wire.decoding`` makes it) and a ``CalibratedBatch`` out (``app.wire.encoding`` writes it), with
+what the prediction log did with the batch (``Served``, made by ``app.prediction_log.service``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pydantic import BaseModel
 import calibration as cal
 
 from ..platform.errors import InvalidInput, refused_as
-from ..prediction_log.service import Served
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,24 @@ class ArrayBatch:
     kind: str | None
     values: np.ndarray | list | None
     labels: np.ndarray | list | None
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A served batch of ``n`` rows as the prediction log saw it: the client's ``client_ids``, or
+    generated ids (``prefix`` and the row number), and how many rows it ``logged`` (0 or ``n``)."""
+
+    n: int
+    logged: int
+    client_ids: list[str] | None = None
+    prefix: str | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        """Every row's id (built only when asked: a binary answer carries just the prefix)."""
+        if self.client_ids is not None:
+            return self.client_ids
+        return [f"{self.prefix}{i}" for i in range(self.n)]
 
 
 @dataclass(frozen=True)

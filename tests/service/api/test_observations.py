@@ -259,7 +259,7 @@ def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on
 
     from sqlalchemy import func, select, update
 
-    from app.platform.rows import PredictionChunkRow
+    from app.prediction_log.rows import PredictionChunkRow
     with TestClient(_app(database_url, max_logged_rows=100)) as client:
         client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
                                                         "labels": LABELS.tolist()})
@@ -310,8 +310,9 @@ def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(pos
     from sqlalchemy.orm import Session
 
     from app.platform.migrate import upgrade
-    from app.platform.rows import CalibratorRow, PredictionChunkRow
     from app.prediction_log import store as prediction_log_store
+    from app.prediction_log.rows import PredictionChunkRow
+    from app.registry.rows import CalibratorRow
 
     upgrade(postgres_url)
     with TestClient(_app(postgres_url, max_logged_rows=100)) as client:
@@ -353,7 +354,7 @@ def test_a_read_selects_chunks_by_ref(api):
     """``chunk_index`` answers ``ChunkRef`` values: the newest ``last`` rows skip the start of the oldest
     chunk they reach; ``pieces`` cuts a ref by the read budget; a job keeps refs as JSON lists."""
     from app.observations import store as observation_store
-    from app.observations.chunks import ChunkRef, refs_from_json, total_rows
+    from app.observations.chunks import ChunkRef, pieces, refs_from_json, total_rows
     from app.registry import store
 
     assert _append(api, "refs", 0, 100).status_code == 201
@@ -369,6 +370,6 @@ def test_a_read_selects_chunks_by_ref(api):
     assert [ref.rows for ref in newest] == [20, 50] and total_rows(newest) == 70
     np.testing.assert_allclose(inputs, LOGITS[80:150], rtol=1e-6)
     np.testing.assert_array_equal(labels, LABELS[80:150])
-    assert [(p.skip, p.n_rows) for p in observation_store.pieces(newest[0], 4 * 8)] == [(80, 88), (88, 96), (96, 100)]
+    assert [(p.skip, p.n_rows) for p in pieces(newest[0], 4 * 8)] == [(80, 88), (88, 96), (96, 100)]
     assert newest[0].as_json() == [first.id, 100, first.dtype, "logits", 4, 80]
     assert refs_from_json([ref.as_json() for ref in newest]) == newest

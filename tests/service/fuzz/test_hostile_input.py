@@ -15,7 +15,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.platform.rows import Base
+from app.all_rows import Base
 from tests.service.support.bodies import zip_bomb
 
 L = [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3], [-0.5, 0.2, 2.2], [1.0, 1.1, 0.9]]

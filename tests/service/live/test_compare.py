@@ -128,7 +128,8 @@ def test_a_long_comparison_does_not_block_other_requests(sqlite_url):
 def test_a_job_without_a_heartbeat_is_reported_lost(client):
     from datetime import timedelta
 
-    from app.platform.rows import JobRow, utcnow
+    from app.jobs.rows import JobRow
+    from app.platform.rows import utcnow
 
     stale = utcnow() - client.app.state.service.jobs.stale - timedelta(seconds=1)
     with client.app.state.db.write() as session:

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import select, text
 from starlette.testclient import TestClient
 
+from app.access.rows import IdempotencyRow
 from app.main import create_app
 from app.platform.db import Database
-from app.platform.rows import IdempotencyRow
 from app.settings import Settings
 from tests.helpers import REPO
 from tests.service.support.live import LiveServer

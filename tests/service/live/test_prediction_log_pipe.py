@@ -27,13 +27,13 @@ from starlette.testclient import TestClient
 
 from app.main import create_app
 from app.platform.db import Database
-from app.platform.rows import CalibratorRow
 from app.prediction_log import pipe as prediction_log_pipe
 from app.prediction_log.lookup import find_logged
 from app.prediction_log.pipe import PipeWriter
 from app.prediction_log.ring import KINDS
 from app.prediction_log.service import PredictionLog
 from app.prediction_log.store import logged_counts, prediction_chunks
+from app.registry.rows import CalibratorRow
 from app.registry.store import ResolvedVersion
 from app.settings import Settings
 from app.wiring import log_writer_process

@@ -7,10 +7,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 from starlette.testclient import TestClient
 
+from app.all_rows import Base
 from app.main import create_app
 from app.platform.db import make_engine
 from app.platform.migrate import current_revision, downgrade, head_revision, include_name, upgrade
-from app.platform.rows import Base
 from app.settings import Settings
 
 TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs", "api_keys", "idempotency_keys",

@@ -16,13 +16,15 @@ from sqlalchemy import insert, select, text, update
 
 from app.platform.db import Database, make_engine
 from app.platform.migrate import downgrade, upgrade
-from app.platform.rows import CalibratorRow, PredictionEpochRow, utcnow
+from app.platform.rows import utcnow
 from app.prediction_log import bloom
 from app.prediction_log import epoch_store as prediction_epoch_store
 from app.prediction_log.epochs import EpochFilters, EpochWriter
 from app.prediction_log.lookup import claim_labels, find_logged
+from app.prediction_log.rows import PredictionEpochRow
 from app.prediction_log.service import PredictionLog
 from app.prediction_log.store import log_predictions, logged_counts, prediction_chunks
+from app.registry.rows import CalibratorRow
 from app.registry.store import ResolvedVersion
 
 KEYS = st.lists(st.text(min_size=1, max_size=40).filter(lambda s: "," not in s), min_size=0, max_size=300,

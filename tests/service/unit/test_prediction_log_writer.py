@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import insert
 
 from app.platform.db import Database
-from app.platform.rows import CalibratorRow
 from app.prediction_log.lookup import find_logged
 from app.prediction_log.service import PredictionLog, name_thread
 from app.prediction_log.store import logged_counts, prediction_chunks
+from app.registry.rows import CalibratorRow
 from app.registry.store import ResolvedVersion
 
 

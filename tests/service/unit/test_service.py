@@ -9,6 +9,7 @@ import pytest
 
 import calibration as cal
 from app.comparisons.schemas import CompareFields
+from app.comparisons.service import Comparisons
 from app.platform.db import Database
 from app.platform.errors import Conflict, InvalidInput, NotFound
 from app.registry import integrity, store
@@ -66,7 +67,8 @@ def test_wrong_input_is_invalid_input_naming_it(service):
     with pytest.raises(InvalidInput, match="labels must be in"):
         service.metrics(ArrayBatch(EvaluationFields(), "logits", X[:5], np.array([0, 1, 2, 3, 10])))
     with pytest.raises(InvalidInput, match="at least 4 samples"):
-        service.comparisons.compare(ArrayBatch(CompareFields(folds=2, methods=["temperature"]), "logits", X[:3], Y[:3]))
+        Comparisons(service).compare(ArrayBatch(CompareFields(folds=2, methods=["temperature"]), "logits",
+                                                X[:3], Y[:3]))
     with pytest.raises(NotFound, match="no calibrator named 'other'"):
         service.serving(Reference("other"))
 
