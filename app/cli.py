@@ -24,10 +24,13 @@ def serve(args: argparse.Namespace) -> int:
         upgrade(settings.database_url)
     from .platform.server_protocol import HeadDeadlineProtocol
 
+    # uvicorn annotates both timeouts as int, but hands them to loop.call_later and asyncio.wait_for,
+    # which take fractional seconds (settings allow them)
     uvicorn.run("app.main:create_served_app", factory=True, host=settings.host, port=settings.port,
                 http=HeadDeadlineProtocol, workers=settings.workers, access_log=False, log_config=None,
                 limit_concurrency=settings.max_connections, h11_max_incomplete_event_size=settings.max_header_bytes,
-                timeout_keep_alive=settings.keep_alive_seconds, timeout_graceful_shutdown=settings.shutdown_seconds)
+                timeout_keep_alive=settings.keep_alive_seconds,  # type: ignore[arg-type]
+                timeout_graceful_shutdown=settings.shutdown_seconds)  # type: ignore[arg-type]
     return 0
 
 

@@ -95,7 +95,8 @@ class Calibrator:
     method: ClassVar[str]
     description: ClassVar[str]
     options_spec: ClassVar[tuple[Option, ...]] = (INPUT_OPTION,)
-    accuracy_preserving: ClassVar[bool] = False
+    # the class's claim; a method made of others (auto, composition) sets its instances' own
+    accuracy_preserving: bool = False
 
     def __init__(self, **options: Any):
         self.options = validate_options(self.method, self.options_spec, options)

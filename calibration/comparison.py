@@ -247,7 +247,7 @@ def compare(
     reference_nll = []
     results = [MethodResult(c, c.create(input).accuracy_preserving, {m: [] for m in METRICS}) for c in candidates]
     run_folds = list(range(folds)) if only_folds is None else [int(f) for f in only_folds]
-    if any(not 0 <= f < folds for f in run_folds):
+    if only_folds is not None and any(not 0 <= f < folds for f in run_folds):  # range(folds) is valid
         raise ValueError(f"only_folds must be fold numbers from 0 to {folds - 1}, got {list(only_folds)}")
     done, total = 0, len(run_folds) * len(candidates)
 
@@ -278,7 +278,7 @@ def compare(
                     measured, terms = held_out(test_rows, y_test, scores.source, calibrator.predict_batch, reference)
                     values = _fold_metrics(measured, raw_brier, raw_accuracy)
                     result.tail_risk.append(mean_tail_risk(terms, len(y_test)))
-                    result.floored_labels += measured["floored_labels"]
+                    result.floored_labels += int(measured["floored_labels"])  # a count, in a dict of floats
                     del terms
                     result.converged &= calibrator.diagnostics_.converged
                     result.accuracy_preserving = calibrator.accuracy_preserving

@@ -18,13 +18,15 @@ from __future__ import annotations
 import math
 import weakref
 from functools import cached_property
+from typing import Literal, get_args
 
 import numpy as np
 
 from .backend import floating, is_numpy, namespace, to_host
 from .softmax import softmax
 
-INPUT_KINDS = ("logits", "probabilities", "scores")
+InputKind = Literal["logits", "probabilities", "scores"]
+INPUT_KINDS: tuple[InputKind, ...] = get_args(InputKind)  # ("logits", "probabilities", "scores")
 PROBABILITY_FLOOR = 1e-12
 ROW_SUM_TOLERANCE = 1e-3
 LOOKALIKE_TOLERANCE = 1e-6
@@ -218,7 +220,7 @@ def validate_inputs(x, kind: str, name: str | None = None) -> InputBatch:
     return InputBatch(probabilities=array)
 
 
-def _check_shape(shape: tuple, kind: str, name: str) -> None:
+def _check_shape(shape: tuple[int, ...], kind: str, name: str) -> None:
     if kind == "scores":
         if len(shape) != 1:
             raise ValueError(f"{name} must be a 1-D array of binary scores, got shape {shape}")
@@ -226,7 +228,7 @@ def _check_shape(shape: tuple, kind: str, name: str) -> None:
         raise ValueError(f"{name} must be a 2-D array (n samples, k classes), got shape {shape}")
     if shape[0] == 0:
         raise ValueError(f"{name} is empty: it has no rows")
-    if kind != "scores" and shape[1] < 2:
+    if kind != "scores" and len(shape) == 2 and shape[1] < 2:  # len 2 holds here; restated for mypy
         raise ValueError(f"{name} must have at least 2 classes (columns), got {shape[1]}")
 
 

@@ -108,7 +108,7 @@ def _ewma(values: np.ndarray, start: np.ndarray, keep: float, axis: int) -> tupl
     return before, np.take(after, -1, axis=axis)
 
 
-def _plug_in(mean: np.ndarray, second: np.ndarray, tolerance: float) -> np.ndarray:
+def _plug_in(mean: np.ndarray, second: np.ndarray, tolerance: float | np.ndarray) -> np.ndarray:
     excess = np.sign(mean) * np.maximum(np.abs(mean) - tolerance, 0.0)
     return excess / np.maximum(second, 1e-12)
 
@@ -133,7 +133,7 @@ class DriftTest:
     max_bet: float = 0.5
     shape: tuple = ()
     n_classes: int | None = None
-    class_tolerance: float = 0.02
+    class_tolerance: float | np.ndarray = 0.02  # one number, or one per class
 
     def __post_init__(self):
         if not 0 < self.alpha < 1:

@@ -140,8 +140,9 @@ class OnlinePlattScaling:
             raise ValueError("not an online_platt calibrator of format version 1")
         made = cls(**data["options"])
         params = data["params"]
-        made.coef_ = tuple(float(v) for v in params["coef"])
-        made.hessian_ = tuple(float(v) for v in params["hessian"])
+        a, b = (float(v) for v in params["coef"])
+        h11, h12, h22 = (float(v) for v in params["hessian"])
+        made.coef_, made.hessian_ = (a, b), (h11, h12, h22)
         made.n_updates_ = int(params["n_updates"])
         return made
 

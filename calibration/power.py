@@ -45,6 +45,8 @@ the residuals are ``label_free.residuals``. A class swap is invisible to it by c
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from typing import TypedDict
 
 import numpy as np
 
@@ -66,6 +68,15 @@ from .power_simulation import (
 
 __all__ = ["QUANTILES", "SHIFTS", "SIGNALS", "Population", "PowerResult", "Shift", "checkpoints_for",
            "clopper_pearson", "power", "quantile_interval", "shifted_inputs"]
+
+
+class _TestOptions(TypedDict):
+    """The options a labelled and a label-free test of one power run share."""
+
+    alpha: float
+    tolerance: float
+    class_tolerance: float
+    half_life: float
 
 
 def _two_columns(probs) -> np.ndarray:
@@ -110,7 +121,7 @@ def power(calibrate: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray, kin
     rng_split, rng_shift, rng_null = np.random.default_rng(seed).spawn(3)
     rows = np.arange(len(y))
     reference = None
-    options = {"alpha": alpha, "tolerance": tolerance, "class_tolerance": class_tolerance, "half_life": half_life}
+    options = _TestOptions(alpha=alpha, tolerance=tolerance, class_tolerance=class_tolerance, half_life=half_life)
 
     def monitor() -> DriftTest:
         if signal == "labelled":
@@ -121,7 +132,8 @@ def power(calibrate: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray, kin
         permuted = rng_split.permutation(len(y))
         reference_rows, rows = permuted[: len(y) // 2], permuted[len(y) // 2:]
         reference = label_free.label_free_test(base[reference_rows], **options)[1]
-    out, told = {}, [-1]
+    out = {}
+    told: list[float] = [-1]  # the last 5% step reported
 
     def report(step: str, start: float, share: float) -> None:
         percent = start + 50.0 * share
@@ -133,7 +145,7 @@ def power(calibrate: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray, kin
     for name, probs, chosen, rng, start in runs:
         step = f"{name} streams: {streams} x up to {max_labels} labels"
         result = simulate(Population(probs[rows], y[rows]), monitor(), chosen, max_labels, rng, reference,
-                           lambda share, step=step, start=start: report(step, start, share))
+                           partial(report, step, start))
         out[name] = result.summary(points, confidence)
     test = monitor()
     return {"shift": {"kind": shift.kind, "size": shift.size, "shift_class": shift.shift_class,

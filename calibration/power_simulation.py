@@ -132,27 +132,28 @@ class Streams:
         self.priors = np.tile(freq, (streams, 1))
         self.permutation = np.tile(np.arange(k), (streams, 1))
         self.class_first = False
-        kind = None if shift is None else shift.kind
-        if kind == "tweak_one":
-            chosen = np.full(streams, shift.shift_class) if shift.shift_class is not None else \
-                rng.choice(np.flatnonzero(present), streams)
-            if not present[chosen].all():
-                raise ValueError(f"class {int(chosen[0])} has no labelled rows to draw")
-            rest = np.where(np.arange(k)[None, :] == chosen[:, None], 0.0, freq[None, :])
-            self.priors = (1 - shift.size) * rest / rest.sum(axis=1, keepdims=True)
-            self.priors[np.arange(streams), chosen] = shift.size
-            self.class_first = True
-        elif kind == "dirichlet":
-            self.priors = np.zeros((streams, k))
-            self.priors[:, present] = rng.dirichlet(np.full(int(present.sum()), shift.size), size=streams)
-            self.class_first = True
-        elif kind == "swap":
-            pairs = int(shift.size)
-            for s in range(streams):
-                chosen = np.asarray(shift.swap_classes) if shift.swap_classes is not None else \
-                    rng.choice(k, size=2 * pairs, replace=False)
-                first, second = chosen.reshape(pairs, 2).T
-                self.permutation[s, first], self.permutation[s, second] = second, first
+        if shift is not None:  # no shift: the stream's priors and labels are the population's
+            kind = shift.kind
+            if kind == "tweak_one":
+                chosen = np.full(streams, shift.shift_class) if shift.shift_class is not None else \
+                    rng.choice(np.flatnonzero(present), streams)
+                if not present[chosen].all():
+                    raise ValueError(f"class {int(chosen[0])} has no labelled rows to draw")
+                rest = np.where(np.arange(k)[None, :] == chosen[:, None], 0.0, freq[None, :])
+                self.priors = (1 - shift.size) * rest / rest.sum(axis=1, keepdims=True)
+                self.priors[np.arange(streams), chosen] = shift.size
+                self.class_first = True
+            elif kind == "dirichlet":
+                self.priors = np.zeros((streams, k))
+                self.priors[:, present] = rng.dirichlet(np.full(int(present.sum()), shift.size), size=streams)
+                self.class_first = True
+            elif kind == "swap":
+                pairs = int(shift.size)
+                for s in range(streams):
+                    chosen = np.asarray(shift.swap_classes) if shift.swap_classes is not None else \
+                        rng.choice(k, size=2 * pairs, replace=False)
+                    first, second = chosen.reshape(pairs, 2).T
+                    self.permutation[s, first], self.permutation[s, second] = second, first
         self.cumulative = np.cumsum(self.priors, axis=1)
 
     def draw(self, rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ def create(name: str, options: dict | None = None) -> Calibrator:
     return method_class(name)(**(options or {}))
 
 
-def from_dict(data: dict) -> Calibrator:
+def from_dict(data: object) -> Calibrator:
     """Rebuild a fitted calibrator from ``Calibrator.to_dict()`` output."""
     if not isinstance(data, dict):
         raise ValueError("a stored calibrator must be a dict")

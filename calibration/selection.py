@@ -200,7 +200,7 @@ def select(comparison: Comparison, preserve_accuracy: bool = False, guards: bool
     simplest = min(complexity(r, much_data) for r in eligible) if guards else math.inf
     pool = [r for r in eligible if not guards or complexity(r, much_data) == simplest]
     incumbent = _lowest_with_ties(pool, order)[0]
-    held_back = []
+    held_back: list[MethodResult] = []
     for result in eligible:
         if guards and complexity(result, much_data) > simplest:
             mean, se = paired(result, incumbent)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from typing import Literal
 
 import numpy as np
 from scipy.linalg import cho_solve, norm, solve_triangular
@@ -54,7 +55,7 @@ class LeanSubproblem(IterativeSubproblem):
     """``IterativeSubproblem`` whose ``solve`` holds at most the Hessian, ``H + λI``, its factor and
     one trial factor (see the module docstring)."""
 
-    def _shifted(self, lam: float, order: str = "C") -> np.ndarray:
+    def _shifted(self, lam: float, order: Literal["C", "F"] = "C") -> np.ndarray:
         """``hess + λ·eye(n)``, the same values (``h + 0.0`` off the diagonal, ``h + 0.0 + λ`` on it),
         in a new array of the given memory order."""
         shifted = np.add(self.hess, 0.0, order=order)

@@ -4,9 +4,10 @@
 ``platform`` <- ``wire`` <- domains <- ``http`` (a domain's ``routes`` module is part of the HTTP edge);
 a domain uses another domain's service, never its store or rows; one wiring module knows every
 domain. The HTTP edge (``app/http``, each domain's ``routes``) is the only code that imports FastAPI
-or Starlette; the service imports no wire format; the core imports nothing of the service or its
-frameworks at module level; ``app`` uses the core through ``calibration``'s exported names
-(``calibration.__all__``); and no module of ``app``, ``calibration`` or ``calibration_client``
+or Starlette; services take domain values, not request models (pydantic stays at the edge, in the
+schemas and in the wire's decoding); the service imports no wire format; the core imports nothing of
+the service or its frameworks at module level; ``app`` uses the core through ``calibration``'s
+exported names (``calibration.__all__``); and no module of ``app``, ``calibration`` or ``calibration_client``
 imports another that imports it back, even inside a function. The client imports neither the
 service nor the core; no folder of the service or the client holds more than 15 modules, no module
 more than 300 lines; the service's tests sit in a folder of their kind and no test module imports
@@ -79,6 +80,27 @@ def test_only_the_routes_import_the_web_framework():
                  if name.startswith("app.") and not is_http_edge(name)
                  and any(i.split(".")[0] in ("fastapi", "starlette") for i in imported_names(name, path))}
     assert offenders == set()
+
+
+def is_schema_module(name: str) -> bool:
+    """A module of request and response models: ``schemas``, or ``<part>_schemas``."""
+    return any(part == "schemas" or part.endswith("_schemas") for part in name.split("."))
+
+
+#: the modules besides the HTTP edge and the schemas modules that may import pydantic: the settings
+#: (pydantic-settings) and the wire's decoding (which validates a body's fields with a request model)
+PYDANTIC_MODULES = {"app.settings", "app.wire.decoding"}
+
+
+def test_services_take_values_not_request_models():
+    """Routes know HTTP and pydantic; services, stores and jobs work on domain values (frozen
+    dataclasses, each domain's ``values``): outside the HTTP edge, the schemas modules and
+    ``PYDANTIC_MODULES``, no module of ``app`` imports pydantic or a schemas module."""
+    found = {(name, imported) for name, path in module_files(("app",)).items()
+             if not is_http_edge(name) and not is_schema_module(name) and name not in PYDANTIC_MODULES
+             for imported in imported_names(name, path)
+             if imported.split(".")[0] in ("pydantic", "pydantic_settings") or is_schema_module(imported)}
+    assert {name for name, _ in found} == set(), sorted(found)
 
 
 def test_the_service_and_the_store_know_no_wire_format():

@@ -27,7 +27,7 @@ from datetime import timedelta
 from sqlalchemy import and_, delete, or_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..platform.db import Database
+from ..platform.db import Database, changed_rows
 from ..platform.errors import Conflict, InvalidInput
 from ..platform.rows import utcnow
 from .rows import IdempotencyRow
@@ -88,12 +88,12 @@ class IdempotencyKeys:
             if row is None:  # let go (its request failed) since the insert met it
                 raise Conflict("a request with this Idempotency-Key just failed; retry")
             same = row.request_sha256 == digest
-            taken = same and row.status_code is None and session.execute(
+            taken = same and row.status_code is None and changed_rows(session.execute(
                 update(IdempotencyRow).where(
                     IdempotencyRow.scope == scope, IdempotencyRow.key == key, IdempotencyRow.status_code.is_(None),
                     or_(IdempotencyRow.lease_expires_at < now,  # its owner stopped renewing: it died
                         and_(IdempotencyRow.lease_expires_at.is_(None), IdempotencyRow.created_at < now - self.lease)))
-                .values(owner=owner, lease_expires_at=now + self.lease)).rowcount == 1
+                .values(owner=owner, lease_expires_at=now + self.lease))) == 1
         if not same:
             raise InvalidInput("this Idempotency-Key was used with a different request; use a new key")
         if taken:
@@ -105,16 +105,16 @@ class IdempotencyKeys:
     def renew(self, scope: str, key: str, owner: str) -> bool:
         """Extend ``owner``'s lease on its unanswered claim; False when it no longer holds it."""
         with self.db.write() as session:
-            return session.execute(update(IdempotencyRow).where(*self._mine(scope, key, owner))
-                                   .values(lease_expires_at=utcnow() + self.lease)).rowcount == 1
+            return changed_rows(session.execute(update(IdempotencyRow).where(*self._mine(scope, key, owner))
+                                                .values(lease_expires_at=utcnow() + self.lease))) == 1
 
     def store(self, scope: str, key: str, answer: StoredAnswer, owner: str) -> bool:
         """Keep the answer of ``owner``'s request for retries; False when another request took the
         claim over meanwhile (its answer stands)."""
         with self.db.write() as session:
-            return session.execute(update(IdempotencyRow).where(*self._mine(scope, key, owner))
-                                   .values(status_code=answer.status_code, response=answer.content,
-                                           headers=answer.headers, lease_expires_at=None)).rowcount == 1
+            return changed_rows(session.execute(update(IdempotencyRow).where(*self._mine(scope, key, owner))
+                                                .values(status_code=answer.status_code, response=answer.content,
+                                                        headers=answer.headers, lease_expires_at=None))) == 1
 
     def release(self, scope: str, key: str, owner: str) -> None:
         """Let ``owner``'s claim go (its request failed): a retry runs the request again."""

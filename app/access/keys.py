@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select, update
 
-from ..platform.db import Database
+from ..platform.db import Database, changed_rows
 from ..platform.rows import utcnow
 from .rows import ApiKeyRow
 
@@ -39,7 +40,7 @@ def implied_scopes(scopes: str) -> frozenset[str]:
     return frozenset(SCOPES[: highest + 1])
 
 
-def check_scopes(scopes: list[str]) -> str:
+def check_scopes(scopes: Sequence[str]) -> str:
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown or not scopes:
         raise ValueError(f"scopes must be a non-empty subset of {', '.join(SCOPES)}; got {', '.join(scopes) or 'none'}")
@@ -70,7 +71,7 @@ class KeyInfo:
                 "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None}
 
 
-def create_key(database: Database, name: str, scopes: list[str]) -> tuple[KeyInfo, str]:
+def create_key(database: Database, name: str, scopes: Sequence[str]) -> tuple[KeyInfo, str]:
     """Store a new key and return it with its secret (which is not stored anywhere)."""
     stored_scopes = check_scopes(scopes)
     check_key_name(name)
@@ -92,7 +93,7 @@ def revoke_key(database: Database, key_id: str) -> bool:
     with database.write() as session:
         result = session.execute(update(ApiKeyRow).where(ApiKeyRow.id == key_id, ApiKeyRow.revoked_at.is_(None))
                                  .values(revoked_at=utcnow()))
-        return result.rowcount == 1
+        return changed_rows(result) == 1
 
 
 def lookup(database: Database, key_id: str) -> tuple[str, frozenset[str]] | None:

@@ -3,8 +3,6 @@ background job), and the methods the core offers."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
@@ -16,17 +14,19 @@ from ..http.auth import READ, WRITE
 from ..http.idempotent import idempotent
 from ..http.openapi import body, problems
 from ..jobs.runner import JobRunner
-from ..jobs.schemas import JOB_STATES, JobList, JobOut
+from ..jobs.schemas import JobList, JobOut
+from ..jobs.status import JobState
 from ..registry.routes import job_accepted, prefers_async, request_body
 from ..registry.schemas import EvaluationFields, MethodList, MetricsOut, MetricsRequest
 from ..registry.service import CalibrationService
 from ..wire.codecs import dump_json
-from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
+from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_values
 from .schemas import CompareFields, CompareOut, CompareRequest
 from .service import Comparisons
 
 router = APIRouter(prefix="/v1", tags=["evaluation"])
 METHODS_BODY = dump_json({"methods": cal.describe_methods()})
+JOB_STATUS = Query(None)  # a JobState or none
 
 
 def jobs_of(request: Request) -> JobRunner:
@@ -34,13 +34,13 @@ def jobs_of(request: Request) -> JobRunner:
 
 
 def _metrics(service: CalibrationService, body: RequestBody) -> bytes:
-    batch = decode_batch(body, EvaluationFields, need_labels=True, limits=service.limits)
+    batch = decode_values(body, EvaluationFields, need_labels=True, limits=service.limits)
     return dump_json(service.metrics(batch))
 
 
 def _compare(service: CalibrationService, body: RequestBody, asked_async: bool) -> tuple[bool, dict]:
     """``(True, job)`` when the comparison runs as a job, else ``(False, the comparison)``."""
-    batch = decode_batch(body, CompareFields, need_labels=True, limits=service.limits)
+    batch = decode_values(body, CompareFields, need_labels=True, limits=service.limits)
     return Comparisons(service).compare_or_submit(batch, asked_async)
 
 
@@ -85,7 +85,7 @@ async def compare(request: Request):
 @router.get("/jobs", summary="List jobs, newest first", response_model=JobList, responses=problems(422),
             dependencies=[READ])
 async def jobs(request: Request, calibrator: str | None = Query(None, max_length=128),
-               status: Literal[JOB_STATES] | None = Query(None), limit: int = Query(100, ge=1, le=1000)):
+               status: JobState | None = JOB_STATUS, limit: int = Query(100, ge=1, le=1000)):
     listed = {"jobs": await run_in_threadpool(jobs_of(request).list, calibrator, status, limit)}
     return Response(dump_json(listed), media_type=JSON_TYPE)
 

@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS, Arrays, Strict, input_check_field
+from ..wire.decoding import model_value
+from .values import CompareSpec
 
 
 class CompareFields(Strict):
@@ -18,6 +20,9 @@ class CompareFields(Strict):
     seed: int = Field(0, ge=0, description="Seed of the fold assignment")
     preserve_accuracy: bool = Field(False, description="Select among accuracy-preserving candidates only")
     input_check: bool = input_check_field()
+
+    def to_value(self) -> CompareSpec:
+        return model_value(self, CompareSpec)
 
 
 class CompareRequest(CompareFields, Arrays):

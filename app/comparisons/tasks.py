@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from ..jobs.handlers import JobContext, job_handler
 from ..jobs.inputs import batch_of_job
-from .schemas import CompareFields
 from .service import Comparisons
+from .values import CompareSpec
 
 
 @job_handler("compare")
 def compare(job: JobContext) -> dict:
-    batch = batch_of_job(job.request, job.payload, CompareFields)
+    if job.payload is None:  # a comparison's arrays always travel with its job (Comparisons.compare_or_submit)
+        raise ValueError("a compare job has no input arrays")
+    batch = batch_of_job(job.request, job.payload, CompareSpec.from_dict)
     return Comparisons(job.service).compare_as_job(batch, job.progress, job.fan_out())

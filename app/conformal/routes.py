@@ -13,7 +13,7 @@ from ..http.idempotent import idempotent
 from ..http.openapi import body, problems
 from ..registry.names import check_name
 from ..wire.codecs import dump_json
-from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_batch
+from ..wire.decoding import JSON_TYPE, NPZ_TYPE, RequestBody, decode_values
 from .schemas import SetPredictorFields, SetPredictorList, SetPredictorOut, SetPredictorRequest
 from .service import ConformalService
 
@@ -35,7 +35,7 @@ def _json(value, status: int = 200, headers: dict | None = None) -> Response:
 
 def _fit(service: ConformalService, name: str, version: int, data: RequestBody) -> dict:
     check_name(name)
-    batch = decode_batch(data, SetPredictorFields, need_labels=True, limits=service.registry.limits)
+    batch = decode_values(data, SetPredictorFields, need_labels=True, limits=service.registry.limits)
     return service.fit(name, version, batch)
 
 

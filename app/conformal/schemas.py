@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from calibration import CONFORMAL_SCORES
 
 from ..observations.schemas import DataSource
+from ..wire.decoding import model_value
+from .values import SetPredictorSpec
 
 MAX_LEVELS = 16  # coverage levels of one set predictor (the core's limit)
 
@@ -60,6 +62,10 @@ class SetPredictorFields(_Strict):
         if len(set(value)) != len(value):
             raise ValueError("a coverage level is listed twice")
         return value
+
+    def to_value(self) -> SetPredictorSpec:
+        data = self.data.observations.to_value() if self.data is not None else None
+        return model_value(self, SetPredictorSpec, data=data)
 
 
 class SetPredictorRequest(SetPredictorFields):

@@ -33,7 +33,7 @@ from ..registry.names import Reference
 from ..registry.service import CalibrationService
 from ..wire.batches import ArrayBatch, validated
 from . import adaptive, adaptive_store, store
-from .schemas import SetPredictorFields
+from .values import SetPredictorSpec
 
 LEVEL_DIGITS = 12  # coverage levels match when equal to this many decimals (0.9 is 1 - 0.1 as given)
 
@@ -117,15 +117,14 @@ class ConformalService:
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, name: str, version: int, batch: ArrayBatch) -> dict:
+    def fit(self, name: str, version: int, batch: ArrayBatch[SetPredictorSpec]) -> dict:
         """Fit a set predictor on held-out labelled rows calibrated by ``name``'s ``version`` and store it."""
         loaded = self._version(name, version)
-        fields: SetPredictorFields = batch.fields
+        fields = batch.fields
         if batch.kind is None:
-            query = fields.data.observations
-            index = self.registry.observations.fit_index(name, query)
+            index = self.registry.observations.fit_index(name, fields.data)
             batch = self.registry.observations.load(fields, index)
-            source = {"kind": "observations", "query": query.model_dump(mode="json", exclude_none=True)}
+            source = {"kind": "observations", "query": fields.data.to_dict(exclude_none=True)}
         else:
             source = {"kind": "rows"}
         expected = loaded.calibrator.input

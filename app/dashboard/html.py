@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Set as AbstractSet
 from html import escape
 from urllib.parse import quote, urlencode
 
@@ -92,7 +93,7 @@ def aliases(names) -> str:
     return "".join(f'<span class="alias">{text(name)}</span>' for name in names) or '<span class="muted">—</span>'
 
 
-def table(caption: str, headers: list[str], rows: list[str], numeric: set[int] = frozenset(),
+def table(caption: str, headers: list[str], rows: list[str], numeric: AbstractSet[int] = frozenset(),
           table_id: str | None = None) -> str:
     """A table with a caption and column headers (``scope="col"``); ``rows`` are ``<tr>`` HTML."""
     head = "".join(f'<th scope="col"{" class=num" if i in numeric else ""}>{text(h)}</th>'

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, TypedDict
+
 from pydantic import BaseModel
 
 from ..registry.schemas import ProblemOut
@@ -56,6 +58,15 @@ V2_ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "requ
 ERROR_TEXT = {"400": "Malformed request", "401": "Missing, unknown or revoked API key",
               "403": "The API key lacks the scope", "404": "No such model or version",
               "503": "The database is unreachable (with Retry-After)"}
+
+
+class RouteDoc(TypedDict):
+    """What routes that share their documentation (a latest and a pinned route) pass to the
+    router's decorator as ``**doc``."""
+
+    response_model: type
+    responses: dict[int | str, dict[str, Any]]
+    openapi_extra: dict[str, Any]
 
 
 def _restore_docs_order(schema: dict, docs_order: list[str]) -> None:

@@ -203,7 +203,7 @@ class JobRunner:
         self.stale = timedelta(seconds=stale_seconds)
         self.queue_limit = queue_limit
 
-    def submit(self, kind: str, calibrator: str | None, request: dict, payload: bytes) -> dict:
+    def submit(self, kind: str, calibrator: str | None, request: dict, payload: bytes | None) -> dict:
         """Record a queued job and hand it to the engine; ``Unavailable`` (503) past the limit."""
         job_id = uuid.uuid4().hex
         with self.db.write() as session:

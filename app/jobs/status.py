@@ -6,6 +6,7 @@ whether they hold the enum or the text."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 
 class JobStatus(StrEnum):
@@ -18,6 +19,8 @@ class JobStatus(StrEnum):
 
 #: every state, in the order a job goes through them (the API's ``status`` values)
 STATES: tuple[str, ...] = tuple(state.value for state in JobStatus)
+#: the same states as a type, for annotations (``typing.get_args(JobState) == STATES``)
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 #: not finished: counted against the queue's capacity
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
 #: finished: purged after the retention time

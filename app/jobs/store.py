@@ -37,7 +37,7 @@ def unpack_arrays(payload: bytes) -> dict[str, np.ndarray]:
 
 
 def create_job(session: Session, job_id: str, kind: str, calibrator: str | None, request: dict,
-               payload: bytes) -> None:
+               payload: bytes | None) -> None:
     """A new queued job; finished jobs older than ``RETENTION`` are purged first."""
     session.execute(delete(JobRow).where(JobRow.status.in_(FINISHED), JobRow.updated_at < utcnow() - RETENTION))
     session.add(JobRow(id=job_id, kind=kind, status=JobStatus.QUEUED, percent=0.0, calibrator=calibrator,

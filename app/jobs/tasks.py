@@ -11,13 +11,13 @@ import os
 import socket
 import threading
 
-from ..comparisons.schemas import CompareFields
+from ..comparisons.values import CompareSpec
 from ..observations.chunks import refs_from_json
 from ..platform.db import Database
 from ..platform.errors import ServiceError
 from ..platform.logs import first_line
-from ..registry.schemas import FitFields
 from ..registry.service import CalibrationService
+from ..registry.serving import FitSpec
 from ..settings import get_settings
 from ..wire.batches import validated
 from . import fan_out
@@ -96,9 +96,9 @@ def fit_batch(service: CalibrationService, request: dict, payload: bytes | None,
     """The labelled batch of a fit job: its arrays, or the stored observations it names (``shared``:
     see ``Observations.load``)."""
     if request.get("chunks"):
-        fields = FitFields.model_validate(request["fields"])
+        fields = FitSpec.from_dict(request["fields"])
         return service.observations.load(fields, refs_from_json(request["chunks"]), shared)
-    return batch_of_job(request, payload, FitFields)
+    return batch_of_job(request, payload, FitSpec.from_dict)
 
 
 def _fan_out(db: Database, job_id: str, progress: JobProgress):
@@ -139,7 +139,7 @@ def _parent_arrays(db: Database, service: CalibrationService, parent_id: str) ->
         if kind == "fit":
             batch = fit_batch(service, request, payload, shared=True)
         else:
-            batch = batch_of_job(request, payload, CompareFields)
+            batch = batch_of_job(request, payload, CompareSpec.from_dict)
         inputs, labels = validated(batch)
         _PARENT_ARRAYS.clear()
         _PARENT_ARRAYS[parent_id] = (getattr(inputs, inputs.source), labels)

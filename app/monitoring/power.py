@@ -12,16 +12,61 @@ simulates: 413) and queues a ``power`` job; ``run`` is that job.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, get_args
+
 import numpy as np
 
 import calibration as cal
 
 from ..observations import reads as observations
 from ..platform.errors import Conflict, InvalidInput, NotFound, TooLarge, refused_as
+from ..platform.values import entries_of
 from ..registry import reads as registry
 from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
-from .power_schemas import PowerRequest
+
+ShiftKind = Literal["temperature", "tweak_one", "dirichlet", "swap"]
+Signal = Literal["labelled", "label_free"]
+SHIFTS, SIGNALS = get_args(ShiftKind), get_args(Signal)
+
+
+@dataclass(frozen=True)
+class PowerSpec:
+    """A power analysis: the ``shift`` of the stored rows (``temperature``, ``tweak_one``, ``dirichlet``
+    or ``swap``) of ``size`` (on class ``shift_class``, or the pair ``swap_classes``; ``None``: random
+    per stream), the monitor (``signal``: ``labelled`` or ``label_free``, with ``alpha``, ``tolerance``,
+    ``class_tolerance`` and ``half_life``) of ``version`` (``None``: the latest), and the simulation:
+    ``streams`` streams of at most ``labels`` labels, detection also within each of ``checkpoints``,
+    intervals at level ``confidence``, drawn with ``seed``. Also the ``power`` job's request."""
+
+    shift: ShiftKind
+    size: float
+    shift_class: int | None = None
+    swap_classes: tuple[int, int] | None = None
+    signal: Signal = "labelled"
+    version: int | None = None
+    streams: int = 200
+    labels: int = 50_000
+    checkpoints: list[int] | None = None
+    alpha: float = 0.01
+    tolerance: float = 0.02
+    class_tolerance: float = 0.02
+    half_life: float = 1000.0
+    confidence: float = 0.95
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The analysis as JSON (``swap_classes`` as a list), as the job keeps its request."""
+        entries = asdict(self)
+        if self.swap_classes is not None:
+            entries["swap_classes"] = list(self.swap_classes)
+        return entries
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "a stored power request") -> PowerSpec:
+        """The analysis of a ``to_dict`` dict; ``ValueError`` naming the field when it is damaged."""
+        return cls(**entries_of(cls, data, where))
 
 
 def _index(session, calibrator_id: int, rows: int, budget: int) -> list:
@@ -31,7 +76,7 @@ def _index(session, calibrator_id: int, rows: int, budget: int) -> list:
         observations.newest_within(session, calibrator_id, rows, budget)
 
 
-def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
+def submit(service: Serving, name: str, fields: PowerSpec, settings) -> dict:
     """Check ``fields`` against the limits and the calibrator, and queue the ``power`` job."""
     check_name(name)
     if service.jobs is None:
@@ -54,18 +99,18 @@ def submit(service: Serving, name: str, fields: PowerRequest, settings) -> dict:
                        f"{settings.power_max_entries} (CALIBRATION_POWER_MAX_ENTRIES): fewer streams or labels")
     with refused_as():
         _shift(fields).check(k)
-    request = {**fields.model_dump(mode="json"), "version": version, "rows": settings.power_rows}
+    request = {**fields.to_dict(), "version": version, "rows": settings.power_rows}
     return service.jobs.submit("power", name, request, None)
 
 
-def _shift(fields: PowerRequest) -> cal.PowerShift:
+def _shift(fields: PowerSpec) -> cal.PowerShift:
     return cal.PowerShift(fields.shift, fields.size, fields.shift_class,
                       tuple(fields.swap_classes) if fields.swap_classes else None)
 
 
 def run(service: Serving, name: str, request: dict, progress) -> dict:
     """The ``power`` job: read the rows, simulate the shifted and the null streams."""
-    fields = PowerRequest.model_validate({k: v for k, v in request.items() if k != "rows"})
+    fields = PowerSpec.from_dict({k: v for k, v in request.items() if k != "rows"})
     version = int(request["version"])
     progress.step(f"reading up to {request['rows']} labelled observations", 2.0)
     with service.db.read() as session:

@@ -7,13 +7,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from ..wire.decoding import model_value
+from .power import SHIFTS, SIGNALS, PowerSpec
+
 
 class PowerRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"shift": "temperature", "size": 1.25, "labels": 50000},
         {"shift": "tweak_one", "size": 0.5, "signal": "label_free", "streams": 100, "labels": 20000},
         {"shift": "swap", "size": 1, "swap_classes": [3, 5]}]})
-    shift: Literal["temperature", "tweak_one", "dirichlet", "swap"] = Field(
+    shift: Literal[SHIFTS] = Field(
         description="temperature: the raw logits times `size`; tweak_one: one class gets prior `size`; dirichlet: "
                     "priors ~ Dirichlet(`size`) per stream; swap: `size` class pairs' labels exchanged")
     size: float = Field(description="The shift's size (temperature: factor, 1 is none; tweak_one: the class's prior; "
@@ -21,7 +24,7 @@ class PowerRequest(BaseModel):
     shift_class: StrictInt | None = Field(None, ge=0, description="tweak_one: the class (default: random per stream)")
     swap_classes: tuple[StrictInt, StrictInt] | None = Field(None, description="swap of size 1: the two classes "
                                                                                   "(default: random per stream)")
-    signal: Literal["labelled", "label_free"] = Field("labelled", description="Which monitor: on labels, or on "
+    signal: Literal[SIGNALS] = Field("labelled", description="Which monitor: on labels, or on "
                                                                               "predictions against a reference")
     version: StrictInt | None = Field(None, ge=1, le=2**31 - 1, description="The version (default: the latest)")
     streams: StrictInt = Field(200, ge=1, description="Simulated streams (CALIBRATION_POWER_MAX_STREAMS at most)")
@@ -36,3 +39,6 @@ class PowerRequest(BaseModel):
     half_life: float = Field(1000.0, gt=0, le=1e9, description="Rows of the monitor's bet's memory")
     confidence: float = Field(0.95, gt=0, lt=1, description="Level of the intervals")
     seed: StrictInt = Field(0, ge=0, le=2**31 - 1)
+
+    def to_value(self) -> PowerSpec:
+        return model_value(self, PowerSpec)

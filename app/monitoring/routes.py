@@ -118,7 +118,7 @@ async def get_label_shift(request: Request, name: str = NAME, version: int | Non
 
 
 def _power(service: CalibrationService, name: str, data, settings) -> dict:
-    return power.submit(service, name, decode_fields(data, PowerRequest), settings)
+    return power.submit(service, name, decode_fields(data, PowerRequest).to_value(), settings)
 
 
 @router.post("/calibrators/{name}/power", status_code=202, summary="Power analysis of the drift monitor (a job)",

@@ -17,7 +17,7 @@ from ..platform.errors import InvalidInput
 from ..registry.names import check_name
 from ..registry.routes import NAME, _json, request_body
 from ..registry.service import CalibrationService
-from ..wire.decoding import NPZ_TYPE, RequestBody, decode_batch, decode_fields
+from ..wire.decoding import NPZ_TYPE, RequestBody, decode_fields, decode_values
 from .schemas import (
     DeletedObservations,
     LabelsOut,
@@ -40,7 +40,7 @@ def _service(request: Request) -> CalibrationService:
 
 def _append(service: CalibrationService, name: str, data: RequestBody) -> dict:
     check_name(name)
-    batch = decode_batch(data, ObservationFields, need_labels=True, limits=service.limits)
+    batch = decode_values(data, ObservationFields, need_labels=True, limits=service.limits)
     return service.observations.append(name, batch)
 
 

@@ -7,7 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-SOURCES = ("upload", "feedback")
+from ..wire.decoding import model_value
+from .values import SOURCES, ObservationSelection, UploadSpec
+
 FUTURE_SKEW = timedelta(minutes=5)  # clocks differ: an observation a little ahead of ours is accepted
 PredictionId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
@@ -34,6 +36,9 @@ class ObservationQuery(_Strict):
                 raise ValueError(f"{name} needs a UTC offset (e.g. 2026-11-23T00:00:00Z)")
         return self
 
+    def to_value(self) -> ObservationSelection:
+        return model_value(self, ObservationSelection)
+
 
 class DataSource(_Strict):
     observations: ObservationQuery = Field(description="Fit on the calibrator's stored observations")
@@ -52,6 +57,9 @@ class ObservationFields(_Strict):
             if self.observed_at > datetime.now(UTC) + FUTURE_SKEW:
                 raise ValueError("observed_at is in the future")
         return self
+
+    def to_value(self) -> UploadSpec:
+        return model_value(self, UploadSpec)
 
 
 class ObservationRequest(ObservationFields):

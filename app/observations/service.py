@@ -28,8 +28,8 @@ from ..wire.batches import ArrayBatch, validated
 from . import store as observation_store
 from .chunks import ChunkRef, total_rows
 from .online_updates import OnlineUpdates
-from .schemas import ObservationQuery
 from .store import Selection
+from .values import ObservationSelection, UploadSpec
 
 FLOAT_DTYPES = ("f2", "f4", "f8")
 
@@ -53,7 +53,7 @@ class Observations:
 
     # -- uploads ------------------------------------------------------------------------------
 
-    def append(self, name: str, batch: ArrayBatch) -> dict:
+    def append(self, name: str, batch: ArrayBatch[UploadSpec]) -> dict:
         """Append a labelled batch (validated as a fit's) to ``name``'s observations, creating the
         name if it is new; its input kind and class count must match what ``name`` already has."""
         check_name(name)
@@ -192,14 +192,14 @@ class Observations:
 
     # -- fits on stored data ------------------------------------------------------------------
 
-    def fit_index(self, name: str, query: ObservationQuery) -> list[ChunkRef]:
+    def fit_index(self, name: str, selection: ObservationSelection) -> list[ChunkRef]:
         """The chunks a fit on ``name``'s stored observations reads (fixed when the fit is asked
         for, so that a job fits exactly them), after checking there are some and not too many."""
         with self.db.read() as session:
             calibrator = registry.calibrator(session, name)
-            index = observation_store.chunk_index(session, calibrator.id, Selection(**query.model_dump()))
+            index = observation_store.chunk_index(session, calibrator.id, Selection(**selection.given()))
         if not index:
-            raise NotFound(f"{name!r} has no observations matching {query.model_dump(exclude_none=True)}")
+            raise NotFound(f"{name!r} has no observations matching {selection.given()}")
         n, k, _ = shape_of_index(index)
         if n * k > self.max_fit_entries:
             raise TooLarge(f"{n} observations of {k} classes are {n * k} entries, over the limit of "

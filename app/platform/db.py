@@ -11,9 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import Any, cast
 
 from sqlalchemy import Select, create_engine, event
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, CursorResult, Engine, Result, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -76,6 +77,12 @@ def make_engine(url: str, timeout: float = 30.0, pre_ping: bool = True, sqlite_c
     )
 
 
+def changed_rows(result: Result) -> int:
+    """The rows an UPDATE or DELETE matched: ``Session.execute`` returns a ``CursorResult`` (which
+    has ``rowcount``) for such a statement, typed as the plain ``Result`` it extends."""
+    return cast(CursorResult, result).rowcount
+
+
 class Database:
     """An engine with a read session factory and a write session factory, and (on Postgres) a
     second pool for the hot path's single-statement lookups (see ``first_row``)."""
@@ -94,7 +101,7 @@ class Database:
         self._compiled: dict = {}
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(writer, expire_on_commit=False)
-        self._watch = None  # the connection that reads ``data_version``, opened on first use
+        self._watch: Any = None  # reads ``data_version`` (sqlite3's or psycopg's connection), opened on first use
         self._watch_lock = threading.Lock()
         self._watchable = self.dialect != "sqlite" or make_url(url).database not in (None, "", ":memory:")
 
@@ -136,7 +143,10 @@ class Database:
         if compiled is None:
             compiled = self._compiled[statement] = statement.compile(dialect=self.engine.dialect)
         values = compiled.construct_params(params)
-        positional = tuple(values[key] for key in compiled.positiontup)
+        order = compiled.positiontup
+        if order is None:  # SQLite's paramstyle (qmark) is positional: its compiler always sets the order
+            raise TypeError("the statement did not compile to positional parameters")
+        positional = tuple(values[key] for key in order)
         dbapi_error = self.engine.dialect.loaded_dbapi.Error
         connection = self.engine.raw_connection()
         try:

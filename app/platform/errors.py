@@ -6,7 +6,7 @@ failed job records."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 
 class ServiceError(Exception):
@@ -89,7 +89,8 @@ class refused_as:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: object) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> Literal[False]:
         if kind is not None and issubclass(kind, ValueError):
             raise self.error(str(exc) if self.detail is None else self.detail) from exc
         return False

@@ -38,7 +38,10 @@ def downgrade(database_url: str, revision: str = "base") -> None:
 
 
 def head_revision() -> str:
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    if head is None:  # the package ships its migrations: only a broken install has none
+        raise CommandError("no migrations found")
+    return head
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -115,7 +118,10 @@ def _losses(engine: Engine, current: str, revision: str) -> dict[str, int]:
         scratch_engine = make_engine(scratch_url)
         before = _schema(scratch_engine)
         for step in crossed:
-            downgrade(scratch_url, step.down_revision or "base")
+            below = step.down_revision or "base"
+            if not isinstance(below, str):  # the migrations are one line: no merge revision has two parents
+                raise CommandError(f"revision {step.revision} merges {', '.join(below)}: not supported")
+            downgrade(scratch_url, below)
             after = _schema(scratch_engine)
             lossless = set(getattr(step.module, "lossless_downgrade", ()))
             affected |= {name for name in before if after.get(name) != before[name] and name not in lossless}

@@ -15,7 +15,8 @@ from ..settings import get_settings
 try:  # the parser uvicorn's "auto" picks: much faster than h11
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as BaseProtocol
 except ImportError:  # pragma: no cover - uvicorn without its [standard] extra
-    from uvicorn.protocols.http.h11_impl import H11Protocol as BaseProtocol
+    # (mypy: a second class under the same name; both are uvicorn's HTTP protocol)
+    from uvicorn.protocols.http.h11_impl import H11Protocol as BaseProtocol  # type: ignore[assignment]
 
 
 class HeadDeadlineProtocol(BaseProtocol):
@@ -38,7 +39,7 @@ class HeadDeadlineProtocol(BaseProtocol):
         if self._waiting_for_head() and not self.transport.is_closing():
             self.transport.close()
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._arm()
 

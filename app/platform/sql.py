@@ -15,7 +15,7 @@ IN_LIST = 500  # ids per IN (...) list: well under SQLite's 32766 bound paramete
 
 def dialect_insert(session: Session):
     """The ``insert`` of the session's dialect (Postgres or SQLite), which has ``on_conflict_do_*``."""
-    return postgresql.insert if session.bind.dialect.name == "postgresql" else sqlite.insert
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
 def raw(array: np.ndarray) -> tuple[bytes, str]:
@@ -28,7 +28,7 @@ def raw_view(array: np.ndarray) -> tuple[memoryview, str]:
     """``raw`` without copying the bytes out: a byte view of the array itself where it already is
     little-endian and C-ordered (for a Core insert, whose driver copies them when it binds them)."""
     little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return memoryview(little).cast("B"), little.dtype.str
+    return little.data.cast("B"), little.dtype.str  # ndarray.data: a memoryview of the array
 
 
 def from_raw(data: bytes, dtype: str, n_rows: int, n_classes: int, kind: str) -> np.ndarray:

@@ -25,14 +25,15 @@ champion (and a gated alias pointing at it accepts the evaluation); otherwise th
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import numpy as np
 
 import calibration as cal
 
 from ..observations import reads as observations
-from ..observations.schemas import ObservationQuery
 from ..observations.service import shape_of_index
+from ..observations.values import ObservationSelection
 from ..platform.errors import InvalidInput, NotFound, TooLarge, refused_as
 from ..platform.rows import utcnow
 from ..registry import reads as registry
@@ -40,7 +41,7 @@ from ..registry.names import Reference, check_alias, check_name
 from ..registry.serving import Serving
 from . import store as promotion_store
 from .rows import EvaluationRow
-from .schemas import EvaluationRequest
+from .values import ChallengeSpec
 
 
 def _reference(name: str, value: int | str) -> Reference:
@@ -53,7 +54,7 @@ def _reference(name: str, value: int | str) -> Reference:
     return Reference(name, alias=check_alias(value))
 
 
-def _interval(metric, probs, labels, fields: EvaluationRequest, **kwargs) -> dict:
+def _interval(metric, probs, labels, fields: ChallengeSpec, **kwargs) -> dict:
     """The metric with its percentile-bootstrap interval (``fields.bootstrap`` resamples; 0: none)."""
     if fields.bootstrap == 0:
         return {"estimate": metric(probs, labels, **kwargs)}
@@ -81,7 +82,7 @@ def _served_probabilities(service: Serving, name: str, index: list, values,
     return probabilities, {v: int((served == v).sum()) for v in np.unique(served).tolist()}
 
 
-def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
+def evaluate(service: Serving, name: str, fields: ChallengeSpec) -> dict:
     """Compare ``fields.challenger`` with ``fields.champion`` (or, without one, with the versions that
     served each labelled prediction: a shadow evaluation) on held-out observations; store and
     return the evaluation."""
@@ -93,9 +94,9 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
     with service.db.read() as session:
         created = [registry.version_created(session, v.resolved) for v in (challenger, champion) if v]
     held_out = fields.data is None
-    query = ObservationQuery(since=max(created)) if held_out else fields.data.observations
+    query = fields.data if fields.data is not None else ObservationSelection(since=max(created))
     if champion is None:  # only labelled predictions know the version that served them
-        query = query.model_copy(update={"source": "feedback"})
+        query = replace(query, source="feedback")
     try:
         index = service.observations.fit_index(name, query)
     except NotFound as exc:
@@ -126,7 +127,7 @@ def evaluate(service: Serving, name: str, fields: EvaluationRequest) -> dict:
         "challenger_ref": str(fields.challenger),
         "champion_ref": "served" if champion is None else str(fields.champion),
         "served_by": {str(v): n for v, n in served.items()},
-        "selection": query.model_dump(mode="json", exclude_none=True), "held_out": held_out,
+        "selection": query.to_dict(exclude_none=True), "held_out": held_out,
         **comparison,
         "ece": {"n_bins": fields.n_bins, "challenger": _interval(cal.ece, challenger_probs, labels, fields,
                                                                   n_bins=fields.n_bins),

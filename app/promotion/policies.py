@@ -24,18 +24,17 @@ import calibration as cal
 from ..monitoring.alarms import alarmed_versions
 from ..observations import reads as observations
 from ..observations.chunks import refs_from_json
-from ..observations.schemas import DataSource, ObservationQuery
+from ..observations.values import ObservationSelection
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
 from ..registry import reads as registry
 from ..registry.names import Reference, check_alias, check_name
-from ..registry.schemas import FitFields
-from ..registry.serving import Serving
+from ..registry.serving import FitSpec, Serving
 from . import aliases as promotion
 from . import evaluations
 from . import store as ps
 from .rows import RefitPolicyRow
-from .schemas import EvaluationRequest, RefitPolicy
+from .values import ChallengeSpec, PolicySpec
 
 
 def _view(name: str, row: RefitPolicyRow) -> dict:
@@ -43,7 +42,7 @@ def _view(name: str, row: RefitPolicyRow) -> dict:
             "last_job": row.last_job_id}
 
 
-def set_policy(db, name: str, policy: RefitPolicy) -> dict:
+def set_policy(db, name: str, policy: PolicySpec) -> dict:
     check_name(name)
     if policy.alias is not None:
         check_alias(policy.alias)
@@ -57,7 +56,7 @@ def set_policy(db, name: str, policy: RefitPolicy) -> dict:
         if row is None:
             row = RefitPolicyRow(calibrator_id=calibrator.id, created_at=utcnow())
             session.add(row)
-        row.config = policy.model_dump(mode="json")
+        row.config = policy.to_dict()
         session.flush()
         return _view(name, row)
 
@@ -72,7 +71,7 @@ def get_policy(db, name: str) -> dict:
         return _view(name, row)
 
 
-def _reasons(session, calibrator_id: int, policy: RefitPolicy, since) -> list[str]:
+def _reasons(session, calibrator_id: int, policy: PolicySpec, since) -> list[str]:
     reasons = []
     if policy.every_labels:
         new = observations.rows_since(session, calibrator_id, since)
@@ -112,19 +111,19 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")
         config = dict(row.config)
-        policy = RefitPolicy.model_validate(config)
+        policy = PolicySpec.from_dict(config)
         since = row.last_run_at or row.created_at
         reasons = _reasons(session, calibrator.id, policy, since) + (["forced"] if force else [])
         if not reasons:
             return False, {"name": name, "triggered": False, "since": since}
         cut = _cut(session, calibrator.id, policy.last, policy.holdout)
         row.last_run_at = utcnow()
-    query = ObservationQuery(last=max(1, int(policy.last * (1 - policy.holdout))), until=cut) if cut \
-        else ObservationQuery(last=policy.last)
-    fields = FitFields(method=policy.method, options=policy.options, data=DataSource(observations=query),
-                       description=f"refit by policy: {'; '.join(reasons)}")
+    query = ObservationSelection(last=max(1, int(policy.last * (1 - policy.holdout))), until=cut) if cut \
+        else ObservationSelection(last=policy.last)
+    fields = FitSpec(method=policy.method, options=policy.options, data=query,
+                     description=f"refit by policy: {'; '.join(reasons)}")
     index = service.observations.fit_index(name, query)
-    request = {"fit": fields.model_dump(mode="json"), "chunks": [ref.as_json() for ref in index], "policy": config,
+    request = {"fit": fields.to_dict(), "chunks": [ref.as_json() for ref in index], "policy": config,
                "cut": cut.isoformat() if cut else None, "reasons": reasons}
     job = service.jobs.submit("refit", name, request, None)
     with service.db.write() as session:
@@ -134,8 +133,8 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
 
 def run_refit(service: Serving, name: str, request: dict, progress) -> dict:
     """The refit job: fit, then evaluate against the policy's alias and promote if it says so."""
-    fields = FitFields.model_validate(request["fit"])
-    policy = RefitPolicy.model_validate(request["policy"])
+    fields = FitSpec.from_dict(request["fit"])
+    policy = PolicySpec.from_dict(request["policy"])
     progress.step(f"refitting {fields.method} on stored observations", 5.0)
     version = service.fit(name, service.observations.load(fields, refs_from_json(request["chunks"])))["version"]
     result = {"name": name, "version": version, "reasons": request["reasons"], "evaluation": None,
@@ -149,9 +148,9 @@ def run_refit(service: Serving, name: str, request: dict, progress) -> dict:
             since = ps.version_created_at(session, champion.resolved)
         if request["cut"] is not None:
             since = max(since, ps.parse_time(request["cut"]))
-        evaluation = evaluations.evaluate(service, name, EvaluationRequest(
+        evaluation = evaluations.evaluate(service, name, ChallengeSpec(
             challenger=version, champion=champion.version, alpha=policy.alpha, bootstrap=100,
-            data=DataSource(observations=ObservationQuery(since=since))))
+            data=ObservationSelection(since=since)))
     except (NotFound, InvalidInput) as exc:
         return {**result, "reason": f"not evaluated: {exc}"}
     result.update(evaluation=evaluation["id"], verdict=evaluation["verdict"])

@@ -89,7 +89,7 @@ async def put_serving(request: Request, name: str = NAME):
 
 
 def _evaluate(service: CalibrationService, name: str, data) -> dict:
-    return evaluations.evaluate(service, name, decode_fields(data, EvaluationRequest))
+    return evaluations.evaluate(service, name, decode_fields(data, EvaluationRequest).to_value())
 
 
 @router.post("/calibrators/{name}/evaluations", status_code=201, summary="Evaluate a challenger against a champion",
@@ -123,7 +123,7 @@ async def get_evaluation(request: Request, name: str = NAME, evaluation_id: str 
 
 
 def _set_policy(service: CalibrationService, name: str, data) -> dict:
-    return policies.set_policy(service.db, name, decode_fields(data, RefitPolicy))
+    return policies.set_policy(service.db, name, decode_fields(data, RefitPolicy).to_value())
 
 
 @router.put("/calibrators/{name}/policy", summary="Set the refit policy",

@@ -62,8 +62,9 @@ class EvaluationRow(Base):
 
 
 class RefitPolicyRow(Base):
-    """When and how to refit a calibrator (``config``: ``app.promotion.policies.RefitPolicy`` as JSON), and
-    the last time the policy submitted a refit (``last_run_at``, its job ``last_job_id``)."""
+    """When and how to refit a calibrator (``config``: ``app.promotion.values.PolicySpec.to_dict()``, the
+    JSON ``RefitPolicy`` writes), and the last time the policy submitted a refit (``last_run_at``, its job
+    ``last_job_id``)."""
 
     __tablename__ = "refit_policies"
 

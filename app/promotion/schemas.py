@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
 
 from ..observations.schemas import DataSource
+from ..wire.decoding import model_value
+from .values import ChallengeSpec, PolicySpec
 
 VersionOrAlias = StrictInt | Annotated[str, StringConstraints(min_length=1, max_length=64)]
 EVALUATION_ID = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
@@ -55,6 +57,10 @@ class EvaluationRequest(_Strict):
     confidence: float = Field(0.95, gt=0, lt=1)
     seed: int = Field(0, ge=0, le=2**31 - 1)
 
+    def to_value(self) -> ChallengeSpec:
+        data = self.data.observations.to_value() if self.data is not None else None
+        return model_value(self, ChallengeSpec, data=data)
+
 
 class RefitPolicy(_Strict):
     """When to refit, on which data, with which method, and which alias the challenger must beat."""
@@ -75,3 +81,6 @@ class RefitPolicy(_Strict):
                                                                               "evaluated against")
     promote: bool = Field(False, description="Move `alias` to the challenger when the verdict favours it")
     alpha: float = Field(0.05, gt=0, le=0.5, description="Level of the evaluation's verdict")
+
+    def to_value(self) -> PolicySpec:
+        return model_value(self, PolicySpec)

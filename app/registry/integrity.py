@@ -55,6 +55,15 @@ class VersionRecord:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class StoredVersion(VersionRecord):
+    """A version's record with the row's id, its calibrator's id and its stored digest."""
+
+    id: int
+    calibrator_id: int
+    checksum: str
+
+
 def utc(moment: datetime) -> datetime:
     """``moment`` in UTC (a naive one, as SQLite returns it, is UTC already)."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

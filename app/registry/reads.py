@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from ..platform.db import changed_rows
 from ..platform.errors import NotFound
 from ..platform.rows import utcnow
 from ..platform.sql import IN_LIST, dialect_insert
@@ -92,7 +93,10 @@ def latest_shape(session: Session, calibrator_id: int) -> tuple[str, int] | None
 
 def version_row(session: Session, version_id: int) -> VersionRow:
     """The stored version with row id ``version_id`` (whole: what an online update of it reads)."""
-    return session.get(VersionRow, version_id)
+    row = session.get(VersionRow, version_id)
+    if row is None:  # (callers pass the id of a version read in the same transaction)
+        raise NotFound(f"no stored version has row id {version_id}")
+    return row
 
 
 def calibrator_names(session: Session) -> dict[int, str]:
@@ -179,8 +183,9 @@ def add_logged_rows(session: Session, calibrator_id: int, n: int, cap: int | Non
     where = [CalibratorRow.id == calibrator_id]
     if cap is not None:
         where.append(CalibratorRow.logged_rows + n <= cap)
-    return session.execute(update(CalibratorRow).where(*where).values(logged_rows=CalibratorRow.logged_rows + n)
-                           .execution_options(synchronize_session=False)).rowcount == 1
+    return changed_rows(session.execute(update(CalibratorRow).where(*where)
+                                        .values(logged_rows=CalibratorRow.logged_rows + n)
+                                        .execution_options(synchronize_session=False))) == 1
 
 
 def add_dropped_rows(session: Session, calibrator_id: int, n: int) -> None:
@@ -192,12 +197,13 @@ def add_dropped_rows(session: Session, calibrator_id: int, n: int) -> None:
 
 def log_counts(session: Session, calibrator_id: int) -> tuple[int, int]:
     """The calibrator's logged rows and the rows its full log dropped."""
-    return tuple(session.execute(select(CalibratorRow.logged_rows, CalibratorRow.log_dropped_rows)
-                                 .where(CalibratorRow.id == calibrator_id)).one())
+    logged, dropped = session.execute(select(CalibratorRow.logged_rows, CalibratorRow.log_dropped_rows)
+                                      .where(CalibratorRow.id == calibrator_id)).one()
+    return logged, dropped
 
 
 def every_dropped(session: Session) -> list[tuple[str, int]]:
     """(name, dropped rows) of every calibrator whose log dropped rows, by name, for /metrics."""
-    return [tuple(row) for row in session.execute(
+    return [(name, dropped) for name, dropped in session.execute(
         select(CalibratorRow.name, CalibratorRow.log_dropped_rows).where(CalibratorRow.log_dropped_rows > 0)
         .order_by(CalibratorRow.name))]

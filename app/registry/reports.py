@@ -4,12 +4,13 @@ on request, bootstrap intervals. Every number comes from a function of ``calibra
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 import calibration as cal
 
-METRICS = {
+METRICS: dict[str, Callable[..., float]] = {
     "ece": cal.ece,
     "mce": cal.mce,
     "adaptive_ece": cal.adaptive_ece,

@@ -9,22 +9,26 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from calibration import INPUT_KINDS, METHODS
+from calibration import METHODS, InputKind
 
 from ..observations.schemas import DataSource, PredictionId
+from ..wire.decoding import model_value
+from .serving import CalibrateSpec, EvaluationSpec, FitSpec
 
-OUTPUTS = ("probabilities", "predicted_class", "confidence", "set")
+Output = Literal["probabilities", "predicted_class", "confidence", "set"]
+DEFAULT_OUTPUTS: tuple[Output, ...] = ("probabilities",)
 
 
 def input_check_field():
     return Field(True, description="Refuse logits that look like probabilities (every row non-negative and "
                                    "summing to 1 within 1e-6) with a 422; false sends them as logits anyway")
 
-EXAMPLE_LOGITS = [
+# the examples' JSON values (list[Any]: a json_schema_extra holds any JSON)
+EXAMPLE_LOGITS: list[Any] = [
     [2.0, 0.5, -1.0], [0.3, 1.8, -0.2], [1.2, 1.0, 0.1], [-0.5, 0.2, 1.5],
     [1.5, -0.3, 0.4], [0.1, 0.9, 1.1], [2.2, 1.9, -0.4], [-1.0, 0.4, 0.8],
 ]
-EXAMPLE_LABELS = [0, 1, 1, 2, 2, 0, 1, 2]
+EXAMPLE_LABELS: list[Any] = [0, 1, 1, 2, 2, 0, 1, 2]
 
 
 class Strict(BaseModel):
@@ -54,6 +58,10 @@ class FitFields(Strict):
     input_check: bool = input_check_field()
     data: DataSource | None = Field(None, description="Fit on stored data instead of arrays in the body")
 
+    def to_value(self) -> FitSpec:
+        return model_value(self, FitSpec, tensor_names=self.tensor_names.model_dump() if self.tensor_names else None,
+                           data=self.data.observations.to_value() if self.data is not None else None)
+
 
 class FitRequest(FitFields, Arrays):
     model_config = ConfigDict(
@@ -65,8 +73,8 @@ class FitRequest(FitFields, Arrays):
 
 
 class CalibrateFields(Strict):
-    outputs: list[Literal[OUTPUTS]] = Field(
-        default_factory=lambda: ["probabilities"],
+    outputs: list[Output] = Field(
+        default_factory=lambda: list(DEFAULT_OUTPUTS),
         description="Which outputs to return; `set`: the conformal prediction set of each row at `coverage` "
                     "(JSON: the class indices; .npy: an (n, k) uint8 mask, with `set` the only output)",
     )
@@ -84,6 +92,9 @@ class CalibrateFields(Strict):
         "Precision of the probabilities (computed in float64; only the answer is cast). Default: an .npy "
         "answer in the question's (float32 for a float32/float16 .npy or .npz), JSON float64. `?dtype=`"))
 
+    def to_value(self) -> CalibrateSpec:
+        return model_value(self, CalibrateSpec)
+
 
 class CalibrateRequest(CalibrateFields, Arrays):
     model_config = ConfigDict(
@@ -99,6 +110,9 @@ class EvaluationFields(Strict):
     confidence: float = Field(0.95, gt=0, lt=1, description="Level of the bootstrap intervals")
     seed: int = Field(0, ge=0, description="Seed of the bootstrap resampling")
     input_check: bool = input_check_field()
+
+    def to_value(self) -> EvaluationSpec:
+        return model_value(self, EvaluationSpec)
 
 
 class ReportRequest(EvaluationFields, Arrays):
@@ -144,7 +158,7 @@ class VersionOut(BaseModel):
     version: int
     method: str
     options: dict[str, Any]
-    input: Literal[INPUT_KINDS]
+    input: InputKind
     n_classes: int
     n_samples: int
     class_names: list[str] | None = None

@@ -1,6 +1,7 @@
-"""What the service does, on domain values: names, references (``names.Reference``), decoded
-batches (``decoding.ArrayBatch``) and validated fields in; versions, calibrated batches, reports
-and jobs out. Plain synchronous functions, run off the event loop by the routes.
+"""What the service does, on domain values: names, references (``names.Reference``) and decoded
+batches (``app.wire.batches.ArrayBatch``) whose fields are the values of ``app.registry.serving``
+(``FitSpec``, ``CalibrateSpec``, ``EvaluationSpec``) in; versions, calibrated batches, reports and
+jobs out. Plain synchronous functions, run off the event loop by the routes.
 
 Array values are validated by the core here (``calibration.validate_inputs``, ``check_labels``): a
 core ``ValueError`` becomes ``InvalidInput``. Errors are the domain errors of ``app.platform.errors``,
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from pydantic import BaseModel
 
 import calibration as cal
 
@@ -37,7 +39,7 @@ from ..wire.costs import (
 from . import prior_shift, reports, store, version_records
 from .cache import CalibratorCache, Device, LoadedVersion, Resolutions, load_calibrator
 from .names import Reference, check_name
-from .schemas import EvaluationFields, FitFields
+from .serving import CalibrateSpec, EvaluationSpec, FitSpec
 from .versions import NewVersion, version_view, write_version
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
@@ -69,10 +71,10 @@ class CalibrationService:
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def _fit_inputs(self, name: str, batch: ArrayBatch):
+    def _fit_inputs(self, name: str, batch: ArrayBatch[FitSpec]):
         """Everything a fit checks before it starts: name, arrays, options, class names."""
         check_name(name)
-        fields: FitFields = batch.fields
+        fields = batch.fields
         inputs, labels = validated(batch)
         options = dict(fields.options)
         if options.setdefault("input", batch.kind) != batch.kind:
@@ -90,7 +92,7 @@ class CalibrationService:
         check_fit_parameters(calibrator.method, calibrator.options, n, k, self.max_parameters, self.limits.entries)
         return calibrator
 
-    def fit_or_submit(self, name: str, batch: ArrayBatch, asked: bool) -> tuple[bool, dict]:
+    def fit_or_submit(self, name: str, batch: ArrayBatch[FitSpec], asked: bool) -> tuple[bool, dict]:
         """Check the fit once (bad input is a 4xx, not a failed job), then ``(True, job)`` when the
         caller ``asked`` for a job or the fit's estimated cost exceeds the sync budget, else
         ``(False, the stored version)``. A batch without arrays names stored observations."""
@@ -100,29 +102,31 @@ class CalibrationService:
         fields, inputs, labels, calibrator = prepared
         seconds = estimated_fit_seconds(calibrator.method, fields.options, inputs.n, inputs.k)
         if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
-            request, payload = job_input(batch, labels)
+            request, payload = job_input(batch, labels, fields.to_dict())
             return True, self.jobs.submit("fit", name, request, payload)
         return False, self._fit_checked(name, batch, prepared)
 
-    def _fit_stored_or_submit(self, name: str, fields: FitFields, asked: bool) -> tuple[bool, dict]:
+    def _fit_stored_or_submit(self, name: str, fields: FitSpec, asked: bool) -> tuple[bool, dict]:
         """A fit on stored observations: the chunks are fixed now; a job reads them in its worker."""
         check_name(name)
-        index = self.observations.fit_index(name, fields.data.observations)
+        if fields.data is None:  # decode_batch gives a batch without arrays only with `data`
+            raise InvalidInput("send exactly one of logits, probabilities or scores")
+        index = self.observations.fit_index(name, fields.data)
         n, k, kind = shape_of_index(index)
         seconds = estimated_fit_seconds(fields.method, fields.options, n, k)
         if self.jobs is not None and (asked or seconds > self.sync_budget_seconds):
             self._calibrator(fields.method, {**fields.options, "input": kind}, n, k)
-            request = {"kind": kind, "fields": fields.model_dump(mode="json"),
+            request = {"kind": kind, "fields": fields.to_dict(),
                        "chunks": [ref.as_json() for ref in index]}
             return True, self.jobs.submit("fit", name, request, None)
         return False, self.fit(name, self.observations.load(fields, index))
 
-    def fit(self, name: str, batch: ArrayBatch, job: JobProgress | None = None) -> dict:
+    def fit(self, name: str, batch: ArrayBatch[FitSpec], job: JobProgress | None = None) -> dict:
         """Fit ``batch.fields.method`` on the labelled batch and store it as the next version; as
         a ``job``, report its steps and record its success in the transaction that stores it."""
         return self._fit_checked(name, batch, self._fit_inputs(name, batch), job)
 
-    def _fit_checked(self, name: str, batch: ArrayBatch, prepared, job: JobProgress | None = None) -> dict:
+    def _fit_checked(self, name: str, batch: ArrayBatch[FitSpec], prepared, job: JobProgress | None = None) -> dict:
         fields, inputs, labels, calibrator = prepared
         if job is not None:
             job.fitting(calibrator, inputs.n, inputs.k)
@@ -136,8 +140,7 @@ class CalibrationService:
                 report["comparison"] = {**calibrator.comparison_.to_dict(),
                                         "selection": calibrator.selection_.to_dict()}
         new = NewVersion(calibrator, params, batch.kind, inputs.k, inputs.n, report, fields.class_names,
-                         fields.description, fields.tags,
-                         fields.tensor_names.model_dump() if fields.tensor_names else None)
+                         fields.description, fields.tags, fields.tensor_names)
         if job is not None:
             job.step("storing the version", 95.0)
         with self.db.write() as session:
@@ -215,36 +218,38 @@ class CalibrationService:
         with refused_as():
             return self.device.predict(loaded.calibrator, inputs)
 
-    def _checked_inputs(self, loaded: LoadedVersion, batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
+    def _checked_inputs(self, loaded: LoadedVersion,
+                        batch: ArrayBatch[BaseModel]) -> tuple[cal.InputBatch, np.ndarray | None]:
         expected = loaded.calibrator.input
         if batch.kind != expected:
             raise InvalidInput(f"calibrator {loaded.name!r} version {loaded.version} was fitted on "
                                f"{expected}; send {expected}, not {batch.kind}")
         return validated(batch)
 
-    def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch) -> CalibratedBatch:
+    def calibrate(self, loaded: LoadedVersion, batch: ArrayBatch[CalibrateSpec]) -> CalibratedBatch:
         inputs, _ = self._checked_inputs(loaded, batch)
         probabilities = self.predict(loaded, inputs)
         if batch.fields.priors is not None:  # label shift (app.registry.prior_shift)
             probabilities = prior_shift.adjusted(self.db, loaded, probabilities, batch.fields.priors,
                                                  batch.fields.source_priors)
-        served = log_served(self.prediction_log, loaded, batch.kind, batch.values, batch.fields.ids)
+        kind = loaded.calibrator.input  # the batch's kind: _checked_inputs refuses any other
+        served = log_served(self.prediction_log, loaded, kind, batch.values, batch.fields.ids)
         return CalibratedBatch(loaded.name, loaded.version, probabilities, inputs.given,
                                loaded.class_names, served, getattr(batch.values, "dtype", None))
 
-    def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch):
+    def _labelled(self, loaded: LoadedVersion, batch: ArrayBatch[EvaluationSpec]):
         inputs, labels = self._checked_inputs(loaded, batch)
         return inputs.probabilities, self.predict(loaded, inputs), labels
 
-    def report(self, loaded: LoadedVersion, batch: ArrayBatch) -> dict:
+    def report(self, loaded: LoadedVersion, batch: ArrayBatch[EvaluationSpec]) -> dict:
         """Metrics before and after calibration on a labelled batch."""
         raw, calibrated, labels = self._labelled(loaded, batch)
-        fields: EvaluationFields = batch.fields
+        fields = batch.fields
         report = reports.comparison(raw, calibrated, labels, fields.n_bins, fields.bootstrap, fields.confidence,
                                     fields.seed)
         return {"name": loaded.name, "version": loaded.version, **report}
 
-    def reliability_figure(self, loaded: LoadedVersion, batch: ArrayBatch, fmt: str) -> bytes:
+    def reliability_figure(self, loaded: LoadedVersion, batch: ArrayBatch[EvaluationSpec], fmt: str) -> bytes:
         """The reliability diagram before and after calibration, as ``png`` or ``svg`` bytes."""
         raw, calibrated, labels = self._labelled(loaded, batch)
         try:
@@ -254,9 +259,11 @@ class CalibrationService:
         return figure({"before": raw, "after": calibrated}, labels, n_bins=batch.fields.n_bins, format=fmt,
                       title=f"{loaded.name} v{loaded.version}")
 
-    def metrics(self, batch: ArrayBatch) -> dict:
+    def metrics(self, batch: ArrayBatch[EvaluationSpec]) -> dict:
         inputs, labels = validated(batch)
-        fields: EvaluationFields = batch.fields
+        if labels is None:  # (decoded with need_labels: it has them)
+            raise InvalidInput("labels are required")
+        fields = batch.fields
         result = reports.evaluation(inputs.probabilities, labels, fields.n_bins, fields.bootstrap,
                                     fields.confidence, fields.seed)
         return {"n_samples": inputs.n, "n_classes": inputs.k, "n_bins": fields.n_bins, **result}

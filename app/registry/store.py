@@ -45,7 +45,7 @@ def ensure_calibrator(session: Session, name: str) -> int:
     """The id of calibrator ``name``, created (with no versions) if it does not exist."""
     session.execute(dialect_insert(session)(CalibratorRow).values(name=name, last_version=0, created_at=utcnow())
                     .on_conflict_do_nothing(index_elements=["name"]))
-    return session.scalar(select(CalibratorRow.id).where(CalibratorRow.name == name))
+    return session.execute(select(CalibratorRow.id).where(CalibratorRow.name == name)).scalar_one()
 
 
 def create_version(session: Session, name: str, fields: dict, key: bytes | None) -> VersionRow:

@@ -9,26 +9,18 @@ it is that problem; a listing shows the other versions and names the damaged one
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+import typing
+from dataclasses import fields
 from datetime import datetime
 
-from sqlalchemy import String, Text, cast, select, type_coerce
+from sqlalchemy import String, Table, Text, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
 from ..platform.errors import IntegrityFailure, NotFound, refused_as
 from . import integrity, store
-from .integrity import JSON_COLUMNS, VersionRecord
+from .integrity import JSON_COLUMNS, StoredVersion, VersionRecord
 from .rows import CalibratorRow, VersionRow
 from .versions import version_view
-
-
-@dataclass(frozen=True)
-class StoredVersion(VersionRecord):
-    """A version's record with the row's id, its calibrator's id and its stored digest."""
-
-    id: int
-    calibrator_id: int
-    checksum: str
 
 
 def _column(name: str):
@@ -155,7 +147,8 @@ def sign_versions(session: Session, key: bytes) -> tuple[int, list[str]]:
             continue
         if integrity.verify(stored.checksum, stored, key) is None or \
                 integrity.verify(stored.checksum, stored, None) is None:
-            session.execute(VersionRow.__table__.update().where(VersionRow.id == stored.id)
+            table = typing.cast(Table, VersionRow.__table__)  # a declared class's table (typed as any FromClause)
+            session.execute(table.update().where(VersionRow.id == stored.id)
                             .values(checksum=integrity.digest(stored, key)))
             signed += 1
         else:

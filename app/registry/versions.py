@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 import calibration as cal
 
 from . import store
+from .integrity import StoredVersion
 from .rows import VersionRow
 
 
@@ -53,8 +54,8 @@ def write_version(session: Session, name: str, version: NewVersion, key: bytes |
     }, key)
 
 
-def version_view(name: str, row: VersionRow, aliases: list[str]) -> dict:
-    """A stored version as the API shows it."""
+def version_view(name: str, row: VersionRow | StoredVersion, aliases: list[str]) -> dict:
+    """A stored version (its row, or its record as read and checked) as the API shows it."""
     return {
         "name": name,
         "version": row.version,

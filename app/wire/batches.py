@@ -5,23 +5,27 @@ what the prediction log did with the batch (``Served``, made by ``app.prediction
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
-from pydantic import BaseModel
 
 import calibration as cal
 
 from ..platform.errors import InvalidInput, refused_as
 
+Fields = TypeVar("Fields")
+
 
 @dataclass(frozen=True)
-class ArrayBatch:
+class ArrayBatch(Generic[Fields]):
     """A decoded batch: the validated small ``fields``, the input ``kind`` (``logits``,
     ``probabilities`` or ``scores``), its ``values`` and the ``labels`` (or ``None``). A fit on
     stored data has no arrays (``kind`` ``None``; ``fields.data`` says which observations). The arrays
-    are as decoded (numpy arrays, or nested lists from JSON); the core validates them."""
+    are as decoded (numpy arrays, or nested lists from JSON); the core validates them. ``fields`` is
+    the request model as decoded (``app.wire.decoding.decode_batch``), and the domain value a service
+    takes once the route has turned it into one (``decode_values``)."""
 
-    fields: BaseModel
+    fields: Fields
     kind: str | None
     values: np.ndarray | list | None
     labels: np.ndarray | list | None
@@ -84,6 +88,8 @@ def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
     """The batch's input validated by the core, and its labels if it has them. Logits that look
     like probabilities (``calibration.looks_like_probabilities``) are refused unless the request
     sets ``input_check: false``: calibrating probabilities as if they were logits is silently wrong."""
+    if batch.kind is None:  # a batch that names stored observations: there are no arrays to validate
+        raise InvalidInput("send exactly one of logits, probabilities or scores")
     with refused_as():
         inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)

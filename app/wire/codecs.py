@@ -154,7 +154,7 @@ def read_npz(data: bytes, limits: RequestLimits) -> dict[str, np.ndarray]:
     for member in members:
         name = member.filename[:-4]
         try:
-            raw = _stored_member(data, member)
+            raw: bytes | memoryview | None = _stored_member(data, member)
             if raw is None:
                 raw = archive.read(member)
         except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as exc:
@@ -191,7 +191,7 @@ def npy_parts(array: np.ndarray, dtype: np.dtype | None = None) -> tuple[bytes, 
               f"'shape': {array.shape!r}, }}")
     header += " " * (-(10 + len(header) + 1) % 64) + "\n"  # data aligned to 64 bytes
     prefix = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin-1")
-    return prefix, memoryview(array.reshape(-1).view(np.uint8))
+    return prefix, array.reshape(-1).view(np.uint8).data  # a byte memoryview of the buffer
 
 
 def write_npy(array: np.ndarray) -> bytes:

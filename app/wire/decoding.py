@@ -2,15 +2,19 @@
 the other fields as query parameters) or ``.npz`` (named arrays; fields as query parameters).
 
 ``decode_batch`` gives one ``ArrayBatch``: the small fields validated by a pydantic model, the
-input kind, the input array and the labels. ``decode_fields`` reads a JSON body that carries
+input kind, the input array and the labels; ``decode_values`` the same with the fields turned into
+the domain value (a frozen dataclass) the service takes, by the model's ``to_value()``
+(``model_value``: its fields of the value's names). ``decode_fields`` reads a JSON body that carries
 only fields. Both raise the service's domain errors (``app.platform.errors``), so a bad body is a 4xx
 naming the field, never a 500. Array values are validated by the core, in the service.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -22,12 +26,22 @@ from .batches import ArrayBatch
 from .codecs import parse_json, read_npy, read_npz
 from .costs import MAX_JSON_BYTES, RequestLimits
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
 JSON_TYPE = "application/json"
 ARRAY_FIELDS = (*INPUT_KINDS, "labels")
 JSON_QUERY_FIELDS = ("options", "tags", "tensor_names")  # query parameters given as JSON text
 LIST_QUERY_FIELDS = ("outputs", "class_names", "ids")  # query parameters given as comma-separated lists
+Value = TypeVar("Value")
+Value_co = TypeVar("Value_co", covariant=True)
+
+
+class ValueModel(Protocol[Value_co]):
+    """A request model that turns into the domain value its service takes."""
+
+    def to_value(self) -> Value_co: ...
 
 
 def media_type(content_type: str | None) -> str:
@@ -44,7 +58,7 @@ class RequestBody:
     query: Mapping[str, str] = field(default_factory=dict)
 
 
-def validate_fields(model: type[BaseModel], payload: dict) -> BaseModel:
+def validate_fields(model: type[ModelT], payload: dict) -> ModelT:
     """``payload`` validated by ``model``; every error named by its field in one 422."""
     try:
         return model.model_validate(payload)
@@ -55,6 +69,13 @@ def validate_fields(model: type[BaseModel], payload: dict) -> BaseModel:
             message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
             parts.append(f"{where}: {message}")
         raise InvalidInput("; ".join(parts)) from exc
+
+
+def model_value(model: BaseModel, value_type: type[Value], **given: Any) -> Value:
+    """The frozen dataclass ``value_type`` of a validated request model: each of its fields from the
+    model's attribute of that name, or from ``given``."""
+    names = [f.name for f in dataclasses.fields(value_type) if f.name not in given]  # type: ignore[arg-type]
+    return value_type(**{name: getattr(model, name) for name in names}, **given)
 
 
 def _query_payload(query: Mapping[str, str]) -> dict:
@@ -87,8 +108,8 @@ def _check_json_entries(arrays: dict, limits: RequestLimits) -> None:
                        "(CALIBRATION_MAX_ENTRIES)")
 
 
-def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool, limits: RequestLimits,
-                 npy_kind: str = "logits") -> ArrayBatch:
+def decode_batch(body: RequestBody, model: type[ModelT], *, need_labels: bool, limits: RequestLimits,
+                 npy_kind: str = "logits") -> ArrayBatch[ModelT]:
     """A body that carries one input array (and labels when ``need_labels``) plus small fields;
     a bare ``.npy`` without ``?input=`` is of kind ``npy_kind`` (a calibrator's own kind). The
     request budgets (``limits``: decoded array bytes, JSON bytes, n·k entries) are checked before
@@ -138,7 +159,14 @@ def decode_batch(body: RequestBody, model: type[BaseModel], *, need_labels: bool
     return ArrayBatch(fields, given[0], arrays[given[0]], labels)
 
 
-def decode_fields(body: RequestBody, model: type[BaseModel], max_bytes: int = MAX_JSON_BYTES) -> BaseModel:
+def decode_values(body: RequestBody, model: type[ValueModel[Value]], *, need_labels: bool, limits: RequestLimits,
+                  npy_kind: str = "logits") -> ArrayBatch[Value]:
+    """``decode_batch``, its fields turned into the domain value the service takes (``to_value()``)."""
+    batch = decode_batch(body, model, need_labels=need_labels, limits=limits, npy_kind=npy_kind)  # type: ignore[type-var]
+    return dataclasses.replace(batch, fields=batch.fields.to_value())
+
+
+def decode_fields(body: RequestBody, model: type[ModelT], max_bytes: int = MAX_JSON_BYTES) -> ModelT:
     """A JSON body of fields only (no arrays), at most ``max_bytes`` (checked before parsing: a
     label call's list of ids costs ~10 times its text once parsed)."""
     if media_type(body.content_type) != JSON_TYPE:

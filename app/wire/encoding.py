@@ -6,6 +6,8 @@ probabilities' own buffer) that the route sends one after another, never joined.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .batches import CalibratedBatch
@@ -43,7 +45,7 @@ def calibrated_headers(result: CalibratedBatch) -> dict[str, str]:
     return headers
 
 
-def calibrated_body(result: CalibratedBatch, outputs: list[str], accept: str | None,
+def calibrated_body(result: CalibratedBatch, outputs: Sequence[str], accept: str | None,
                     dtype: str | None = None) -> tuple[bytes | Parts, str]:
     """A calibrated batch as ``.npy`` probabilities (``Accept: application/x-npy``), in the
     question's precision unless ``dtype`` asks (``CalibratedBatch.answer_dtype``), or the ``(n, k)``

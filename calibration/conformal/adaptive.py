@@ -31,6 +31,7 @@ with ``I`` the interval length of its regret bound (``interval``).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +52,9 @@ class OnlineRecord:
     alpha: np.ndarray
 
 
-class _OnlineConformal:
+class _OnlineConformal(ABC):
+    level: float  # the level the next set is served at: ``_start`` sets it, ``_step`` moves it
+
     def __init__(self, alpha: float, score: str, k_reg: int, lam: float):
         if not (isinstance(alpha, int | float) and 0 < alpha < 1):
             raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
@@ -102,7 +105,7 @@ class _OnlineConformal:
         label_scores = scores[np.arange(len(y)), y]
         below = np.searchsorted(self.calibration_scores_, label_scores, side="left")
         betas = 1.0 - below / (len(self.calibration_scores_) + 1.0)
-        covered = np.empty(len(y), dtype=bool)
+        covered = np.empty(len(y), dtype=np.bool_)
         sizes = np.empty(len(y), dtype=np.int64)
         levels = np.empty(len(y))
         for t in range(len(y)):
@@ -112,6 +115,14 @@ class _OnlineConformal:
             sizes[t] = int(np.count_nonzero(scores[t] <= q))
             self._step(float(label_scores[t]), float(betas[t]))
         return OnlineRecord(covered, sizes, levels)
+
+    @abstractmethod
+    def _start(self) -> None:
+        """Set the level (and any state) to where a fit starts it."""
+
+    @abstractmethod
+    def _step(self, label_score: float, beta: float) -> None:
+        """Move the level after the label of one served row (its score and ``beta``)."""
 
     def _covered_at(self, level: float, label_score: float) -> bool:
         return label_score <= self.threshold_at(level)

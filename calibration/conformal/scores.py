@@ -25,6 +25,7 @@ When ``m > n`` (fewer than ``1/alpha - 1`` calibration rows) no finite threshold
 from __future__ import annotations
 
 import math
+from typing import Any, overload
 
 import numpy as np
 
@@ -33,7 +34,15 @@ from ..metrics._inputs import probabilities_and_labels
 SCORES = ("lac", "aps", "raps")
 
 
-def checked_probabilities(probs, labels=None) -> tuple[np.ndarray, np.ndarray | None]:
+@overload
+def checked_probabilities(probs: Any, labels: None = None) -> tuple[np.ndarray, None]: ...
+
+
+@overload
+def checked_probabilities(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def checked_probabilities(probs: Any, labels: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Float64 ``(n, k)`` probabilities (rows need not be renormalised) and int64 labels in ``[0, k)``."""
     return probabilities_and_labels(probs, labels)
 

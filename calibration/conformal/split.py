@@ -85,6 +85,7 @@ class SetPredictor:
         u = uniforms_for(len(y), uniforms, seed) if opts["randomized"] and opts["score"] != "lac" else None
         s = all_scores(p, opts["score"], opts["k_reg"], opts["lam"], u)[np.arange(len(y)), y]
         k = p.shape[1]
+        thresholds: list[list[float]] | list[float]  # per level: one per class, or one
         if opts["class_conditional"]:
             groups = [s[y == j] for j in range(k)]
             thresholds = [[conformal_quantile(g, a) for g in groups] for a in alphas]

@@ -32,10 +32,12 @@ def column_sums(x: np.ndarray, blocks, transform=None) -> np.ndarray:
     """``transform(x).sum(axis=0)`` a block of rows at a time, to the bit: numpy sums a C-ordered
     array over its rows one row after another into the running total, so each block's sum starts
     from the total so far (a row ahead of the block) instead of from zero."""
-    total = None
+    total: np.ndarray | None = None
     for block in blocks:
         rows = x[block] if transform is None else transform(x[block])
         total = np.add.reduce(rows if total is None else np.concatenate([total[None], rows]), axis=0)
+    if total is None:
+        raise ValueError("column sums need at least one block of rows")
     return total
 
 
@@ -84,8 +86,8 @@ def check_finite_optimum(diagnostics: FitDiagnostics, objective, hessp, logits, 
             margins[np.arange(len(y)), y] = 0.0
             largest.append(margins.max())
             smallest.append(margins.min())
-        largest = float(np.max(largest))
-        return largest > 0 and float(np.min(smallest)) >= -1e-6 * largest
+        top = float(np.max(largest))
+        return top > 0 and float(np.min(smallest)) >= -1e-6 * top
 
     if not (diagnostics.converged or (diagnostics.objective or np.inf) <= 1e-9):
         return diagnostics

@@ -157,6 +157,8 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
             if quadratic and not near:  # the quadratic's sums were not taken at this iterate
                 sums = BrierSums(shifted, beta, quadratic=True)
                 step, iteration = _halley_step(sums), iteration + 1
+                if step is None:  # the same beta's curvature, positive above; kept as the safeguard
+                    return None
             return beta - step, sums, -step, iteration
         near = abs(step) <= NEAR * beta
         step_before = abs(step)

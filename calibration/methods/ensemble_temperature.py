@@ -67,7 +67,8 @@ def label_probabilities(shifted: ShiftedLogits, beta: float) -> list[np.ndarray]
 def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarray:
     """argmin over the simplex of ``w' G w - 2 h' w`` (G positive semi-definite), exactly."""
     m = len(linear)
-    best, best_value = None, np.inf
+    best: np.ndarray | None = None
+    best_value = np.inf
     for size in range(1, m + 1):
         for support in itertools.combinations(range(m), size):
             idx = list(support)
@@ -85,6 +86,8 @@ def simplex_quadratic_minimum(gram: np.ndarray, linear: np.ndarray) -> np.ndarra
             value = w @ gram @ w - 2 * linear @ w
             if value < best_value - 1e-15:
                 best, best_value = w, value
+    if best is None:  # every vertex is feasible: only a non-finite G or h leaves no value below inf
+        raise ValueError("the simplex quadratic has no finite value (its Gram matrix or linear term is not finite)")
     return best
 
 

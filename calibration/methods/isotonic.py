@@ -198,7 +198,7 @@ class IsotonicMulticlass(Calibrator):
         if scores.xp is not np:
             return normalise_rows(interpolate_monotone(p, xs, ys) + STRICT_SLOPE * p)
         out = np.empty_like(p)
-        for rows in row_blocks(*p.shape, BLOCK):  # row by row the same arithmetic as on all rows
+        for rows in row_blocks(p.shape[0], p.shape[1], BLOCK):  # row by row the same arithmetic as on all rows
             block = out[rows]
             block[...] = interpolate_monotone(p[rows], xs, ys)
             block += STRICT_SLOPE * p[rows]

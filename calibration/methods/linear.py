@@ -45,7 +45,7 @@ bit-identical parameters.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class _AffineSoftmax(Calibrator):
         # from 0, which otherwise couples weights and intercepts badly.
         centre, scale = standardisation(x)
         x = (x - centre) / scale
-        cache = {}
+        cache: dict[str, Any] = {}  # the last theta with its probabilities and NLL
 
         def original(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             weights = theta[: k * k].reshape(k, k) / scale
@@ -244,7 +244,7 @@ class VectorScaling(_AffineSoftmax):
                                              maxiter=self.options["max_iterations"])
         self.weights_ = theta[:k] / scale
         self.bias_ = theta[k:] - self.weights_ * centre
-        last = {}
+        last: dict[str, np.ndarray] = {}  # the last t with its Hessian
 
         def hessp(t: np.ndarray, v: np.ndarray) -> np.ndarray:
             if last.get("t") is None or not np.array_equal(last["t"], t):

@@ -108,7 +108,8 @@ class OnlinePlattCalibrator(Calibrator):
         matrix = param_array(params, "newton_matrix", (3,))
         if not (matrix[0] > 0 and matrix[0] * matrix[2] - matrix[1] ** 2 > 0):
             raise ValueError("stored parameter 'newton_matrix' is not positive definite")
-        self.ops_.hessian_ = tuple(float(v) for v in matrix)
+        h11, h12, h22 = (float(v) for v in matrix)  # shape (3,), checked above
+        self.ops_.hessian_ = (h11, h12, h22)
         self.ops_.n_updates_ = int(param_float(params, "n_updates"))
         n_bins = self.options["n_bins"]
         self.tracker_ = TrackingCalibeater(n_bins)

@@ -61,7 +61,7 @@ class ShiftedLogits:
     evaluation of the moments costs about half of one max-shifted softmax pass.
     """
 
-    def __init__(self, logits: np.ndarray, labels: np.ndarray):
+    def __init__(self, logits: np.ndarray | FlooredLogProbabilities, labels: np.ndarray):
         self.z = logits
         self.n, self.k = logits.shape
         self.rows = max(1, CHUNK_ELEMENTS // self.k)
@@ -171,7 +171,7 @@ class DeviceShiftedLogits(ShiftedLogits):
 
     def moments(self, beta: float, order: int) -> list[np.ndarray]:
         xp, beta = self.xp, float(beta)
-        parts = [[] for _ in range(order + 1)]
+        parts: list[list] = [[] for _ in range(order + 1)]  # per degree, the row sums of each block
         for start in range(0, self.n, self.rows):
             d = self.d[start:min(start + self.rows, self.n), :]
             term = xp.exp(d * beta)

@@ -48,12 +48,14 @@ def minimize_newton_preconditioned(
     x = np.array(x0, dtype=np.float64)
     f, g = fun(x)
     radius, products, message = math.inf, 0, f"no convergence in {maxiter} iterations"
-    iteration, solve, built_at = 0, None, None
+    iteration = 0
+    solve: Solve | None = None
+    built_at: np.ndarray | None = None
     for iteration in range(1, maxiter + 1):
         if float(np.max(np.abs(g))) <= gtol * 1e-3:
             message, iteration = "gradient below tolerance", iteration - 1
             break
-        if built_at is not x:
+        if solve is None or built_at is not x:  # (solve is None only before the first build)
             solve, built_at = preconditioner(x), x
         s, hs = np.zeros_like(x), np.zeros_like(x)
         r, z = g.copy(), solve(g)

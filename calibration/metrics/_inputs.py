@@ -11,6 +11,8 @@ time, and accumulate in float64."""
 
 from __future__ import annotations
 
+from typing import Any, overload
+
 import numpy as np
 
 from ..backend import device, floating, is_numpy, namespace, to_host
@@ -26,7 +28,17 @@ def row_blocks(n: int, k: int, entries: int = BLOCK_ENTRIES):
     return [slice(start, min(start + step, n)) for start in range(0, n, step)]
 
 
-def probabilities_and_labels(probs, labels, nonnegative: bool = True,
+@overload
+def probabilities_and_labels(probs: Any, labels: None, nonnegative: bool = True,
+                             keep_float32: bool = False) -> tuple[np.ndarray, None]: ...
+
+
+@overload
+def probabilities_and_labels(probs: Any, labels: Any, nonnegative: bool = True,
+                             keep_float32: bool = False) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def probabilities_and_labels(probs: Any, labels: Any, nonnegative: bool = True,
                              keep_float32: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """Float64 probabilities ``(n, k)`` and int64 labels; binary ``(n,)`` input is the
     probability of class 1 and becomes ``[1 - p, p]``. ``labels=None`` checks the probabilities

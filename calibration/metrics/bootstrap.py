@@ -38,15 +38,15 @@ def bootstrap_interval(
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
-    arrays = [np.asarray(a) for a in arrays]
-    n = len(arrays[0])
-    if any(len(a) != n for a in arrays):
+    given = [np.asarray(a) for a in arrays]
+    n = len(given[0])
+    if any(len(a) != n for a in given):
         raise ValueError("all arrays must have the same number of rows")
-    estimate = metric(*arrays, **kwargs)
+    estimate = metric(*given, **kwargs)
     rng = np.random.default_rng(seed)
     values = np.empty(n_resamples)
     for i in range(n_resamples):
         rows = rng.integers(0, n, n)
-        values[i] = metric(*(a[rows] for a in arrays), **kwargs)
+        values[i] = metric(*(a[rows] for a in given), **kwargs)
     low, high = np.percentile(values, [50 * (1 - confidence), 50 * (1 + confidence)])
     return Interval(float(estimate), float(low), float(high), confidence, n_resamples)

@@ -16,7 +16,7 @@ from app.jobs.inputs import batch_of_job, job_input
 from app.main import create_app
 from app.platform.migrate import upgrade
 from app.registry import reports
-from app.registry.schemas import FitFields
+from app.registry.serving import FitSpec
 from app.settings import Settings
 from app.wire.batches import ArrayBatch, validated
 
@@ -86,11 +86,11 @@ def test_the_fit_report_holds_no_probability_matrix():
 
 def test_a_job_keeps_a_float32_input_and_fits_the_same_values():
     logits, labels = logits_and_labels(500, 10)
-    batch = ArrayBatch(FitFields(method="temperature"), "logits", logits, labels)
-    request, payload = job_input(batch, labels)
+    batch = ArrayBatch(FitSpec(method="temperature"), "logits", logits, labels)
+    request, payload = job_input(batch, labels, batch.fields.to_dict())
     assert job_store.unpack_arrays(payload)["values"].dtype == np.float32
     assert len(payload) < logits.nbytes + labels.nbytes + 1024  # not the float64 copy's 40 kB
-    again, _ = validated(batch_of_job(request, payload, FitFields))
+    again, _ = validated(batch_of_job(request, payload, FitSpec.from_dict))
     given, _ = validated(batch)
     assert np.array_equal(again.logits, given.logits) and again.logits.dtype == np.float64
 

@@ -232,7 +232,7 @@ def test_a_fit_s_observations_are_its_own_to_reorder_unless_shared(api):
 
     assert _append(api, "own", 0, 300).status_code == 201
     observations = api.app.state.service.observations
-    index = observations.fit_index("own", ObservationQuery())
+    index = observations.fit_index("own", ObservationQuery().to_value())
     batch = observations.load(None, index)
     assert may_reorder(batch.values) and batch.values.dtype == np.float64
     np.testing.assert_array_equal(batch.values, LOGITS[:300])

@@ -351,7 +351,7 @@ def test_quality_and_fits_read_only_the_rows_they_select(big_chunks):
     assert [w["n_rows"] for w in answer["windows"]] == [ASKED]
     print(f"quality of {ASKED} rows: peak {peak} B")
     assert peak < _bound(ASKED)
-    index = big_chunks.observations.fit_index(SHIFT, ObservationQuery(last=ASKED))
+    index = big_chunks.observations.fit_index(SHIFT, ObservationQuery(last=ASKED).to_value())
     batch, peak = _peak(lambda: big_chunks.observations.load(None, index))
     assert batch.values.shape == (ASKED, K) and len(batch.labels) == ASKED
     print(f"a fit's {ASKED} rows: peak {peak} B")
@@ -369,7 +369,7 @@ def test_quality_and_evaluations_over_the_read_budget_are_413s_naming_the_settin
                                        r"\(CALIBRATION_MAX_READ_ENTRIES\)"):
         quality.quality(big_chunks, SHIFT, quality.QualityQuery(window=str(ASKED), windows=2, bootstrap=0))
     request = EvaluationRequest.model_validate({"challenger": 2, "champion": 1,
-                                                "data": {"observations": {"last": ASKED + 1}}})
+                                                "data": {"observations": {"last": ASKED + 1}}}).to_value()
     with pytest.raises(TooLarge, match=r"1001 rows of 10 classes, 10010 entries, over the limit of 10000 entries "
                                        r"one read may load \(CALIBRATION_MAX_READ_ENTRIES\)"):
         evaluations.evaluate(big_chunks, SHIFT, request)

@@ -17,8 +17,8 @@ from app.platform.errors import NotFound
 from app.platform.migrate import upgrade
 from app.registry import store
 from app.registry.names import Reference
-from app.registry.schemas import CalibrateFields, FitFields
 from app.registry.service import CalibrationService
+from app.registry.serving import CalibrateSpec, FitSpec
 from app.wire.batches import ArrayBatch
 from tests.helpers import load_split
 
@@ -35,8 +35,8 @@ def replica(url: str) -> CalibrationService:
 @pytest.fixture
 def replicas(database_url):
     ours, theirs = replica(database_url), replica(database_url)
-    ours.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
-    ours.fit("demo", ArrayBatch(FitFields(method="temperature", options={"objective": "brier"}), KIND, X, Y))
+    ours.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
+    ours.fit("demo", ArrayBatch(FitSpec(method="temperature", options={"objective": "brier"}), KIND, X, Y))
     ours.set_alias("demo", "production", 1)
     yield ours, theirs
     ours.db.dispose()
@@ -45,7 +45,7 @@ def replicas(database_url):
 
 def served_version(service: CalibrationService, reference: Reference) -> int:
     loaded = service.serving(reference)
-    result = service.calibrate(loaded, ArrayBatch(CalibrateFields(), KIND, X[:5], None))
+    result = service.calibrate(loaded, ArrayBatch(CalibrateSpec(), KIND, X[:5], None))
     assert np.allclose(result.probabilities.sum(axis=1), 1.0)
     return result.version
 
@@ -64,7 +64,7 @@ def test_an_alias_moved_or_a_version_added_by_another_replica_is_served_at_the_n
     assert (served_version(ours, alias), served_version(ours, latest)) == (1, 2)  # now remembered
     theirs.set_alias("demo", "production", 2)
     assert served_version(ours, alias) == 2
-    theirs.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
+    theirs.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
     assert served_version(ours, latest) == 3
     theirs.delete_alias("demo", "production")
     with pytest.raises(NotFound, match="no alias 'production'"):
@@ -87,7 +87,7 @@ def test_a_version_deleted_by_another_process_is_never_served(replicas, database
 
 def test_an_unchanged_database_is_not_asked_again(database_url, monkeypatch):
     service = replica(database_url)
-    service.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
+    service.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
     lookups = []
     resolve = store.resolve
     monkeypatch.setattr(store, "resolve", lambda db, reference: lookups.append(reference) or resolve(db, reference))
@@ -119,8 +119,8 @@ def test_postgres_generation_moves_with_every_writer_in_its_own_transaction(post
     and not the prediction log's counters in the calibrators' rows."""
     upgrade(postgres_url)
     service = replica(postgres_url)
-    service.fit("demo", ArrayBatch(FitFields(method="temperature"), KIND, X, Y))
-    service.fit("demo", ArrayBatch(FitFields(method="temperature", options={"objective": "brier"}), KIND, X, Y))
+    service.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
+    service.fit("demo", ArrayBatch(FitSpec(method="temperature", options={"objective": "brier"}), KIND, X, Y))
     service.set_alias("demo", "production", 1)
     alias = Reference.parse("demo@production")
     assert served_version(service, alias) == 1

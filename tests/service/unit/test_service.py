@@ -8,14 +8,14 @@ import orjson
 import pytest
 
 import calibration as cal
-from app.comparisons.schemas import CompareFields
 from app.comparisons.service import Comparisons
+from app.comparisons.values import CompareSpec
 from app.platform.db import Database
 from app.platform.errors import Conflict, InvalidInput, NotFound
 from app.registry import integrity, store
 from app.registry.names import Reference
-from app.registry.schemas import CalibrateFields, EvaluationFields, FitFields
 from app.registry.service import CalibrationService
+from app.registry.serving import CalibrateSpec, EvaluationSpec, FitSpec
 from app.wire.batches import ArrayBatch
 from tests.helpers import load_split
 
@@ -31,7 +31,7 @@ def service(database_url):
 
 
 def fit(service, name="demo", method="temperature", **options):
-    return service.fit(name, ArrayBatch(FitFields(method=method, options=options), KIND, X, Y))
+    return service.fit(name, ArrayBatch(FitSpec(method=method, options=options), KIND, X, Y))
 
 
 def test_a_fit_stores_and_serves_what_the_core_fits(service):
@@ -39,7 +39,7 @@ def test_a_fit_stores_and_serves_what_the_core_fits(service):
     view = fit(service, method="ensemble_temperature")
     assert (view["name"], view["version"], view["n_samples"], view["n_classes"]) == ("demo", 1, 600, 10)
     assert view["parameters"] == cal.json_safe(expected.summary())
-    served = service.calibrate(service.serving(Reference("demo")), ArrayBatch(CalibrateFields(), KIND, X[:50], None))
+    served = service.calibrate(service.serving(Reference("demo")), ArrayBatch(CalibrateSpec(), KIND, X[:50], None))
     np.testing.assert_array_equal(served.probabilities, expected.predict_proba(X[:50]))
     np.testing.assert_array_equal(served.predicted_class(), cal.predicted_class(served.probabilities, X[:50]))
     assert (served.name, served.version) == ("demo", 1)
@@ -63,11 +63,11 @@ def test_wrong_input_is_invalid_input_naming_it(service):
     fit(service)
     loaded = service.serving(Reference("demo"))
     with pytest.raises(InvalidInput, match="was fitted on logits; send logits, not probabilities"):
-        service.calibrate(loaded, ArrayBatch(CalibrateFields(), "probabilities", cal.softmax(X[:5]), None))
+        service.calibrate(loaded, ArrayBatch(CalibrateSpec(), "probabilities", cal.softmax(X[:5]), None))
     with pytest.raises(InvalidInput, match="labels must be in"):
-        service.metrics(ArrayBatch(EvaluationFields(), "logits", X[:5], np.array([0, 1, 2, 3, 10])))
+        service.metrics(ArrayBatch(EvaluationSpec(), "logits", X[:5], np.array([0, 1, 2, 3, 10])))
     with pytest.raises(InvalidInput, match="at least 4 samples"):
-        Comparisons(service).compare(ArrayBatch(CompareFields(folds=2, methods=["temperature"]), "logits",
+        Comparisons(service).compare(ArrayBatch(CompareSpec(folds=2, methods=["temperature"]), "logits",
                                                 X[:3], Y[:3]))
     with pytest.raises(NotFound, match="no calibrator named 'other'"):
         service.serving(Reference("other"))
@@ -76,7 +76,7 @@ def test_wrong_input_is_invalid_input_naming_it(service):
 def test_a_report_is_the_core_s_metrics_before_and_after(service):
     fit(service)
     loaded = service.serving(Reference("demo"))
-    report = service.report(loaded, ArrayBatch(EvaluationFields(n_bins=10), KIND, X, Y))
+    report = service.report(loaded, ArrayBatch(EvaluationSpec(n_bins=10), KIND, X, Y))
     after = loaded.calibrator.predict_proba(X)
     assert report["after"]["metrics"]["ece"] == cal.ece(after, Y, n_bins=10)
     assert report["before"]["metrics"]["nll"] == cal.nll(cal.softmax(X.astype(np.float64)), Y)
