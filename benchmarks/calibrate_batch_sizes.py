@@ -5,15 +5,16 @@ Batches of 64, 512, 4096 and 16384 rows x 1000 classes of float32 logits, sent a
 ``/v1/calibrators/bench/calibrate`` (answer: float32 ``.npy``) and as an Open Inference Protocol
 binary tensor to ``/v2/models/bench/infer`` (answer: FP32 binary output); the floor's ``/npy32``
 and ``/oip32`` do decode -> softmax(z / T) -> float32 encode on the event loop. The service runs a
-temperature-scaling calibrator on SQLite (one uvicorn worker each, the service's default hot-path
-threads). Load from ``wrk -t1`` with 1 and 8 keep-alive connections; service and floor alternate
-(their order swapped every round) for ``--rounds`` rounds (default 3). Reported: the median
-requests/s of each, and the median of the per-round ratios service/floor with their range over
-the rounds. Both servers run with the same fixed glibc allocator thresholds
+temperature-scaling calibrator on SQLite, or with ``--postgres`` on a new database of the local
+Postgres server (``CALIBRATION_TEST_POSTGRES_URL``; dropped afterwards), one uvicorn worker each
+and the service's default hot-path threads. Load from ``wrk -t1`` with 1 and 8 keep-alive
+connections; service and floor alternate (their order swapped every round) for ``--rounds``
+rounds (default 3). Reported: the median requests/s of each, and the median of the per-round
+ratios service/floor with their range over the rounds. Both servers run with the same fixed glibc allocator thresholds
 (``service_latency.ALLOCATOR``).
 
 Run: ``flock /tmp/cpu.lock python benchmarks/calibrate_batch_sizes.py [--seconds 3] [--rounds 3]
-[--sizes 64,512,4096,16384] [--connections 1,8]``; the seconds per run grow with the batch
+[--sizes 64,512,4096,16384] [--connections 1,8] [--postgres]``; the seconds per run grow with the batch
 (x1, x1, x1.5, x2) so that a large batch's run still holds tens of requests.
 """
 
@@ -33,7 +34,7 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import cpu_seconds, environment, machine, save  # noqa: E402
+from benchmarks._common import cpu_seconds, environment, machine, postgres_database, save  # noqa: E402
 from benchmarks.service_latency import start, wait  # noqa: E402
 from tests.service.support.live import free_port  # noqa: E402
 
@@ -93,6 +94,13 @@ def check_answers(base: str, floor: str, files: dict, rows: int) -> None:
 
 
 def main():
+    if "--postgres" in sys.argv:
+        with postgres_database("bench_sizes") as url:
+            return run(url)
+    return run(None)
+
+
+def run(database_url: str | None):
     seconds = float(arg("--seconds", "3"))
     rounds = int(arg("--rounds", "3"))
     sizes = [int(s) for s in arg("--sizes", "64,512,4096,16384").split(",")]
@@ -102,7 +110,7 @@ def main():
     files = {rows: bodies(workdir, rows, rng) for rows in sizes}
     port, floor_port = free_port(), free_port()
     service = start([sys.executable, "-m", "app.cli", "serve"],
-                    {"DATABASE_URL": f"sqlite:///{workdir}/bench.db", "CALIBRATION_PORT": str(port),
+                    {"DATABASE_URL": database_url or f"sqlite:///{workdir}/bench.db", "CALIBRATION_PORT": str(port),
                      "CALIBRATION_WORKERS": "1", "CALIBRATION_LOG_LEVEL": "warning",
                      "CALIBRATION_MAX_BODY_BYTES": str(128 << 20)})
     floor = start([sys.executable, "-m", "uvicorn", "benchmarks.floor_app:app", "--port", str(floor_port),
@@ -139,15 +147,16 @@ def main():
         for process in (service, floor):
             process.terminate()
             process.wait(timeout=30)
-    report(results, seconds, rounds)
+    report(results, seconds, rounds, "Postgres" if database_url else "SQLite")
 
 
-def report(results: dict, seconds: float, rounds: int) -> None:
+def report(results: dict, seconds: float, rounds: int, database: str) -> None:
     packages = ["fastapi", "uvicorn", "starlette", "numpy"]
     env = environment(packages)
     lines = ["# Calibrate throughput vs batch size: the service against a bare FastAPI app (float32 answers)", "",
              machine(env, packages),
-             f"wrk -t1, {seconds:g} s per run x (1, 1, 1.5, 2) by batch size, {rounds} interleaved rounds; "
+             f"The service on {database}; wrk -t1, {seconds:g} s per run x (1, 1, 1.5, 2) by batch size, "
+             f"{rounds} interleaved rounds; "
              "medians; ratio = median of the per-round service/floor ratios [min, max over the rounds].", "",
              "| rows x 1000 | body | conns | service req/s | floor req/s | ratio [range] | service CPU ms/req "
              "| floor CPU ms/req | non-2xx |", "|---|---|---|---|---|---|---|---|---|"]
@@ -160,7 +169,7 @@ def report(results: dict, seconds: float, rounds: int) -> None:
             f"{np.median(ratios):.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}] | "
             f"{np.median([r['cpu_ms'] for r in ours]):.2f} | {np.median([r['cpu_ms'] for r in bare]):.2f} | "
             f"{sum(r['errors'] for r in ours + bare)} |")
-    save("calibrate_batch_sizes.txt", lines)
+    save("calibrate_batch_sizes.txt" if database == "SQLite" else "calibrate_batch_sizes_postgres.txt", lines)
 
 
 if __name__ == "__main__":

@@ -166,16 +166,21 @@ class Calibrator:
         given = getattr(scores, scores.source).dtype
         return scores.xp.astype(self.predict_batch(scores.in_float64()), given)
 
-    def predict_batch(self, scores: InputBatch) -> np.ndarray:
+    def predict_batch(self, scores: InputBatch, dtype=None) -> np.ndarray:
+        """``dtype`` (numpy input): the answer cast to it, bit for bit the float64 answer's cast,
+        which a method may write without a float64 copy (``_predict_as``)."""
         self._check_fitted()
         if scores.k != self.n_classes_:
             raise ValueError(
                 f"this calibrator was fitted on {self.n_classes_} classes; the input has {scores.k}"
             )
+        cast = dtype is not None and scores.xp is np
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below instead
-            probabilities = self._predict(scores)
-        if scores.xp is np and clear_of_floor(probabilities):  # the common case, in two passes
+            probabilities, final = self._predict_as(scores, dtype) if cast else (self._predict(scores), False)
+        if final:
             return probabilities
+        if scores.xp is np and clear_of_floor(probabilities):  # the common case, in two passes
+            return probabilities.astype(dtype, copy=False) if cast else probabilities
         if not math.isfinite(float(scores.xp.sum(probabilities))):  # NaN and infinity both propagate
             host = to_host(probabilities)
             row = first_bad_row(~np.isfinite(host))
@@ -184,7 +189,8 @@ class Calibrator:
                 f"{np.abs(to_host(getattr(scores, scores.source))[row]).max():.3g}) are too large for "
                 "this calibrator"
             )
-        return floor_probabilities(probabilities)[0]
+        floored = floor_probabilities(probabilities)[0]
+        return floored.astype(dtype, copy=False) if cast else floored
 
     def predict(self, x) -> np.ndarray:
         """Predicted classes: argmax of the calibrated probabilities, ties broken by the input
@@ -244,6 +250,10 @@ class Calibrator:
 
     def _fit(self, scores: InputBatch, labels: np.ndarray) -> FitDiagnostics:
         raise NotImplementedError
+
+    def _predict_as(self, scores: InputBatch, dtype) -> tuple[np.ndarray, bool]:
+        """``(probabilities, final)``: final ones already in ``dtype`` and clear of the floor, or float64."""
+        return self._predict(scores), False
 
     def _predict(self, scores: InputBatch) -> np.ndarray:
         raise NotImplementedError

@@ -30,6 +30,37 @@ def softmax(z, *, overwrite: bool = False):
     return e
 
 
+# an entry of ``scaled_softmax_as`` may be this much (relative) below its lower bound: exp's rounding
+SAFETY = 1.0 + 1e-12
+
+
+def scaled_softmax_as(z: np.ndarray, temperature: float, dtype, floor: float) -> tuple[np.ndarray, bool]:
+    """``softmax(z / temperature)`` of a finite 2-D numpy float batch, computed in float64.
+
+    Returns ``(p, True)`` with ``p`` in ``dtype``, equal bit for bit to the float64 softmax cast to
+    ``dtype``, when every float64 entry is surely ``>= floor``: the final division writes ``dtype``
+    itself (numpy rounds each float64 quotient once, as ``astype`` does), so no float64 copy of the
+    answer is made nor cast. Otherwise (an entry may be below ``floor``, or something overflowed)
+    ``(p, False)`` with ``p`` the float64 softmax, for the caller's floor rule.
+
+    The row maximum and minimum are read on ``z`` itself (float32 reads half the bytes): widening is
+    exact and a correctly rounded division by ``temperature > 0`` and a subtraction are monotone,
+    so ``fl(max(z) / T)`` is the maximum of ``fl(z / T)``, and ``exp(fl(fl(min(z) / T) - m)) / s``
+    bounds each row's smallest probability to within exp's rounding (``SAFETY``)."""
+    e = np.divide(z, temperature, dtype=np.float64)
+    top = np.divide(z.max(axis=-1, keepdims=True), temperature, dtype=np.float64)
+    np.subtract(e, top, out=e)
+    np.exp(e, out=e)
+    total = e.sum(axis=-1, keepdims=True)
+    least = np.exp(np.divide(z.min(axis=-1, keepdims=True), temperature, dtype=np.float64) - top) / total
+    if least.min() > floor * SAFETY:  # NaN (an overflow) fails
+        out = np.empty(e.shape, dtype)
+        np.divide(e, total, out=out, casting="same_kind")
+        return out, True
+    e /= total
+    return e, False
+
+
 def log_softmax(z):
     xp = namespace(z)
     shifted = z - xp.max(z, axis=-1, keepdims=True)

@@ -78,13 +78,15 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         scores = cal.validate_inputs(request.array, calibrator.input, request.input_name)
     if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.given):
         raise bad(LOOKS_LIKE_PROBABILITIES)
-    with refused_as(bad):
-        probabilities = predict(calibrator, scores) if predict else calibrator.predict_batch(scores)
-    served = log(request.array, request.ids) if log else None
     names = output_names(tensor_names)
     by_name = {SET_OUTPUT: SET_OUTPUT, **{name: kind for kind, name in names.items()}}
     wanted = request.outputs if request.outputs else [RequestedOutput(names["probabilities"], None)]
     probability_type = answer_datatype(dtype, request.datatype)
+    # probabilities alone are computed in their answer's dtype; other outputs read the float64 ones
+    answer = OUTPUT_DTYPES[probability_type] if all(by_name.get(s.name) == "probabilities" for s in wanted) else None
+    with refused_as(bad):
+        probabilities = predict(calibrator, scores, answer) if predict else calibrator.predict_batch(scores, answer)
+    served = log(request.array, request.ids) if log else None
     outputs, binary = [], []
     for spec in wanted:
         kind = by_name.get(spec.name)

@@ -8,11 +8,10 @@ themselves take the row locks they need.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import cast
+from contextlib import contextmanager, suppress
+from typing import Any, cast
 
 from sqlalchemy import Select, create_engine, event
 from sqlalchemy.engine import URL, CursorResult, Engine, Result, make_url
@@ -39,6 +38,7 @@ def rows_matched(result: Result) -> int:
 
 
 SQLITE_PAGE_SIZE = 16384
+GENERATION = "SELECT generation FROM registry_generation WHERE id = 1"  # Postgres's data_version
 
 
 def make_engine(url: str, timeout: float = 30.0, pre_ping: bool = True, sqlite_cache_bytes: int = 0) -> Engine:
@@ -107,9 +107,9 @@ class Database:
         self._compiled: dict = {}
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(writer, expire_on_commit=False)
-        self._watch: sqlite3.Connection | None = None  # reads ``data_version`` (SQLite), opened on first use
+        self._watch: Any = None  # reads ``data_version`` (sqlite3's or psycopg's connection), opened on first use
         self._watch_lock = threading.Lock()
-        self._watchable = self.dialect == "sqlite" and make_url(url).database not in (None, "", ":memory:")
+        self._watchable = self.dialect != "sqlite" or make_url(url).database not in (None, "", ":memory:")
 
     @property
     def dialect(self) -> str:
@@ -168,23 +168,55 @@ class Database:
             connection.close()
 
     def data_version(self) -> int | None:
-        """A number that changes whenever any connection, of this process or another, commits to
-        the database: SQLite's ``PRAGMA data_version``, read on a connection of its own that never
-        writes (the pragma counts the commits of every *other* connection), ~1 µs. ``None`` where
-        there is no such cheap signal (Postgres, an in-memory SQLite database): the caller must
-        then ask the database itself.
+        """A number that changes whenever a commit, by any connection of this process or another,
+        may change what a reference resolves to. SQLite: ``PRAGMA data_version``, which counts every
+        commit of every *other* connection, read on a connection of its own that never writes (~1
+        µs). Postgres: the registry's generation (``registry_generation``, moved by triggers in the
+        writing transaction itself: migration 0018), one prepared primary-key read on a connection
+        of its own in autocommit. ``None`` where there is no such counter (an in-memory SQLite
+        database, a Postgres database not migrated to 0018, a connection that failed twice): the
+        caller must then ask the database itself.
 
         Read it *before* reading what it guards: a commit between the two then shows as a newer
         number at the next read, never as an old number with new data."""
         if not self._watchable:
             return None
         with self._watch_lock:
-            if self._watch is None:
-                pooled = self.engine.raw_connection()
-                pooled.detach()  # its own for good: never handed to a writer
-                # SQLite's driver connection (pysqlite's): the DBAPI stubs type it as the generic protocol
-                self._watch = cast(sqlite3.Connection, pooled.dbapi_connection)
-            return self._watch.execute("PRAGMA data_version").fetchone()[0]
+            if self.dialect == "sqlite":
+                if self._watch is None:
+                    pooled = self.engine.raw_connection()
+                    pooled.detach()  # its own for good: never handed to a writer
+                    self._watch = pooled.dbapi_connection
+                return self._watch.execute("PRAGMA data_version").fetchone()[0]
+            return self._generation()
+
+    def _generation(self) -> int | None:
+        """The registry's generation on Postgres (the caller holds ``_watch_lock``); a connection
+        the server dropped is opened again once."""
+        import psycopg
+
+        for attempt in (1, 2):
+            try:
+                if self._watch is None:
+                    pooled = self._lookups.engine.raw_connection()
+                    pooled.detach()  # its own for good, in autocommit: no transaction left open
+                    self._watch = pooled.dbapi_connection
+                    self._watch.autocommit = True
+                row = self._watch.execute(GENERATION, prepare=True).fetchone()
+                return None if row is None else row[0]
+            except psycopg.errors.UndefinedTable:
+                return None  # not migrated to 0018: no counter (asked again next time)
+            except psycopg.Error:
+                self._close_watch()
+                if attempt == 2:
+                    return None
+        return None
+
+    def _close_watch(self) -> None:
+        if self._watch is not None:
+            with suppress(Exception):  # a connection already broken closes as it can
+                self._watch.close()
+            self._watch = None
 
     def _lookup(self, statement: Select, params: dict) -> tuple | None:
         with self._lookups.connect() as connection:
@@ -192,8 +224,6 @@ class Database:
 
     def dispose(self) -> None:
         with self._watch_lock:
-            if self._watch is not None:
-                self._watch.close()
-                self._watch = None
+            self._close_watch()
         self.engine.dispose()
         self._lookups.engine.dispose()

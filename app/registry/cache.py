@@ -140,11 +140,14 @@ class Resolutions:
     changed log rate or ``/v2`` default: every replica or worker sharing the SQLite file) changes the
     counter, so the next call looks the reference up again: there is no staleness window, and a deleted
     version is never served from here. A commit between the counter's read and the lookup is seen at the
-    next call (the counter has moved), never hidden under an old counter.
+    next call (the counter has moved), never hidden under an old counter. On Postgres the counter is the
+    registry's generation, moved in the writing transaction itself by every write to the rows a
+    resolution reads (migration 0018), so the same holds across processes and replicas: one primary-key
+    read a call instead of the resolution's join.
 
-    Where the database gives no such counter (Postgres, an in-memory SQLite database) every call looks
-    the reference up, as before. At most ``size`` references are kept; past that, all are forgotten at
-    once (the next calls look them up again). Failed lookups (404s) are not kept.
+    Where the database gives no counter (an in-memory SQLite database, a Postgres database not migrated
+    to 0018) every call looks the reference up. At most ``size`` references are kept; past that, all are
+    forgotten at once (the next calls look them up again). Failed lookups (404s) are not kept.
     """
 
     def __init__(self, db: Database, size: int = RESOLUTIONS_SIZE):
@@ -185,9 +188,11 @@ class Device:
         self.target = torch.device("cpu" if name == "torch-cpu" else name)
         torch.empty(1, device=self.target)  # fail now, not on the first request, if it is unusable
 
-    def predict(self, calibrator: cal.Calibrator, scores: cal.InputBatch) -> np.ndarray:
-        """Calibrated probabilities of a validated host batch, computed on this device."""
+    def predict(self, calibrator: cal.Calibrator, scores: cal.InputBatch, dtype=None) -> np.ndarray:
+        """Calibrated probabilities of a validated host batch, computed on this device (in float64;
+        as ``dtype``, a numpy dtype, when given: the float64 answer's cast)."""
         if self.torch is None:
-            return calibrator.predict_batch(scores)
+            return calibrator.predict_batch(scores, dtype)
         batch = self.torch.as_tensor(getattr(scores, scores.source), device=self.target)
-        return cal.to_host(calibrator.predict_batch(cal.InputBatch(**{scores.source: batch})))
+        host = cal.to_host(calibrator.predict_batch(cal.InputBatch(**{scores.source: batch})))
+        return host if dtype is None else host.astype(dtype, copy=False)

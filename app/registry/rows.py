@@ -91,3 +91,13 @@ class CalibratorSettingRow(Base):
     calibrator_id: Mapped[int] = mapped_column(ForeignKey("calibrators.id", ondelete="CASCADE"), primary_key=True)
     v2_default: Mapped[str | None] = mapped_column(String(64), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RegistryGenerationRow(Base):
+    """One row (``id`` 1) whose ``generation`` moves with every commit that changes what a
+    reference resolves to (Postgres triggers, migration 0018; ``Database.data_version``)."""
+
+    __tablename__ = "registry_generation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger)

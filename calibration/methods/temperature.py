@@ -40,7 +40,8 @@ from ..base import Calibrator, FitDiagnostics, param_float
 from ..inputs import InputBatch
 from ..metrics.binned import validated_ece
 from ..options import INPUT_OPTION, Option
-from ..softmax import softmax
+from ..probability_floor import EPSILON
+from ..softmax import scaled_softmax_as, softmax
 from ..solvers import increasing_root
 from .shifted_logits import DeviceShiftedLogits, ShiftedLogits, shifted_logits
 
@@ -165,6 +166,11 @@ class TemperatureCalibrator(Calibrator):
             # float32 logits not yet widened: widened and divided in one pass (the same numbers)
             return softmax(np.divide(scores.given, self.temperature_, dtype=np.float64), overwrite=True)
         return softmax(scores.logits / self.temperature_, overwrite=True)
+
+    def _predict_as(self, scores: InputBatch, dtype) -> tuple[np.ndarray, bool]:
+        if scores.source == "logits" and scores.xp is np and scores.given.dtype.kind == "f":
+            return scaled_softmax_as(scores.given, self.temperature_, dtype, EPSILON)
+        return self._predict(scores), False
 
     def _params(self) -> dict:
         return {"temperature": self.temperature_}

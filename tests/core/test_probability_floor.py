@@ -145,3 +145,40 @@ def test_clear_of_floor_is_exactly_finite_and_nothing_to_floor(n, k, seed, plant
     assert clear_of_floor(p) is expected
     low32 = p.astype(np.float32)
     assert clear_of_floor(low32) is (bool(np.isfinite(p).all()) and bool(low32.min() >= EPSILON))
+
+
+@pytest.mark.parametrize("method", ["temperature", "expectation_consistency", "vector"])
+@pytest.mark.parametrize("given", [np.float32, np.float64])
+def test_an_answer_asked_in_float32_is_the_float64_answer_cast_bit_for_bit(method, given):
+    """``predict_batch(scores, float32)`` (temperature scaling writes it without a float64 copy) equals
+    the float64 answer cast to float32: on ordinary rows, on rows the floor changes (a logit gap of
+    1e4), on a row that only just clears the floor, and with float64 asked for."""
+    rng = np.random.default_rng(3)
+    fit, labels = 3 * rng.standard_normal((500, 10)), rng.integers(0, 10, 500)
+    labels[:200] = fit[:200].argmax(axis=1)  # informative logits: a finite temperature
+    calibrator = cal.create(method).fit(fit, labels)
+    logits = 3 * rng.standard_normal((40, 10))
+    logits[5, 2] = 1e4  # floored
+    temperature = getattr(calibrator, "temperature_", 1.0)
+    logits[7] = 0.0
+    logits[7, 0] = temperature * math.log(9 * EPSILON)  # its probability within rounding of the floor
+    scores = cal.validate_inputs(logits.astype(given), "logits")
+    reference = calibrator.predict_batch(cal.validate_inputs(logits.astype(given), "logits"))
+    for dtype in (np.float32, np.float64):
+        answer = calibrator.predict_batch(scores, dtype)
+        assert answer.dtype == dtype and answer.flags.c_contiguous
+        assert np.array_equal(answer, reference.astype(dtype))
+    if method != "vector":  # one temperature: the rows are where they were put
+        assert EPSILON / 2 <= reference[5].min() < EPSILON and abs(reference[7].min() / EPSILON - 1) < 1e-6
+
+
+def test_an_answer_in_float32_reports_an_overflow_as_the_float64_path_does():
+    rng = np.random.default_rng(4)
+    fit, labels = rng.standard_normal((200, 3)), rng.integers(0, 3, 200)
+    labels[:100] = fit[:100].argmax(axis=1)
+    calibrator = cal.create("temperature").fit(fit, labels)
+    calibrator.temperature_ = 1e-300
+    scores = cal.validate_inputs(np.array([[1.0, 2.0, 3.0], [1e10, 0.0, 0.0]], np.float32), "logits")
+    for dtype in (None, np.float32):
+        with pytest.raises(ValueError, match="row 1 overflow"):
+            calibrator.predict_batch(scores, dtype)

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 
-from app.platform.db import Database
+from app.platform.db import Database, make_engine
 from app.platform.errors import NotFound
+from app.platform.migrate import upgrade
 from app.registry import store
 from app.registry.names import Reference
 from app.registry.service import CalibrationService
@@ -83,11 +85,8 @@ def test_a_version_deleted_by_another_process_is_never_served(replicas, database
         ours.serving(latest)
 
 
-def test_an_unchanged_database_is_not_asked_again(sqlite_url, monkeypatch):
-    from app.platform.migrate import upgrade
-
-    upgrade(sqlite_url)
-    service = replica(sqlite_url)
+def test_an_unchanged_database_is_not_asked_again(database_url, monkeypatch):
+    service = replica(database_url)
     service.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
     lookups = []
     resolve = store.resolve
@@ -95,17 +94,46 @@ def test_an_unchanged_database_is_not_asked_again(sqlite_url, monkeypatch):
     for _ in range(5):
         assert served_version(service, Reference("demo")) == 1
     assert lookups == [Reference("demo")]
-    service.set_alias("demo", "production", 1)  # any commit: looked up again
+    service.set_alias("demo", "production", 1)  # a commit that changes a resolution: looked up again
     assert served_version(service, Reference("demo")) == 1
     assert len(lookups) == 2
     service.db.dispose()
 
 
-def test_only_sqlite_files_have_a_change_counter(sqlite_url, postgres_url):
-    database = Database(sqlite_url)
-    first = database.data_version()
-    assert isinstance(first, int) and database.data_version() == first
-    for other in (Database(postgres_url), Database("sqlite://")):
-        assert other.data_version() is None
-        other.dispose()
-    database.dispose()
+def test_sqlite_files_and_migrated_postgres_databases_have_a_change_counter(sqlite_url, postgres_url):
+    unmigrated, in_memory = Database(postgres_url), Database("sqlite://")
+    assert unmigrated.data_version() is None and in_memory.data_version() is None  # no 0018 table; no file
+    for url in (sqlite_url, postgres_url):
+        upgrade(url)
+        database = Database(url)
+        first = database.data_version()
+        assert isinstance(first, int) and database.data_version() == first
+        database.dispose()
+    assert isinstance(unmigrated.data_version(), int)  # asked again: migrated since
+    unmigrated.dispose()
+    in_memory.dispose()
+
+
+def test_postgres_generation_moves_with_every_writer_in_its_own_transaction(postgres_url):
+    """The triggers count any writer's commit (here plain SQL, not the service), only at its commit,
+    and not the prediction log's counters in the calibrators' rows."""
+    upgrade(postgres_url)
+    service = replica(postgres_url)
+    service.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
+    service.fit("demo", ArrayBatch(FitSpec(method="temperature", options={"objective": "brier"}), KIND, X, Y))
+    service.set_alias("demo", "production", 1)
+    alias = Reference.parse("demo@production")
+    assert served_version(service, alias) == 1
+    writer = make_engine(postgres_url)
+    with writer.connect() as connection:
+        before = service.db.data_version()
+        connection.execute(text("UPDATE calibrators SET logged_rows = logged_rows + 5"))
+        connection.commit()
+        assert service.db.data_version() == before  # not what a resolution reads
+        connection.execute(text("UPDATE aliases SET version = 2 WHERE alias = 'production'"))
+        assert service.db.data_version() == before and served_version(service, alias) == 1  # not committed
+        connection.commit()
+    assert service.db.data_version() > before
+    assert served_version(service, alias) == 2
+    writer.dispose()
+    service.db.dispose()

@@ -16,7 +16,7 @@ from app.settings import Settings
 TABLES = {"calibrators", "calibrator_versions", "aliases", "jobs", "api_keys", "idempotency_keys",
           "observation_chunks", "prediction_chunks", "logged_predictions", "drift_monitors",
           "calibrator_settings", "alias_gates", "alias_moves", "evaluations", "refit_policies", "prediction_epochs",
-          "webhook_deliveries", "set_predictors", "adaptive_sets"}
+          "webhook_deliveries", "set_predictors", "adaptive_sets", "registry_generation"}
 PROCRASTINATE_TABLES = {"procrastinate_jobs", "procrastinate_events", "procrastinate_periodic_defers",
                         "procrastinate_workers"}  # the job engine's, on Postgres only
 
