@@ -12,7 +12,7 @@ within one sample. The rule that picks one candidate from the result is
 
 The candidates, and the default set of them, are in ``calibration.candidates``.
 
-Memory (issue #19): on an array the core may reorder (``inputs.allow_reordering``: the float64
+Memory: on an array the core may reorder (``inputs.allow_reordering``: the float64
 copy ``validate_inputs`` made, or the observations a service fit loads) a fold's training and
 held-out rows are views of the array laid out in place for that fold (``FoldLayout``; every row
 is put back afterwards); on any other array they are copied once per fold. float32 numpy input stays

@@ -1,4 +1,4 @@
-"""A cross-validation fold's rows as views of the array, laid out in place (issue #19).
+"""A cross-validation fold's rows as views of the array, laid out in place.
 
 At 50000 x 1000, a fold's training and held-out rows copied out of the float64 array were ~1.6x
 and ~0.4x the float32 input's bytes, for each fold of each comparison. ``FoldLayout`` instead

@@ -1,4 +1,4 @@
-"""The probability floor: no served probability is exactly zero (issue #35).
+"""The probability floor: no served probability is exactly zero.
 
 **The constant** ``EPSILON = 2**-52 ~ 2.22e-16``, float64's machine epsilon
 (``numpy.finfo(numpy.float64).eps``). It is the value scikit-learn's ``log_loss`` clips

@@ -9,8 +9,8 @@ by a stated rule.
    ``probability_floor.EPSILON``; served probabilities are floored there, so the measured NLL is
    always finite) and below the uncalibrated NLL, and it passes the support guard (2).
 
-2. **Support guard** (issue #23 item 2: a class separable in the validation split but not in
-   test). Held-out NLL only scores the labels that occur; it cannot see a class that the
+2. **Support guard** (a class separable in the validation split but not in test).
+   Held-out NLL only scores the labels that occur; it cannot see a class that the
    candidate has declared impossible for rows where no such label happens to fall. So in each
    fold the candidate's held-out probabilities ``c`` are compared with those of temperature
    scaling fitted on the same folds, ``r`` (``metrics.scores.tail_risk``)::
@@ -183,7 +183,7 @@ def _lowest_with_ties(pool: list[MethodResult], order: list[str]) -> tuple[Metho
 
 def select(comparison: Comparison, preserve_accuracy: bool = False, guards: bool = True) -> Selection:
     """Apply the selection rule of the module docstring to a ``Comparison``; ``guards=False``
-    leaves out steps 2 and 3 (the rule before issue #23 item 2, for comparisons)."""
+    leaves out steps 2 and 3 (held-out NLL alone, for comparisons)."""
     baseline = float(np.mean(comparison.uncalibrated["nll"]))
     excluded: dict[str, str] = {}
     eligible = []

@@ -1,4 +1,4 @@
-"""scipy's ``trust-exact`` with a subproblem that holds fewer n×n matrices (issue #19).
+"""scipy's ``trust-exact`` with a subproblem that holds fewer n×n matrices.
 
 The nearly exact trust-region method (Moré & Sorensen 1983; Conn, Gould & Toint 2000, §7.3) solves
 each step's subproblem ``min_p g·p + p·H·p/2, |p| <= r`` by Cholesky factorisations of

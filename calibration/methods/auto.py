@@ -4,7 +4,7 @@
 selects one by the rule of ``calibration.selection.select`` (lowest cross-validated NLL among
 the eligible, Mix-n-Match guideline order among ties; a support guard refuses candidates whose
 gain does not cover the tail risk they take against TS, and a more complex candidate must beat
-the simplest class's pick by more than its fold-to-fold noise: issue #23 item 2), refits it on
+the simplest class's pick by more than its fold-to-fold noise), refits it on
 all the data and from then on behaves as it. ``summary()`` names the chosen method and why; the comparison table is kept
 in ``comparison_`` (not stored with the parameters, which hold the chosen calibrator and the
 selection).

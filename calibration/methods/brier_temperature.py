@@ -1,5 +1,5 @@
 """The Brier-optimal temperature by Halley's method, and ETS's quadratic, in blocked passes
-(issue #23 item 6; the objective is Mix-n-Match's, Zhang, Kailkhura & Han, ICML 2020).
+(the objective is Mix-n-Match's, Zhang, Kailkhura & Han, ICML 2020).
 
 With ``d = z - max z``, ``e = exp(beta d)``, ``p = e / s0`` and per-row sums
 ``s_j = sum e d^j``, ``a_j = sum e^2 d^j`` (so ``m = s1/s0``, ``V`` and ``M3`` are the mean,

@@ -21,15 +21,14 @@ the weights minimise that loss with ``t`` fixed:
 
 Accuracy-preserving: each component keeps the order of each row.
 
-Cost (issue #23 item 6): on the host nothing of size n x k is formed besides the float64
+Cost: on the host nothing of size n x k is formed besides the float64
 logits. With mse, ``t`` comes from ``brier_temperature`` (Halley's method with analytic
 derivatives on all rows from a subsample's grid minimum, for more than 16384 rows; the grid
 of ``temperature.solve_brier_temperature`` otherwise), whose last pass also gives the 3 x 3
 Gram matrix and the linear term; with nll, the label entries of the components come from one
-blocked row-sum pass each. 50000 x 1000 float32: 5.7 log-softmax passes (was 93) and a peak of
-2.25x the input's bytes (was 6.0x; the float64 copy is 2x); see ``benchmarks/core_speed.py``.
-Prediction on the host goes in row blocks into the output (issue #19: the two components and
-their weighted sums were five n x k arrays).
+blocked row-sum pass each (figures: ``benchmarks/core_speed.py``, docs/benchmarks.md).
+Prediction on the host goes in row blocks into the output, so the two components and their
+weighted sums are never five n x k arrays.
 
 Backends: prediction on the input's device; the temperature is fitted as in temperature
 scaling (sums on the device, solver on the host), the label entries and Gram sums of the

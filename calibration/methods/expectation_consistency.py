@@ -13,9 +13,9 @@ top-N accuracy lies strictly between those two; otherwise ``fit`` raises ``Value
 The root is found by safeguarded Halley iteration in ``beta`` with analytic derivatives.
 Accuracy-preserving, as temperature scaling.
 
-Cost (issue #23 item 6): on the host the top-N hits and top ties come from one pass over row
+Cost: on the host the top-N hits and top ties come from one pass over row
 blocks (``top_n_hits_and_top_ties``), then a Halley solve warm-started on a subsample takes two
-row-sum passes over all rows: about 3.5 log-softmax passes on 50000 x 1000 float32.
+row-sum passes over all rows (figures in docs/benchmarks.md).
 
 Backends: prediction on the input's device; the fit keeps its solver on the host and computes
 the row sums (and the label ranks and top-N entries) on the device.

@@ -5,9 +5,9 @@ against scores, computed by the pool-adjacent-violators algorithm (``scipy.optim
 isotonic_regression``) after pooling tied scores exactly as scikit-learn does (``isotonic_knots``:
 a score less than ``1e-15`` above its cluster's first score joins that cluster): the knots are
 scikit-learn's ``IsotonicRegression(out_of_bounds="clip")``'s, so IRM and IROvA are the exact PAVA
-solution (issue #35 item 7; pooling within ``1e-15 + 5e-7·|s|``, as before, moved knots: on a
-shared set 92 knots where scikit-learn has 98). As in scikit-learn's ``IsotonicRegression``, it is
-stored as knots (the first and last score of each constant block) and applied by linear
+solution (a wider pooling tolerance would move knots away from scikit-learn's). As in
+scikit-learn's ``IsotonicRegression``, it is stored as knots (the first and last score of each
+constant block) and applied by linear
 interpolation between knots, constant outside them. The interpolation is clamped to each
 segment's end values so that it is monotone in floating point too. Such a map can be steep
 (knots 1e-15 apart): an ulp of difference in its input can move its output by up to the step
@@ -28,11 +28,10 @@ place; the positives are located with ``searchsorted``), marks the clusters' sta
 per score, counted per block to find a cluster's number or start), and runs PAVA on the
 clusters that hold a positive and the two ends of each run without one (``isotonic_knots``:
 exact, as PAVA pools targets of 0 with exact sums). On n·k = 4·10⁷ scores (40000 x 1000) IRM's
-fit then holds the sorted scores and one flag per score, 2.25x the float32 input's bytes where
-it held 17x (issue #19; 2.9x with the clusters' start positions as int32, before they were
-counted from the flags). Above ``STREAM_ABOVE`` scores IRM holds no sorted copy at all
-(``isotonic_streamed``: one value range of the scores at a time, the same knots; 1.44x where it
-was 2.48x, at about 4x the fit's time). Prediction goes in row blocks of ``BLOCK`` entries into
+fit then holds the sorted scores and one flag per score (the clusters' start positions are
+counted from the flags, not stored). Above ``STREAM_ABOVE`` scores IRM holds no sorted copy at all
+(``isotonic_streamed``: one value range of the scores at a time, the same knots, at a few times
+the fit's time; figures in docs/benchmarks.md). Prediction goes in row blocks of ``BLOCK`` entries into
 the output, normalised in place.
 
 Backends: PAVA fits on a float64 host copy (numpy's softmax of logits); prediction
@@ -234,7 +233,7 @@ class IsotonicOneVsAll(Calibrator):
         if scores.source == "probabilities" or scores.xp is not np or "probabilities" in scores.__dict__:
             p = scores.probabilities  # the input itself, or already made
             self.knots_ = [fit_isotonic_binary(p[:, j], labels == j) for j in range(scores.k)]
-        else:  # a few columns of the softmax at a time (issue #19: the whole was 2x the float32 input)
+        else:  # a few columns of the softmax at a time (the whole would be 2x the float32 input)
             self.knots_ = [fit_isotonic_binary(block[:, j - columns.start], labels == j)
                            for columns, block in softmax_columns(scores.logits)
                            for j in range(columns.start, columns.stop)]

@@ -9,7 +9,7 @@ greedily from the smallest, a cluster takes every score ``x`` with ``x - first <
 (``np.finfo(np.float64).resolution`` = 1e-15, an absolute tolerance) of its first score
 ``first``, and is represented by ``first``. Nothing else is pooled, so the knots are
 scikit-learn's (``IsotonicRegression(out_of_bounds="clip")``: its ``X_thresholds_`` and
-``y_thresholds_``; issue #35 item 7). The map is stored as knots, the first and last score of each
+``y_thresholds_``). The map is stored as knots, the first and last score of each
 constant block (as scikit-learn's).
 
 ``isotonic_knots`` runs PAVA on the clusters that hold a positive and the two ends of each run

@@ -1,7 +1,7 @@
 """``isotonic_knots`` without the sorted copy of all the scores: the same knots, bit for bit, from
 scores that can be made again block by block (IRM's softmax of a fold's rows), holding one value
-range of them at a time (issue #19: IRM's sorted float64 copy of a 40000 x 1000 fold's
-probabilities was 1.6x the float32 array's bytes, the largest holder of ``auto`` from the log).
+range of them at a time (a sorted float64 copy of a fold's probabilities would be 1.6x the
+float32 array's bytes, the largest holder of ``auto`` from the log).
 
 The scores' value range is cut at ``RANGES - 1`` pivots (quantiles of a strided sample), and one
 pass counts the scores of each range. Range by range, in increasing order, the scores of each
@@ -16,10 +16,9 @@ Each step computes what ``isotonic_knots`` computes on the whole sorted array, a
 positions, so the knots are the same.
 
 Memory: the flags (one byte per score) and one range's values (float64) at a time. On a 40000 x
-1000 fold that is 0.5x the float32 array's bytes; with the ranges gathered as a list of parts
-and then joined, the carried run prepended by another copy, and every run's first and last
-position held as int64, it was 1.3x (issue #19: IRM's fit was then the peak of ``auto`` from the
-log).
+1000 fold that is 0.5x the float32 array's bytes: the ranges are not gathered as parts and
+joined, the carried run is not prepended by another copy, and run positions are not held as
+int64.
 """
 
 from __future__ import annotations

@@ -205,8 +205,8 @@ class VectorScaling(_AffineSoftmax):
         n, k = z.shape
         # the sums over rows in blocks of about BLOCK_ENTRIES entries (one block, the whole
         # array at once, up to 5000 x 100): the fit then holds a block's standardised features
-        # and probabilities, not ~5.5 float64 copies of the rows (issue #19: auto on
-        # 50000 x 1000 peaked with vector scaling's fit); so do the standardisation and the
+        # and probabilities, not ~5.5 float64 copies of the rows (auto's peak memory
+        # at large sizes is vector scaling's fit); so do the standardisation and the
         # check for a finite optimum
         blocks = row_blocks(n, k, BLOCK_ENTRIES)
         centre, scale = standardisation(z, blocks)
