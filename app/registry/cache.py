@@ -10,8 +10,8 @@ The cache holds at most ``size`` entries (``CALIBRATION_CACHE_SIZE``) and at mos
 is the length of its stored parameters (``params_json``, canonical JSON), known without parsing
 anything: a good proxy for its memory where memory matters, as the parameters are numbers in
 that JSON (a large histogram's JSON is a little more than its memory); small calibrators are
-under-counted by their fixed overhead (a few kB), which the entry cap bounds. A version larger than the whole budget is served but
-not kept.
+under-counted by their fixed overhead (a few kB), which the entry cap bounds. A version
+larger than the whole budget is served but not kept.
 
 ``Device``: where calibrate, report and inference run (``CALIBRATION_DEVICE``).
 
