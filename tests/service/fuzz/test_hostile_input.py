@@ -301,7 +301,9 @@ def test_hostile_requests_get_precise_4xx_and_change_nothing(client):
     assert created.status_code == 201
     assert client.put("/v1/calibrators/demo/aliases/production", json={"version": 1}).status_code == 200
     before = _snapshot(client)
-    assert sum(map(len, before[0].values())) == 4  # one calibrator, one version, one alias and its recorded move
+    # one calibrator, one version, one alias and its recorded move, and the registry's generation counter
+    assert sum(map(len, before[0].values())) == 5
+    assert len(before[0]["registry_generation"]) == 1
     failures = []
     for name, method, path, kwargs, status, detail in CASES:
         if isinstance(kwargs.get("content"), partial):
