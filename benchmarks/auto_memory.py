@@ -115,9 +115,7 @@ def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dic
             peaks = {}
 
             def phase(name: str) -> None:
-                peaks[name] = (status("VmHWM") - baseline) / nbytes
-                with open("/proc/self/clear_refs", "w") as refs:
-                    refs.write("5")
+                record_peak(peaks, name, baseline, nbytes)
 
             phase("start")
             if trace:
@@ -139,6 +137,13 @@ def from_log(rows: int, classes: int, candidates: list[str], trace: bool) -> dic
     return {"candidates": candidates, "chosen": f"{chosen} ({dtype} load)", "seconds": seconds, "holding_x": 0.0,
             "peak_x": max(peaks.values()), "phases": peaks, "traced_x": traced / nbytes,
             "peak_mib": max(peaks.values()) * nbytes / MIB}
+
+
+def record_peak(peaks: dict, name: str, baseline: int, nbytes: int) -> None:
+    """The peak resident memory since the last phase, in input bytes, then VmHWM reset from here."""
+    peaks[name] = (status("VmHWM") - baseline) / nbytes
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
 
 
 def case(rows: int, classes: int, candidates: list[str], trace: bool, float32: bool = False) -> dict:
@@ -165,10 +170,8 @@ def case(rows: int, classes: int, candidates: list[str], trace: bool, float32: b
     holding = status("VmRSS")
     peaks = {}
 
-    def phase(name: str) -> None:  # the peak since the last phase, then VmHWM from here
-        peaks[name] = (status("VmHWM") - baseline) / nbytes
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")
+    def phase(name: str) -> None:
+        record_peak(peaks, name, baseline, nbytes)
 
     phase("start")
     if trace:
