@@ -22,24 +22,31 @@ on a warm-start subsample (where it is at most a quarter of the rows) and on all
 subsamples are sized in entries, not rows (``COARSE_ROWS`` and ``WARM_START_ROWS`` rows of
 ``ENTRY_CLASSES`` classes, at least ``MIN_COARSE_ROWS`` and ``MIN_WARM_ROWS`` rows), so that at
 vocabularies of 10^4-10^5 classes the grid's two dozen evaluations cost a few passes over the
-logits, not two dozen. Each step must stay within ``[beta0 / 4, 4 beta0]``, at most halve the
-step before and see ``L'' > 0``; where a safeguard fails, and on batches of at most
-``4 * WARM_START_ROWS`` rows and ``4 * WARM_START_ROWS * ENTRY_CLASSES`` entries, the full-data
-grid is used. The solve stops after a step below ``STEP_TOLERANCE`` relative; after a Halley step
-of 1e-6 the iterate is exact to O(1e-18) (1e-12 where the Newton step had to be taken).
+logits, not two dozen. The warm start is expected within ``WARM_DISTANCE`` of the full-data
+optimum (the subsample's own optimum differs from it by sampling error). From the second
+full-data pass on, the step goes to the root of the quintic that matches ``L'``, ``L''`` and
+``L'''`` at the last two iterates (``hermite_root``; error ``O(e0^3 e1^3)``, where Halley's is
+``O(e1^3)``), so that from ``WARM_DISTANCE`` the solve reads the logits at most three times.
+Each step must stay within ``[beta0 / 4, 4 beta0]``, at most halve the step before (or, on the
+same side, at most ``GROWTH`` times it) and see ``L'' > 0``; where a safeguard fails, and on
+batches of at most ``4 * WARM_START_ROWS`` rows and ``4 * WARM_START_ROWS * ENTRY_CLASSES``
+entries, the full-data grid is used. The solve stops after a step below ``STEP_TOLERANCE``
+relative; after a Halley step of 1e-6 the iterate is exact to O(1e-18) (1e-12 where the Newton
+step had to be taken).
 
 ``BrierSums.quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
 ``<p_a, p_b>`` over the components ``softmax(beta d)``, ``softmax(d)``, ``1/k``) and ``h``
 (means of each component's label entry); ``softmax(d)`` is never formed:
 ``<p_beta, p_1> = sum exp(beta d) exp(d) / (s0(beta) s0(1))``. The last pass of the solve
 computes these sums too, at the iterate before the final step ``delta``; the values at the
-final ``beta`` are their first-order Taylor expansions (the derivatives come from the same
-sums), exact to O(delta^2) <= 1e-12.
+final ``beta`` are their second-order Taylor expansions (the derivatives come from the same
+sums and one more row sum, ``sum exp(beta d) exp(d) d^2``), exact to O(delta^3) <= 1e-18.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.polynomial import Polynomial
 
 from ..base import FitDiagnostics
 from .shifted_logits import DeviceShiftedLogits, ShiftedLogits
@@ -54,6 +61,10 @@ MIN_WARM_ROWS = 256
 ENTRY_CLASSES = 1000  # the subsamples hold COARSE_ROWS or WARM_START_ROWS rows of this many classes
 BLOCK_ELEMENTS = 1 << 15  # rows of 256 KiB float64 blocks: a pass's four buffers stay in a core's L2 cache
 MAX_STEPS = 30
+GROWTH = 2.0  # the largest growth of a step on the side of the one before
+WARM_DISTANCE = 0.2  # the warm start's expected distance from the full-data optimum (relative)
+HERMITE_NEWTON_STEPS = 20
+EPS = float(np.finfo(np.float64).eps)
 
 
 def dot_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -71,10 +82,10 @@ class BrierSums:
                  loss_only: bool = False):
         n, k = shifted.n, shifted.k
         self.beta, self.k = beta, k
-        # row sums, filled block by block: s0..s3, a0..a3, then exp(d), exp(2d), e exp(d), e exp(d) d
-        row_sums = np.empty((12 if quadratic else 8, n))
+        # row sums, filled block by block: s0..s3, a0..a3, then t = exp(d): t, t^2, e t, e t d, e t d^2
+        row_sums = np.empty((13 if quadratic else 8, n))
         block_rows = max(1, BLOCK_ELEMENTS // k)
-        e, ed, edd = (np.empty((block_rows, k)) for _ in range(3))
+        e, ed, edd, exp_d = (np.empty((block_rows, k) if j < 3 or quadratic else 0) for j in range(4))
         for rows, d in shifted.blocks(block_rows):
             eb, q1, q2 = e[: len(d)], ed[: len(d)], edd[: len(d)]
             np.multiply(d, beta, out=eb)
@@ -91,12 +102,14 @@ class BrierSums:
             dot_rows(eb, q1, row_sums[5, rows])
             dot_rows(q1, q1, row_sums[6, rows])
             dot_rows(q1, q2, row_sums[7, rows])
-            if quadratic:  # e d^2 is not needed any more: it becomes exp(d)
-                np.exp(d, out=q2)
-                add_rows(q2, row_sums[8, rows])
-                dot_rows(q2, q2, row_sums[9, rows])
-                dot_rows(eb, q2, row_sums[10, rows])
-                dot_rows(q1, q2, row_sums[11, rows])
+            if quadratic:
+                t = exp_d[: len(d)]
+                np.exp(d, out=t)
+                add_rows(t, row_sums[8, rows])
+                dot_rows(t, t, row_sums[9, rows])
+                dot_rows(eb, t, row_sums[10, rows])
+                dot_rows(q1, t, row_sums[11, rows])
+                dot_rows(q2, t, row_sums[12, rows])
         s0 = row_sums[0]
         d_y = shifted.d_label
         p_y = np.exp(beta * d_y) / s0
@@ -119,21 +132,24 @@ class BrierSums:
         self.third = float(2 * np.mean(outer))
         if quadratic:
             t0 = row_sums[8]
-            x = row_sums[10] / (s0 * t0)
-            x_slope = row_sums[11] / (s0 * t0) - m * x
-            self.sums = np.array([np.mean(big_a), 2 * np.mean(h), np.mean(x), np.mean(x_slope),
+            x, x1, x2 = (row_sums[j] / (s0 * t0) for j in (10, 11, 12))  # U_j = sum e t d^j / (s0 t0)
+            self.sums = np.array([np.mean(big_a), 2 * np.mean(h), np.mean(x), np.mean(x1 - m * x),
                                   np.mean(row_sums[9] / (t0 * t0)), np.mean(p_y), np.mean(p_y * g),
                                   np.mean(np.exp(d_y) / t0)])
+            # second derivatives: A'' = 2 H', U_0'' = U_2 - 2 m U_1 - (V - m^2) U_0, p_y'' = p_y (g^2 - V)
+            self.curvatures = np.array([2 * np.mean(h_slope), np.mean(x2 - 2 * m * x1 - (var - m * m) * x),
+                                        np.mean(p_y * (g * g - var))])
 
     def quadratic(self, delta: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """ETS's ``(G, h)`` at ``beta + delta`` (first order in ``delta``)."""
+        """ETS's ``(G, h)`` at ``beta + delta`` (second order in ``delta``)."""
         a, a_slope, x, x_slope, g11, p_y, p_y_slope, q_y = self.sums
+        a_curve, x_curve, p_y_curve = self.curvatures * (delta * delta / 2)
         k = self.k
         gram = np.full((3, 3), 1.0 / k)
-        gram[0, 0] = a + delta * a_slope
-        gram[0, 1] = gram[1, 0] = x + delta * x_slope
+        gram[0, 0] = a + delta * a_slope + a_curve
+        gram[0, 1] = gram[1, 0] = x + delta * x_slope + x_curve
         gram[1, 1] = g11
-        return gram, np.array([p_y + delta * p_y_slope, q_y, 1.0 / k])
+        return gram, np.array([p_y + delta * p_y_slope + p_y_curve, q_y, 1.0 / k])
 
 
 def _halley_step(sums: BrierSums) -> float | None:
@@ -144,16 +160,50 @@ def _halley_step(sums: BrierSums) -> float | None:
     return step / denominator if denominator > 0.5 else step
 
 
+def hermite_root(before: BrierSums, now: BrierSums, guess: float) -> float | None:
+    """The root nearest ``guess`` of the quintic in beta that matches the slope and its first two
+    derivatives at the iterates ``before.beta`` and ``now.beta`` (Hermite interpolation by
+    confluent divided differences; Newton's method on the polynomial from ``guess``), or ``None``
+    where that does not settle. Its error is of order ``C e0^3 e1^3`` in the two iterates'
+    errors, where a Halley step from ``now`` alone leaves ``K e1^3``: the derivatives of the pass
+    before stand in for a further pass over the logits."""
+    nodes = np.array([before.beta] * 3 + [now.beta] * 3) - now.beta  # in t = beta - now.beta
+    known = [(s.slope, s.curvature, s.third / 2.0) for s in (before, now)]  # f, f', f''/2!
+    table = np.zeros((6, 6))
+    table[:, 0] = [known[i // 3][0] for i in range(6)]
+    for j in range(1, 6):
+        for i in range(j, 6):
+            if nodes[i] == nodes[i - j]:  # a node repeated j + 1 times: its j-th derivative / j!
+                table[i, j] = known[i // 3][j]
+            else:
+                table[i, j] = (table[i, j - 1] - table[i - 1, j - 1]) / (nodes[i] - nodes[i - j])
+    poly, basis = Polynomial([0.0]), Polynomial([1.0])
+    for j in range(6):
+        poly, basis = poly + table[j, j] * basis, basis * Polynomial([-nodes[j], 1.0])
+    slope = poly.deriv()
+    t = guess - now.beta
+    for _ in range(HERMITE_NEWTON_STEPS):
+        change = poly(t) / slope(t)
+        t -= change
+        if abs(change) <= EPS * abs(now.beta):
+            return now.beta + t
+    return None
+
+
 def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bool = False):
-    """Halley's method on the Brier slope from ``beta`` (module docstring): ``(beta, sums at
-    the last iterate, the final step, iterations)``, or ``None`` where a safeguard fails. With
-    ``quadratic``, the last iterate's sums include ETS's quadratic."""
-    step_before, near = np.inf, False
+    """Halley's method on the Brier slope from ``beta`` (module docstring), each step after the
+    first taken to the two-point Hermite root (``hermite_root``) where that lies within half the
+    Halley step of the Halley iterate: ``(beta, sums at the last iterate, the final step,
+    iterations)``, or ``None`` where a safeguard fails. With ``quadratic``, the last iterate's
+    sums include ETS's quadratic; they are taken from the iterate after a step below ``NEAR``,
+    or after a Hermite step whose predicted error (its correction of the Halley step, which
+    estimates Halley's error, times the cube of the step before, relative) is below ``rtol``."""
+    step_before, near, before = np.inf, False, None
     lo, hi = beta / 4, 4 * beta
     for iteration in range(1, MAX_STEPS + 1):
         sums = BrierSums(shifted, beta, quadratic=quadratic and near)
         step = _halley_step(sums)
-        if step is None or not (lo < beta - step < hi and abs(step) <= 0.5 * step_before):
+        if step is None or not (lo < beta - step < hi and _settles(step, step_before)):
             return None
         if abs(step) <= rtol * beta:
             if quadratic and not near:  # the quadratic's sums were not taken at this iterate
@@ -163,9 +213,20 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
                     return None
             return beta - step, sums, -step, iteration
         near = abs(step) <= NEAR * beta
-        step_before = abs(step)
+        root = None if before is None else hermite_root(before, sums, beta - step)
+        if root is not None and lo < root < hi and abs(root - (beta - step)) <= 0.5 * abs(step):
+            # Halley's error is about the correction; Hermite's about that times e0^3
+            near = near or abs(root - (beta - step)) * abs(step_before / beta) ** 3 <= rtol * beta
+            step = beta - root
+        step_before, before = step, sums
         beta -= step
     return None
+
+
+def _settles(step: float, step_before: float) -> bool:
+    """A step at most half the one before, or, on the same side (still approaching the root
+    from one side, as in a flat stretch of the Brier curve), at most ``GROWTH`` times it."""
+    return abs(step) <= 0.5 * abs(step_before) or (step * step_before > 0 and abs(step) <= GROWTH * abs(step_before))
 
 
 def subsample_rows(shifted: ShiftedLogits, rows: int, least: int) -> int:
@@ -181,7 +242,9 @@ def is_large(shifted: ShiftedLogits) -> bool:
 def warm_brier_beta(shifted: ShiftedLogits) -> float | None:
     """The Brier-optimal inverse temperature from a subsample's basin: the minimum of
     ``GRID_FACTORS`` around the NLL-optimal temperature of a coarse subsample, refined by Halley's
-    method on a warm-start subsample where that is at most a quarter of the rows."""
+    method on a warm-start subsample where that is at most a quarter of the rows (from the coarse
+    NLL-optimal temperature where a safeguard stops it from the grid's minimum: on 65 rows the
+    grid's minimum can lie where the Brier curve of more rows is concave)."""
     coarse = shifted.subsample(subsample_rows(shifted, COARSE_ROWS, MIN_COARSE_ROWS))
     try:
         centre, _ = solve_nll_temperature(coarse)
@@ -191,7 +254,8 @@ def warm_brier_beta(shifted: ShiftedLogits) -> float | None:
     warm_rows = subsample_rows(shifted, WARM_START_ROWS, MIN_WARM_ROWS)
     if 4 * warm_rows > shifted.n:
         return 1.0 / grid[best]
-    solved = halley_brier(shifted.subsample(warm_rows), 1.0 / grid[best], rtol=1e-4)
+    warm = shifted.subsample(warm_rows)
+    solved = halley_brier(warm, 1.0 / grid[best], rtol=1e-4) or halley_brier(warm, 1.0 / centre, rtol=1e-4)
     return None if solved is None else solved[0]
 
 

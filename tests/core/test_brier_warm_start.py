@@ -1,0 +1,87 @@
+"""ETS's Brier temperature on large inputs: the subsample's warm start lands within
+``WARM_DISTANCE`` of the full-data optimum, and from there the solve reads the logits at most three
+times (the last pass with ETS's quadratic), the later steps taken to the root of the two-point
+Hermite quintic (``hermite_root``), which is exact for a slope that is a quintic."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration.methods import brier_temperature
+from calibration.methods.brier_temperature import WARM_DISTANCE, BrierSums, hermite_root, warm_brier_beta
+from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
+from calibration.methods.shifted_logits import ShiftedLogits
+
+
+def drawn_set(n, k, seed, temperature=2.0):
+    """float32 logits 3 N(0, 1) and labels drawn from their softmax at ``temperature``."""
+    rng = np.random.default_rng(seed)
+    logits = 3.0 * rng.standard_normal((n, k))
+    e = np.exp(logits / temperature)
+    cumulative = (e / e.sum(axis=1, keepdims=True)).cumsum(axis=1)
+    labels = (cumulative < rng.random(n)[:, None]).sum(axis=1).clip(0, k - 1)
+    return logits.astype(np.float32), labels
+
+
+def counted_passes(monkeypatch, n):
+    """The real ``BrierSums``, recording ``(beta, quadratic)`` of each pass over all ``n`` rows."""
+    passes = []
+
+    class Counted(BrierSums):
+        def __init__(self, shifted, beta, quadratic=False, loss_only=False):
+            super().__init__(shifted, beta, quadratic, loss_only)
+            if shifted.n == n:
+                passes.append((beta, quadratic))
+
+    monkeypatch.setattr(brier_temperature, "BrierSums", Counted)
+    return passes
+
+
+# many rows of few classes (warm Halley on 4096 rows) and 16000 classes (on 275 rows), seeded; with
+# seed 1 the coarse grid's minimum lies where the curve is concave, with 2 a step grows on one side
+@pytest.mark.parametrize(("n", "k", "seed"), [(20000, 50, 0), (20000, 50, 1), (1100, 16000, 0), (1100, 16000, 1),
+                                              (1100, 16000, 2)])
+def test_the_warm_start_is_near_the_optimum_and_the_solve_reads_the_logits_at_most_three_times(monkeypatch, n, k, seed):
+    logits, labels = drawn_set(n, k, seed)
+    shifted = ShiftedLogits(logits, labels)
+    warm = warm_brier_beta(shifted)
+    passes = counted_passes(monkeypatch, n)
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    assert "Halley" in ets.diagnostics_.message
+    beta = 1 / ets.temperature_
+    assert abs(BrierSums(shifted, beta).slope) < 1e-12  # the full-data root, not the subsample's
+    assert warm is not None and abs(warm / beta - 1) <= WARM_DISTANCE
+    assert 2 <= len(passes) <= 3 and [q for _, q in passes].count(True) == 1 and passes[-1][1]
+    gram, linear = BrierSums(shifted, beta, quadratic=True).quadratic()
+    np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
+
+
+def at(beta, coefficients):
+    """A stand-in for ``BrierSums`` whose slope is the polynomial ``coefficients`` (lowest first)."""
+    slope = np.polynomial.Polynomial(coefficients)
+    return SimpleNamespace(beta=beta, slope=slope(beta), curvature=slope.deriv()(beta), third=slope.deriv(2)(beta))
+
+
+def test_the_hermite_root_of_a_quintic_slope_is_exact():
+    root = 0.5
+    quintic = np.polynomial.Polynomial.fromroots([root, -1.0, 2.0, 3.0, -4.0]).coef
+    found = hermite_root(at(0.44, quintic), at(0.49, quintic), 0.49)
+    assert found == pytest.approx(root, rel=1e-13)
+
+
+def test_the_hermite_root_improves_on_halley_by_the_cube_of_the_first_error():
+    """On a slope that is no polynomial (``tanh``), from 15% off: Halley from the second iterate
+    leaves ``K e1^3``, the two-point quintic about ``e0^3`` times that."""
+    root, scale = 0.5, 3.0
+    def sums(beta):
+        t = np.tanh(scale * (beta - root))
+        return SimpleNamespace(beta=beta, slope=t, curvature=scale * (1 - t * t),
+                               third=-2 * scale * scale * t * (1 - t * t))
+    first = sums(0.575)
+    halley = brier_temperature._halley_step
+    second = sums(first.beta - halley(first))
+    halley_error = abs(second.beta - halley(second) - root)
+    hermite_error = abs(hermite_root(first, second, second.beta - halley(second)) - root)
+    assert 0 < hermite_error <= 0.15 ** 3 * halley_error
