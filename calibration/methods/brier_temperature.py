@@ -63,6 +63,7 @@ BLOCK_ELEMENTS = 1 << 15  # rows of 256 KiB float64 blocks: a pass's four buffer
 MAX_STEPS = 30
 GROWTH = 2.0  # the largest growth of a step on the side of the one before
 WARM_DISTANCE = 0.2  # the warm start's expected distance from the full-data optimum (relative)
+WARM_RTOL = 1e-2  # the warm subsample's solve: its optimum is itself WARM_DISTANCE from the full data's
 HERMITE_NEWTON_STEPS = 20
 EPS = float(np.finfo(np.float64).eps)
 
@@ -255,7 +256,7 @@ def warm_brier_beta(shifted: ShiftedLogits) -> float | None:
     if 4 * warm_rows > shifted.n:
         return 1.0 / grid[best]
     warm = shifted.subsample(warm_rows)
-    solved = halley_brier(warm, 1.0 / grid[best], rtol=1e-4) or halley_brier(warm, 1.0 / centre, rtol=1e-4)
+    solved = halley_brier(warm, 1.0 / grid[best], rtol=WARM_RTOL) or halley_brier(warm, 1.0 / centre, rtol=WARM_RTOL)
     return None if solved is None else solved[0]
 
 
