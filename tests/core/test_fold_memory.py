@@ -22,8 +22,10 @@ NAMES = ["temperature", "ensemble_temperature", "expectation_consistency", "isot
 
 def test_compare_peak_is_a_few_times_the_input():
     """Held during the folds: a fold's training and test rows and its reference (1.2x the float64
-    input); the largest candidate adds IROvA-TS's two training-set predictions (1.6x)."""
-    logits, labels = synthetic(2000, 200)
+    input); the largest candidate adds IROvA-TS's two training-set predictions (1.6x). 2.9x; 6.4x
+    without the collection after each fold. 50 classes: the per-class isotonic fits are most of the
+    time, and the peak is a ratio of the input's bytes, the same at 2000 x 200."""
+    logits, labels = synthetic(8000, 50)
     peak = traced_peak(lambda: cal.compare(logits, labels, NAMES))
     assert peak < 3.5 * logits.nbytes
 
