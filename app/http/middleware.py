@@ -165,6 +165,7 @@ class RequestMiddleware:
                                           self.latency.labels(key[0], route))
         series[0].inc()
         series[1].observe(elapsed)
-        log.info("request", extra={"method": scope["method"], "path": scope["path"], "route": route,
-                                   "status": status, "duration_ms": round(elapsed * 1000, 3),
-                                   "request_id": request_id})
+        if log.isEnabledFor(logging.INFO):  # the line's fields are not built for a log that drops it
+            log.info("request", extra={"method": scope["method"], "path": scope["path"], "route": route,
+                                       "status": status, "duration_ms": round(elapsed * 1000, 3),
+                                       "request_id": request_id})

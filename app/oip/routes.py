@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse, Response
 from ..conformal.service import ConformalService
 from ..http import hot_path
 from ..http.auth import READ
+from ..http.body import query_parameter, read_body
 from ..http.health import readiness
 from ..http.parts import PartsResponse
 from ..monitoring.schemas import V2InferResponse, V2Live, V2ModelMetadata, V2ModelReady, V2Ready, V2ServerMetadata
@@ -161,10 +162,10 @@ INFER_DOC = {
             response_model=V2InferResponse,
              openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer(request: Request, name: str = MODEL):
-    body = await request.body()
+    body = await read_body(request)
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, None, body,
                                           request.headers.get(oip.HEADER_LENGTH),
-                                          request.query_params.get("dtype"), request.app.state.conformal)
+                                          query_parameter(request, "dtype"), request.app.state.conformal)
     return PartsResponse(content, headers=headers, media_type=headers["content-type"])
 
 
@@ -172,8 +173,8 @@ async def infer(request: Request, name: str = MODEL):
             response_model=V2InferResponse,
              openapi_extra=INFER_DOC, dependencies=[READ])
 async def infer_version(request: Request, name: str = MODEL, version: str = VERSION):
-    body = await request.body()
+    body = await read_body(request)
     content, headers = await hot_path.run(request, _infer, request.app.state.service, name, version,
                                           body, request.headers.get(oip.HEADER_LENGTH),
-                                          request.query_params.get("dtype"), request.app.state.conformal)
+                                          query_parameter(request, "dtype"), request.app.state.conformal)
     return PartsResponse(content, headers=headers, media_type=headers["content-type"])

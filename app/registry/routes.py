@@ -13,6 +13,7 @@ from ..access import keys
 from ..conformal.service import ConformalService
 from ..http import admission, hot_path
 from ..http.auth import ADMIN, READ, WRITE, presented_key
+from ..http.body import read_body
 from ..http.idempotent import idempotent
 from ..http.openapi import RouteDoc, body, problems
 from ..http.parts import PartsResponse
@@ -61,7 +62,7 @@ def _json(value, status: int = 200, headers: dict | None = None) -> Response:
 async def request_body(request: Request) -> RequestBody:
     """The body (read under the size limit) with the Content-Type and query that say how to
     decode it."""
-    return RequestBody(await request.body(), request.headers.get("content-type"), dict(request.query_params))
+    return RequestBody(await read_body(request), request.headers.get("content-type"), dict(request.query_params))
 
 
 def prefers_async(request: Request) -> bool:
