@@ -121,9 +121,12 @@ def test_the_core_imports_no_service_framework_at_module_level():
 
 def test_starting_the_service_loads_no_heavy_module_that_only_a_rare_path_needs():
     """Every server, worker and test process imports ``app.main``: scipy.stats and scipy.signal
-    (power intervals, the prior-shift test, long drift signals) and torch (its backend) are imported
-    where they are used, not at start."""
-    heavy = ("scipy.stats", "scipy.signal", "torch")
+    (power intervals, the prior-shift test, long drift signals), scipy.optimize, scipy.linalg,
+    scipy.sparse and scipy.special (fits, Wilson intervals), torch (its backend), alembic
+    (migrations), procrastinate (jobs) and matplotlib (figures) are imported where they are used,
+    not at start."""
+    heavy = ("scipy.stats", "scipy.signal", "scipy.optimize", "scipy.linalg", "scipy.sparse", "scipy.special",
+             "torch", "alembic", "procrastinate", "matplotlib")
     loaded = subprocess.run(
         [sys.executable, "-c", f"import sys, app.main; print([m for m in {heavy!r} if m in sys.modules])"],
         cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
