@@ -56,8 +56,10 @@ RESTART_SECONDS = 5.0
 CONFIG_VARIABLE = "CALIBRATION_LOG_WRITER_CONFIG"  # the process's settings, in its environment
 # the process multiplies no matrices: one BLAS thread, not the pool of one a core numpy's OpenBLAS starts at import
 WRITER_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
-# the process imports this application's ``app``, not one that its working directory may hold
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from app.prediction_log.process import main; main(*sys.argv[2:])"
+# the process imports this application's ``app``, not one that its working directory may hold, with no
+# cyclic collections while it imports (they would walk the modules' objects, which are all kept)
+BOOT = ("import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); from app.prediction_log.process import main; "
+        "gc.enable(); main(*sys.argv[2:])")
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
