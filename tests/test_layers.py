@@ -316,3 +316,11 @@ def test_the_longest_first_list_names_test_files():
     from tests.conftest import LONGEST_FIRST
 
     assert [path for path in LONGEST_FIRST if not (REPO / path).is_file()] == []
+
+
+def test_the_workers_take_files_in_the_longest_first_order(pytestconfig):
+    """pytest-xdist re-sorts a ``--dist loadfile`` queue by the number of tests in each file unless told
+    not to, which hands out the long files of few tests (the fuzz run, mypy, the docs' examples) last,
+    where one of them runs alone while the other workers are idle: the suite's options turn that off,
+    so the queue is ``LONGEST_FIRST``'s order."""
+    assert pytestconfig.getoption("loadscopereorder") is False

@@ -5,12 +5,10 @@ computes (``compare_in_parts``).
 Parts: the candidate x fold units are packed by longest processing time first into parts of near
 equal estimated cost (``app.wire.costs.pack_units``), one per live worker (one when the parent's process
 is the only one to run them: one worker, the embedded pool). A fold's own work (its reference
-temperature scaling and the uncalibrated metrics, ~0.7 s of CPU on 50000 x 100) is repeated in each
-part that holds some of its candidates, so the packing splits a fold only where the balance needs
-it. Measured (``benchmarks/fan_out.py``): two parts per worker, for slack, cost 2.5 s more CPU with 2
-workers and 6 s with 4 on a 10 s comparison, more than the slack won; one part per fold, before,
-needed 3 rounds for 5 folds on 2 workers (at most 1.67x); one part per candidate and fold repeated
-that fold work 35 times.
+temperature scaling and the uncalibrated metrics) is repeated in each part that holds some of its
+candidates, so the packing splits a fold only where the balance needs it; one part per worker, not
+more for slack, and not one per fold or per candidate (``benchmarks/fan_out.py`` measures each
+layout: docs/benchmarks.md).
 
 The parent records the parts as queued jobs and offers them to the engine (Procrastinate: any
 worker takes them). Then it works too: it claims its parts that are still queued, last first

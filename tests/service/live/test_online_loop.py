@@ -14,6 +14,7 @@ import pytest
 
 import calibration as cal
 from tests.helpers import load_split
+from tests.service.support.databases import create_postgres_database
 from tests.service.support.live import live_server
 
 NAME = "resnet"
@@ -67,14 +68,27 @@ def _serve(client: httpx.Client, logits: np.ndarray, start: int, route: str) -> 
     return ids
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_logged_predictions_labelled_later_carry_their_serving_version(kind, request, tmp_path):
-    url = request.getfixturevalue(f"{kind}_url")
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def served(request, tmp_path_factory):
+    """One server per database for the two tests below (the scheduler's tests start their own):
+    each uses calibrator names of its own."""
+    if request.param == "sqlite":
+        url, drop = f"sqlite:///{tmp_path_factory.mktemp('online') / 'calibration.db'}", None
+    else:
+        url, drop = create_postgres_database()
+    env = {"CALIBRATION_LOG_FLUSH_SECONDS": "0.2", "CALIBRATION_MAX_BODY_BYTES": str(16 << 20)}
+    try:
+        with live_server(url, env=env, log_file=tmp_path_factory.mktemp("log") / "server.log") as base:
+            yield base
+    finally:
+        if drop:
+            drop()
+
+
+def test_logged_predictions_labelled_later_carry_their_serving_version(served):
     _, val, val_labels = load_split("cifar10_resnet50_cross_entropy", "val")
     _, test, test_labels = load_split("cifar10_resnet50_cross_entropy", "test")  # 10000 rows to serve
-    env = {"CALIBRATION_LOG_FLUSH_SECONDS": "0.2", "CALIBRATION_MAX_BODY_BYTES": str(16 << 20)}
-    with live_server(url, env=env, log_file=tmp_path / "server.log") as base, \
-            httpx.Client(base_url=base, timeout=120) as client:
+    with httpx.Client(base_url=served, timeout=120) as client:
         _ok(client.post(f"/v1/calibrators/{NAME}/versions",
                         json={"method": "temperature", "logits": val[:2500].tolist(),
                               "labels": val_labels[:2500].tolist()}), 201)
@@ -132,13 +146,11 @@ def test_logged_predictions_labelled_later_carry_their_serving_version(kind, req
             assert fitted["parameters"]["temperature"] == pytest.approx(direct.temperature_, rel=1e-9)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_fit_on_uploaded_observations_equals_the_inline_fit(kind, request, tmp_path):
+def test_fit_on_uploaded_observations_equals_the_inline_fit(served):
     """Appended in chunks (.npz float32 and JSON), then fitted from the log: byte-identical
     parameters to the same arrays sent inline; a retried append with its Idempotency-Key counts once."""
-    url = request.getfixturevalue(f"{kind}_url")
     _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
-    with live_server(url, log_file=tmp_path / "server.log") as base, httpx.Client(base_url=base, timeout=120) as client:
+    with httpx.Client(base_url=served, timeout=120) as client:
         for number, start in enumerate(range(0, len(val), 1000)):
             body = _npz(logits=val[start:start + 1000], labels=labels[start:start + 1000])
             headers = {"content-type": "application/x-npz", "idempotency-key": f"chunk-{number}"}

@@ -27,10 +27,13 @@ def seed_calibrator(base: str, headers: dict | None = None) -> None:
     httpx.put(f"{base}/v1/calibrators/demo/aliases/production", json={"version": 1}, headers=headers)
 
 
-def fuzz(base: str, max_examples: int, seed: int, headers: dict | None = None) -> tuple[int, str]:
-    """Run schemathesis twice (everything but DELETE, then DELETE); the exit code and its output."""
+def fuzz(base: str, max_examples: int, seed: int, headers: dict | None = None,
+         phases: str | None = None) -> tuple[int, str]:
+    """Run schemathesis twice (everything but DELETE, then DELETE); the exit code and its output.
+    ``phases`` (e.g. ``"examples,coverage"``) limits the phases run; all four by default."""
     executable = Path(sys.executable).with_name("schemathesis")
     extra = [arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")]
+    extra += ["--phases", phases] if phases else []
     output, code = [], 0
     for selection in (["--exclude-method", "DELETE"], ["--include-method", "DELETE"]):
         with tempfile.TemporaryDirectory() as scratch:  # schemathesis writes a cache where it runs

@@ -2,8 +2,10 @@
 deployed: the scheduler (drift-monitor jobs, refit policies, webhook deliveries) and retention on,
 as by default, at short intervals (``DEPLOYED``) so that they run within a test; with
 ``worker=True`` a ``calibration-service worker`` beside it, as docker-compose starts one (jobs on
-Postgres go to the Procrastinate queue). A job that ended ``failed`` fails the test when the server
-stops, unless the test expects it (``expect_failed_jobs``)."""
+Postgres go to the Procrastinate queue), as one worker process (``--concurrency 1``), not one per
+core: the same on any machine; the job and fan-out tests start several (``procrastinate`` in
+tests/service/live/conftest.py). A job that ended ``failed`` fails the test when the server stops,
+unless the test expects it (``expect_failed_jobs``)."""
 
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ class LiveServer:
                                         env=self.environment,
                                         stdout=self.output, stderr=subprocess.STDOUT)
         if self.with_worker:
-            self.worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], cwd=REPO,
+            self.worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--concurrency", "1"], cwd=REPO,
                                            env=self.environment, stdout=self.output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         # one client for every poll: each ``httpx.get`` builds a client and its SSL context (a CA bundle
