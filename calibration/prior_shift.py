@@ -45,7 +45,7 @@ class BiasCorrectedTemperature:
     converged: bool
 
     def predict_proba(self, logits) -> np.ndarray:
-        from scipy.special import softmax  # imported on use, as scipy.optimize and scipy.special are in the core
+        from scipy.special import softmax  # imported on use: scipy.special would slow every start
 
         z = np.asarray(logits, dtype=np.float64)
         return softmax(z / self.temperature + self.biases, axis=1)

@@ -98,7 +98,7 @@ def _increasing_root(g, lo: float, hi: float) -> float:
         return lo
     if g_hi <= 0:
         return hi
-    from scipy.optimize import brentq  # imported on use, as scipy.optimize is everywhere in the core
+    from scipy.optimize import brentq  # imported on use: scipy.optimize would slow every start
 
     return brentq(lambda t: float(np.clip(g(t), -1e300, 1e300)), lo, hi, xtol=1e-300, rtol=4 * EPS,
                   maxiter=500)

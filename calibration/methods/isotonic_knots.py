@@ -166,7 +166,7 @@ def pava_knots(values: np.ndarray, counts: np.ndarray, kept: np.ndarray, hit: np
     """PAVA on the ``kept`` clusters (first scores ``values``, sizes ``counts``), of which those
     numbered ``hit`` hold ``hits`` positives each: the knots, the first and last cluster of each
     constant block of the fitted map."""
-    from scipy.optimize import isotonic_regression  # imported on use, as scipy.optimize is everywhere in the core
+    from scipy.optimize import isotonic_regression  # imported on use: scipy.optimize would slow every start
 
     targets = np.zeros(len(kept))
     at_hit = np.searchsorted(kept, hit)

@@ -119,7 +119,7 @@ def grid_minimum(objective, centre: float) -> tuple[np.ndarray, np.ndarray, int]
 
 
 def solve_brier_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics]:
-    from scipy.optimize import brentq  # imported on use, as scipy.optimize is everywhere in the core
+    from scipy.optimize import brentq  # imported on use: scipy.optimize would slow every start
 
     centre, _ = solve_nll_temperature(shifted)
     grid, _, best = grid_minimum(lambda t: _brier_and_slope(shifted, 1.0 / t)[0], centre)
