@@ -1,5 +1,5 @@
-"""What the memory tests share: ``synthetic`` over-confident logits of any size, and ``traced_peak``,
-the most memory tracemalloc saw allocated while a function ran."""
+"""What the memory tests share: ``synthetic`` over-confident logits of any size, and ``traced``, a
+function's result and the most memory tracemalloc saw allocated while it ran (``traced_peak``: that peak)."""
 
 import tracemalloc
 
@@ -15,10 +15,15 @@ def synthetic(n, k, seed=0):
     return logits / 0.5, labels
 
 
-def traced_peak(run) -> int:
+def traced(run):
+    """``(run(), the peak bytes it allocated)`` (tracemalloc)."""
     tracemalloc.start()
     try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
+        result = run()
+        return result, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def traced_peak(run) -> int:
+    return traced(run)[1]

@@ -13,9 +13,12 @@ CANDIDATES = ["temperature", "expectation_consistency", "ensemble_temperature"]
 
 
 def test_auto_on_float32_holds_no_float64_copy():
-    logits, labels = synthetic(20000, 100)
+    """The folds are the comparison's, whatever the candidates: temperature scaling alone (each
+    candidate's own float32 fit is bounded in test_float32_memory.py). 2.5x; 5.5x with a float64
+    copy of the input in the comparison."""
+    logits, labels = synthetic(10000, 100)
     x = logits.astype(np.float32)
-    peak = traced_peak(lambda: cal.create("auto", {"candidates": CANDIDATES}).fit(x, labels))
+    peak = traced_peak(lambda: cal.create("auto", {"candidates": ["temperature"]}).fit(x, labels))
     assert peak < 3.0 * x.nbytes  # the float32 folds (1x); a float64 copy alone is 2x
 
 

@@ -31,7 +31,7 @@ def peak_of(call):
 FITS = [("temperature", {}, 20000, 300), ("expectation_consistency", {}, 20000, 300),
         ("ensemble_temperature", {}, 20000, 300), ("ensemble_temperature", {"loss": "nll"}, 20000, 300),
         ("vector", {}, 50000, 100),  # vector: its 4 MiB row blocks small beside the input
-        ("isotonic_multiclass", {}, 20000, 300)]  # IRM streamed (n k > STREAM_ABOVE): softmax row blocks
+        ("isotonic_multiclass", {}, 15000, 300)]  # IRM streamed (n k > STREAM_ABOVE): softmax row blocks
 
 
 @pytest.mark.parametrize(("method", "options", "n", "k"), FITS, ids=[f"{m}-{o}" for m, o, *_ in FITS])

@@ -22,8 +22,10 @@ NAMES = ["temperature", "ensemble_temperature", "expectation_consistency", "isot
 
 def test_compare_peak_is_a_few_times_the_input():
     """Held during the folds: a fold's training and test rows and its reference (1.2x the float64
-    input); the largest candidate adds IROvA-TS's two training-set predictions (1.6x)."""
-    logits, labels = synthetic(2000, 200)
+    input); the largest candidate adds IROvA-TS's two training-set predictions (1.6x). 2.9x; 6.4x
+    without the collection after each fold. 50 classes: the per-class isotonic fits are most of the
+    time, and the peak is a ratio of the input's bytes, the same at 2000 x 200."""
+    logits, labels = synthetic(8000, 50)
     peak = traced_peak(lambda: cal.compare(logits, labels, NAMES))
     assert peak < 3.5 * logits.nbytes
 
@@ -83,11 +85,12 @@ def test_held_out_metrics_by_row_blocks_equal_the_whole_matrix_metrics(k):
 
 def test_held_out_probabilities_are_never_held_whole():
     """TS alone on rows laid out in place (views): the comparison then holds row blocks, not the
-    held-out fold's uncalibrated, reference and calibrated probabilities (each 0.2x the input)."""
-    logits, labels = synthetic(40000, 200, seed=6)  # a held-out fold of 8000 rows: 3 row blocks
+    held-out fold's uncalibrated, reference and calibrated probabilities (each 0.5x the input with
+    two folds). Two folds, not five: the same blocked path at half the fits, and a wider gap."""
+    logits, labels = synthetic(40000, 200, seed=6)  # a held-out fold of 20000 rows: 8 row blocks
     cal.allow_reordering(logits)
-    peak = traced_peak(lambda: cal.compare(logits, labels, ["temperature"]))
-    assert peak < 0.3 * logits.nbytes  # 0.22x; 0.50x with whole held-out matrices
+    peak = traced_peak(lambda: cal.compare(logits, labels, ["temperature"], folds=2))
+    assert peak < 0.3 * logits.nbytes  # 0.25x; 1.71x with whole held-out matrices (0.70x with five folds)
 
 
 def test_irova_fits_on_softmax_columns_as_on_the_whole_softmax_with_a_smaller_peak():

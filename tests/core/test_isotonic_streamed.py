@@ -9,7 +9,7 @@ import calibration as cal
 from calibration.methods import isotonic
 from calibration.methods.isotonic_knots import BLOCK, isotonic_knots
 from calibration.methods.isotonic_streamed import streamed_knots
-from tests.core.memory import synthetic, traced_peak
+from tests.core.memory import synthetic, traced
 
 
 def scores(kind: str, n: int, rng) -> np.ndarray:
@@ -44,13 +44,11 @@ def test_irm_streamed_fit_equals_the_in_memory_fit_with_a_smaller_peak(kind, mon
     logits, labels = synthetic(4000, 800, seed=7)  # 3.2e6 scores: 7 row blocks
     x = cal.softmax(logits) if kind == "probabilities" else logits
     batch = cal.validate_inputs(x, kind)
-    in_memory = cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels)
-    whole = traced_peak(lambda: cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels))
+    in_memory, whole = traced(lambda: cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels))
     monkeypatch.setattr(isotonic, "STREAM_ABOVE", 0)
-    streamed = cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels)
+    streamed, peak = traced(lambda: cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels))
     np.testing.assert_array_equal(streamed.knots_x_, in_memory.knots_x_)
     np.testing.assert_array_equal(streamed.knots_y_, in_memory.knots_y_)
-    peak = traced_peak(lambda: cal.create("isotonic_multiclass", {"input": kind}).fit_batch(batch, labels))
     assert peak < 0.75 * whole
 
 

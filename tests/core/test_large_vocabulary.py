@@ -3,6 +3,8 @@ temperature scaling's Brier temperature comes from Halley's method started in a 
 basin, as on many rows, not from two dozen evaluations of the full-data grid, and equals the
 grid's answer; its weights are the exact minimum of the quadratic at that temperature."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -33,9 +35,16 @@ def vocabulary():
     return vocabulary_set()
 
 
-def test_ets_at_a_large_vocabulary_takes_halley_from_a_subsample_and_finds_the_grids_temperature(vocabulary):
+@pytest.fixture(scope="module")
+def vocabulary_ets(vocabulary):
+    """ETS fitted on ``vocabulary`` (a test that changes it takes a copy)."""
+    return cal.EnsembleTemperatureScaling().fit(*vocabulary)
+
+
+def test_ets_at_a_large_vocabulary_takes_halley_from_a_subsample_and_finds_the_grids_temperature(
+        vocabulary, vocabulary_ets):
     logits, labels = vocabulary
-    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    ets = vocabulary_ets
     assert "Halley" in ets.diagnostics_.message and ets.diagnostics_.converged
     assert ets.diagnostics_.iterations <= 6  # full-data passes of the solve (the grid took 35)
     shifted = ShiftedLogits(logits, labels)
@@ -63,9 +72,9 @@ def test_the_nll_temperature_of_a_few_rows_of_a_large_vocabulary_takes_a_few_hal
     assert abs(shifted.nll_gradient(1 / t)[0]) < 1e-12
 
 
-def test_ets_floor_counts_without_a_prediction_pass_equal_those_of_the_predictions(vocabulary):
+def test_ets_floor_counts_without_a_prediction_pass_equal_those_of_the_predictions(vocabulary, vocabulary_ets):
     logits, labels = vocabulary
-    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    ets = copy.deepcopy(vocabulary_ets)  # its weights are set below
     tiny = logits[:20].copy()
     tiny[:, 0] = -1e4  # an entry far below the floor in every row
     batch = validate_inputs(tiny, "logits")

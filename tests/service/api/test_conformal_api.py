@@ -119,7 +119,7 @@ def test_a_stored_set_predictor_is_sealed_and_a_tampered_one_is_refused(fitted, 
     assert listed["set_predictors"] == [] and listed["damaged"][0]["id"] == stored["id"]
 
 
-@pytest.mark.parametrize(("body", "says"), [
+BAD_FITS = [
     ({"coverage": [0.9]}, "labels are required"),
     ({"coverage": [1.0]}, "coverage level must lie in (0, 1)"),
     ({"coverage": []}, "coverage"),
@@ -127,15 +127,20 @@ def test_a_stored_set_predictor_is_sealed_and_a_tampered_one_is_refused(fitted, 
     ({"coverage": [0.9], "score": "topk"}, "score"),
     ({"coverage": [0.9], "k_reg": 11, "score": "raps"}, "k_reg"),
     ({"coverage": [0.9], "probabilities": [[0.5, 0.5]] * 20, "labels": [0] * 20}, "fitted on logits"),
-])
-def test_bad_fits_are_422s_that_say_why(fitted, cut, body, says):
-    if "labels" not in body and "coverage" in body and body != {"coverage": [0.9]}:
-        logits, labels = cut["held_out"]
-        body = {"logits": logits[:100].tolist(), "labels": labels[:100].tolist(), **body}
-    elif body == {"coverage": [0.9]}:
-        body = {**body, "logits": cut["held_out"][0][:10].tolist()}
-    response = fitted.post(BASE, json=body)
-    assert response.status_code == 422 and says in response.json()["detail"], response.text
+]
+
+
+def test_bad_fits_are_422s_that_say_why(fitted, cut):
+    """Each refused fit on the same version (a refusal stores nothing: nothing listed after them)."""
+    for body, says in BAD_FITS:
+        if "labels" not in body and "coverage" in body and body != {"coverage": [0.9]}:
+            logits, labels = cut["held_out"]
+            body = {"logits": logits[:100].tolist(), "labels": labels[:100].tolist(), **body}
+        elif body == {"coverage": [0.9]}:
+            body = {**body, "logits": cut["held_out"][0][:10].tolist()}
+        response = fitted.post(BASE, json=body)
+        assert response.status_code == 422 and says in response.json()["detail"], (says, response.text)
+    assert fitted.get(BASE).json()["set_predictors"] == []
 
 
 def test_too_few_rows_for_a_level_is_a_422_naming_the_rows_it_needs(fitted, cut):
@@ -243,21 +248,26 @@ def test_an_alias_serves_its_version_s_set_predictor(serving, cut):
     assert "version 2: no set predictor at coverage 0.9" in latest.json()["detail"]
 
 
-@pytest.mark.parametrize(("fields", "status", "says"), [
+BAD_SET_REQUESTS = [
     ({"outputs": ["set"], "coverage": 0.8}, 404, "no set predictor at coverage 0.8 (fitted levels: [0.9, 0.95])"),
     ({"outputs": ["set"], "coverage": 0.9, "set_predictor": 999}, 404, "has no set predictor 999"),
     ({"outputs": ["set"], "coverage": 0.95, "set_predictor": "lac"}, 422, "set_predictor"),
     ({"outputs": ["set"]}, 422, "outputs 'set' needs `coverage`"),
     ({"outputs": ["probabilities"], "coverage": 0.9}, 422, "add 'set' to outputs"),
     ({"outputs": ["set"], "coverage": 1.5}, 422, "coverage"),
-])
-def test_bad_set_requests_are_problems_that_say_why(serving, cut, fields, status, says):
+]
+
+
+def test_bad_set_requests_are_problems_that_say_why(serving, cut):
+    """Each bad request to the same serving version (a refused calibrate changes nothing)."""
     client, ids, _ = serving
-    if fields.get("set_predictor") == "lac":
-        fields = {**fields, "set_predictor": ids["lac"]}  # fitted at 0.9 only
-        status, says = 404, f"set predictor {ids['lac']} at coverage 0.95"
-    answer = client.post("/v1/calibrators/resnet50/calibrate", json={"logits": cut["test"][0][:5].tolist(), **fields})
-    assert answer.status_code == status and says in answer.json()["detail"], answer.text
+    for fields, status, says in BAD_SET_REQUESTS:
+        if fields.get("set_predictor") == "lac":
+            fields = {**fields, "set_predictor": ids["lac"]}  # fitted at 0.9 only
+            status, says = 404, f"set predictor {ids['lac']} at coverage 0.95"
+        answer = client.post("/v1/calibrators/resnet50/calibrate",
+                             json={"logits": cut["test"][0][:5].tolist(), **fields})
+        assert answer.status_code == status and says in answer.json()["detail"], (says, answer.text)
 
 
 def test_v2_serves_the_set_tensor_as_json_and_binary(serving, cut):
