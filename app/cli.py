@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -10,6 +11,9 @@ from .settings import get_settings
 
 
 def serve(args: argparse.Namespace) -> int:
+    # no cyclic collections while the process starts: with one worker, the application's factory in
+    # this process turns them back on once its start-up objects are frozen (app.main)
+    gc.disable()
     import uvicorn
 
     from .platform.migrate import upgrade
@@ -23,6 +27,9 @@ def serve(args: argparse.Namespace) -> int:
     if settings.migrate_on_start and not args.no_migrate:
         upgrade(settings.database_url)
     from .platform.server_protocol import HeadDeadlineProtocol
+
+    if settings.workers > 1:  # the workers are other processes: this one supervises them for good
+        gc.enable()
 
     # uvicorn annotates both timeouts as int, but hands them to loop.call_later and asyncio.wait_for,
     # which take fractional seconds (settings allow them)

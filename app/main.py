@@ -5,7 +5,10 @@ each worker process (``uvicorn app.main:create_served_app --factory``): the same
 whose start-up ends by moving every object it leaves alive out of the cyclic collector's
 generations (``gc.freeze``), so a full collection no longer walks the application's long-lived
 objects (the prediction log's writer makes those collections frequent; figures in docs/benchmarks.md,
-"Frozen start-up objects"). Tests build many applications in one process and
+"Frozen start-up objects"). The cyclic collector is off from the factory's call to that freeze (and,
+with one worker, from the start of ``serve``, imports included): the start-up's own collections walk
+the objects it is building, which are kept, and the collection before the freeze frees what it left.
+Tests build many applications in one process and
 use ``create_app``: frozen objects are never collected, so each would leave its application behind.
 """
 
@@ -23,6 +26,7 @@ def create_app(settings: Settings | None = None):
 
 
 def create_served_app(settings: Settings | None = None):
+    gc.disable()  # until the freeze (see the module)
     app = create_app(settings)
     started = app.router.lifespan_context
 
@@ -31,6 +35,7 @@ def create_served_app(settings: Settings | None = None):
         async with started(app) as state:
             gc.collect()
             gc.freeze()
+            gc.enable()
             yield state
 
     app.router.lifespan_context = lifespan

@@ -31,8 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import log_softmax, softmax
 
 from .label_shift import em_priors
 from .metrics._inputs import probabilities_and_labels
@@ -47,6 +45,8 @@ class BiasCorrectedTemperature:
     converged: bool
 
     def predict_proba(self, logits) -> np.ndarray:
+        from scipy.special import softmax  # imported on use: scipy.special would slow every start
+
         z = np.asarray(logits, dtype=np.float64)
         return softmax(z / self.temperature + self.biases, axis=1)
 
@@ -55,6 +55,9 @@ def bcts_fit(logits, labels, max_iter: int = 1000) -> BiasCorrectedTemperature:
     """Fit ``T`` and ``b`` by minimising ``mean_i [logsumexp(z_i / T + b) - z_iy / T - b_y]`` over
     ``(log T, b)`` with its analytic gradient (``b`` is defined up to a constant; it is returned
     with mean 0)."""
+    from scipy.optimize import minimize
+    from scipy.special import log_softmax
+
     z = np.asarray(logits, dtype=np.float64)
     y = np.asarray(labels).astype(np.int64, copy=False)
     if z.ndim != 2 or y.shape != (len(z),) or len(z) == 0:

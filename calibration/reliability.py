@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
 
 from .metrics._inputs import top_label_of
 from .metrics.binned import ReliabilityDiagram, equal_width_bin
@@ -45,6 +44,8 @@ def wilson_interval(successes, trials, confidence: float = 0.95) -> tuple[np.nda
     n = np.asarray(trials, dtype=np.float64)
     if np.any(n < 0) or np.any(x < 0) or np.any(x > n):
         raise ValueError("successes and trials must satisfy 0 <= successes <= trials")
+    from scipy.special import ndtri  # imported on use: scipy.special would slow every start
+
     z = float(ndtri(1 - (1 - confidence) / 2))
     with np.errstate(invalid="ignore", divide="ignore"):
         p = x / n

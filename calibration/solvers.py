@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.sparse.linalg import LinearOperator, minres
 
 from .base import FitDiagnostics
-from .trust_exact import minimize_trust_exact
+
+# scipy.optimize, scipy.sparse.linalg and calibration.trust_exact (scipy.linalg) are imported in the
+# functions that use them: every process that imports the core would load them at start otherwise
 
 EPS = float(np.finfo(np.float64).eps)
 RTOL = math.sqrt(EPS)
@@ -108,6 +108,8 @@ def minimize_smooth(
     maxiter: int = 20000,
 ) -> tuple[np.ndarray, FitDiagnostics]:
     """Minimise a smooth function given with its analytic gradient (L-BFGS-B)."""
+    from scipy.optimize import minimize
+
     result = minimize(
         fun,
         x0,
@@ -137,6 +139,10 @@ def minimize_newton(
     (``trust-krylov`` stopped early here, at a "bad approximation", on ill-conditioned
     matrix-scaling fits that ``trust-ncg`` finished.) Same criterion as ``minimize_smooth``:
     converged when the largest gradient entry is at most ``gtol``."""
+    from scipy.optimize import minimize
+
+    from .trust_exact import minimize_trust_exact
+
     if hess is not None:  # scipy's trust-exact, holding fewer n x n matrices (trust_exact.py)
         result = minimize_trust_exact(fun, x0, hess, {"maxiter": maxiter, "gtol": gtol * 1e-3})
     else:
@@ -183,6 +189,8 @@ def keeps_receding(
     for none. The Newton systems are solved by MINRES (the Hessian is singular along the
     directions that leave the softmax unchanged) to a relative residual of 1e-6.
     """
+    from scipy.sparse.linalg import LinearOperator, minres
+
     loss, gradient = fun(theta)
     start, size = theta, theta.size
     for _ in range(steps):

@@ -10,7 +10,11 @@ Needs only httpx and numpy: it never imports the service (``app``) or the numeri
 ...     probabilities = client.calibrate("resnet50", batch)
 """
 
-from .client import AsyncClient, Client
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     CalibrationError,
     Conflict,
@@ -24,7 +28,24 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .models import Calibrated, Calibrator, Job, PredictionSets, Version
+
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client
+    from .models import Calibrated, Calibrator, Job, PredictionSets, Version
+
+# the clients and their models (httpx and numpy) load on first use (PEP 562), so that the command
+# line's `--help` and usage errors, which need neither, do not load them
+_LAZY = {"AsyncClient": "client", "Client": "client", "Calibrated": "models", "Calibrator": "models", "Job": "models",
+         "PredictionSets": "models", "Version": "models"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AsyncClient",

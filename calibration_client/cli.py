@@ -11,6 +11,8 @@ promote, gate, rollback, history), ``policy`` and ``sets`` (set-predictor, set-p
 
 from __future__ import annotations
 
+import os
+
 from .commands.base import app
 
 # the commands register in this order, the order --help lists them
@@ -22,6 +24,9 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
+    # the command line multiplies no matrices: one BLAS thread, not the pool of one a core that
+    # numpy's OpenBLAS would start when a command loads numpy (unless the environment says otherwise)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     app()
 
 

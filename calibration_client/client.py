@@ -14,13 +14,13 @@ import httpx
 from . import _protocol as protocol
 from . import _sets as sets
 from . import _transport as transport
+from ._defaults import DEFAULT_URL
 from ._transport import Call, Operation, Report, RetryPolicy, Sleep
 from .errors import ConnectionFailed
 from .models import Calibrated, Calibrator, Job, PredictionSets, Version
 from .online_methods import OnlineLoop
 from .set_methods import SetMethods
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 Progress = Callable[[float], Any]
 
 

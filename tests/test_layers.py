@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
 
 ROOTS = ("app", "calibration")
@@ -119,13 +121,23 @@ def test_the_core_imports_no_service_framework_at_module_level():
                         if i.split(".")[0] in forbidden}, name
 
 
-def test_starting_the_service_loads_no_heavy_module_that_only_a_rare_path_needs():
+RARE = ("scipy.stats", "scipy.signal", "scipy.optimize", "scipy.linalg", "scipy.sparse", "scipy.special",
+        "torch", "alembic", "procrastinate", "matplotlib")
+
+
+@pytest.mark.parametrize(("module", "heavy"), [
+    ("app.main", RARE),
+    ("app.prediction_log.process", (*RARE, "calibration", "fastapi", "starlette", "pydantic", "app.registry.service")),
+])
+def test_starting_the_service_loads_no_heavy_module_that_only_a_rare_path_needs(module, heavy):
     """Every server, worker and test process imports ``app.main``: scipy.stats and scipy.signal
-    (power intervals, the prior-shift test, long drift signals) and torch (its backend) are imported
-    where they are used, not at start."""
-    heavy = ("scipy.stats", "scipy.signal", "torch")
+    (power intervals, the prior-shift test, long drift signals), scipy.optimize, scipy.linalg,
+    scipy.sparse and scipy.special (fits, Wilson intervals), torch (its backend), alembic
+    (migrations), procrastinate (jobs) and matplotlib (figures) are imported where they are used,
+    not at start. The prediction log's writer process, started beside every server, needs neither
+    those nor the core, the web framework or the registry's services: only the log's store."""
     loaded = subprocess.run(
-        [sys.executable, "-c", f"import sys, app.main; print([m for m in {heavy!r} if m in sys.modules])"],
+        [sys.executable, "-c", f"import sys, {module}; print([m for m in {heavy!r} if m in sys.modules])"],
         cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
 

@@ -11,7 +11,6 @@ from starlette.responses import JSONResponse, Response
 
 from ..monitoring.schemas import HealthOut, ReadyOut
 from ..platform.logs import first_line
-from ..platform.migrate import current_revision, head_revision
 
 router = APIRouter(tags=["operations"])
 
@@ -23,6 +22,8 @@ async def healthz():
 
 
 def readiness(engine) -> tuple[int, dict]:
+    from ..platform.migrate import current_revision, head_revision  # alembic: imported on the first probe
+
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))

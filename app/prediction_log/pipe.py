@@ -54,8 +54,12 @@ TAIL, ACK = 1, 2
 ANNOUNCE_SECONDS = 0.005
 RESTART_SECONDS = 5.0
 CONFIG_VARIABLE = "CALIBRATION_LOG_WRITER_CONFIG"  # the process's settings, in its environment
-# the process imports this application's ``app``, not one that its working directory may hold
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from app.prediction_log.process import main; main(*sys.argv[2:])"
+# the process multiplies no matrices: one BLAS thread, not the pool of one a core numpy's OpenBLAS starts at import
+WRITER_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
+# the process imports this application's ``app``, not one that its working directory may hold, with no
+# cyclic collections while it imports (they would walk the modules' objects, which are all kept)
+BOOT = ("import gc, sys; gc.disable(); sys.path.insert(0, sys.argv[1]); from app.prediction_log.process import main; "
+        "gc.enable(); main(*sys.argv[2:])")
 ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -96,7 +100,7 @@ class PipeWriter:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", BOOT, ROOT, str(read), str(back_write), str(ring.fd)],
                 pass_fds=(read, back_write, ring.fd), stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, CONFIG_VARIABLE: config})
+                env={**os.environ, CONFIG_VARIABLE: config, **WRITER_ENVIRONMENT})
         except (OSError, subprocess.SubprocessError):
             for fd in (write, back_read):
                 os.close(fd)

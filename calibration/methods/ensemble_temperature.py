@@ -40,7 +40,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy.optimize import brentq
 
 from ..backend import label_entries, namespace, row_dot, to_host
 from ..base import Calibrator, FitDiagnostics, param_array, param_float
@@ -99,6 +98,8 @@ def _increasing_root(g, lo: float, hi: float) -> float:
         return lo
     if g_hi <= 0:
         return hi
+    from scipy.optimize import brentq  # imported on use: scipy.optimize would slow every start
+
     return brentq(lambda t: float(np.clip(g(t), -1e300, 1e300)), lo, hi, xtol=1e-300, rtol=4 * EPS,
                   maxiter=500)
 

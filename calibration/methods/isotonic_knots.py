@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 #: scikit-learn's ``_make_unique`` pools a score less than this above its cluster's first score
 TIE_ATOL = float(np.finfo(np.float64).resolution)
@@ -167,6 +166,8 @@ def pava_knots(values: np.ndarray, counts: np.ndarray, kept: np.ndarray, hit: np
     """PAVA on the ``kept`` clusters (first scores ``values``, sizes ``counts``), of which those
     numbered ``hit`` hold ``hits`` positives each: the knots, the first and last cluster of each
     constant block of the fitted map."""
+    from scipy.optimize import isotonic_regression  # imported on use: scipy.optimize would slow every start
+
     targets = np.zeros(len(kept))
     at_hit = np.searchsorted(kept, hit)
     targets[at_hit] = hits / counts[at_hit]

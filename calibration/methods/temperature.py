@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq, minimize_scalar
 
 from ..base import Calibrator, FitDiagnostics, param_float
 from ..inputs import InputBatch
@@ -120,6 +119,8 @@ def grid_minimum(objective, centre: float) -> tuple[np.ndarray, np.ndarray, int]
 
 
 def solve_brier_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics]:
+    from scipy.optimize import brentq  # imported on use: scipy.optimize would slow every start
+
     centre, _ = solve_nll_temperature(shifted)
     grid, _, best = grid_minimum(lambda t: _brier_and_slope(shifted, 1.0 / t)[0], centre)
     betas = 1.0 / grid
@@ -138,6 +139,8 @@ def solve_brier_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnosti
 
 
 def solve_ece_temperature(scores: InputBatch, labels: np.ndarray) -> tuple[float, FitDiagnostics]:
+    from scipy.optimize import minimize_scalar
+
     def objective(log_t: float) -> float:
         return validated_ece(softmax(scores.logits / math.exp(log_t)), labels)
 

@@ -9,18 +9,23 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..client import DEFAULT_URL, Client
-from ..codec import INPUT_KINDS, load_arrays
+from .._defaults import DEFAULT_URL
 from ..errors import CalibrationError, ConnectionFailed, NotFound
+
+# numpy, httpx (the client) and rich's progress bars are imported where a command uses them: `--help`
+# and a command's usage errors need none of them
+if TYPE_CHECKING:
+    import numpy as np
+    from rich.progress import Progress
+
+    from ..client import Client
 
 OK, PROBLEM, USAGE, NOT_FOUND, CONNECTION = 0, 1, 2, 3, 4
 EXIT_CODES = (
@@ -51,6 +56,8 @@ class Settings:
         self.url, self.api_key, self.timeout, self.retries = url, api_key, timeout, retries
 
     def client(self) -> Client:
+        from ..client import Client
+
         return Client(self.url, self.api_key or None, timeout=self.timeout, retries=self.retries)
 
 
@@ -103,6 +110,8 @@ ArrayFile = typer.Argument(metavar="FILE", exists=True, dir_okay=False, readable
 
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:
+    from ..codec import load_arrays
+
     try:
         arrays = load_arrays(path)
     except (OSError, ValueError) as exc:
@@ -111,6 +120,8 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
 
 
 def _input_of(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> str:
+    from ..codec import INPUT_KINDS
+
     present = [kind for kind in INPUT_KINDS if kind in arrays]
     if input is not None:
         if input not in arrays:
@@ -169,11 +180,15 @@ Name = Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name.", sh
 
 
 def _spinner(text: str) -> Progress:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                     transient=True)
 
 
 def _bar() -> Progress:
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                     TimeElapsedColumn(), console=err, transient=True)
 
@@ -211,6 +226,8 @@ def _before_after(report: dict) -> Table:
 
 
 def _parameters(parameters: dict) -> str:
+    import numpy as np
+
     shown = []
     for key, value in parameters.items():
         if isinstance(value, bool) or value is None:
@@ -228,6 +245,8 @@ def _parameters(parameters: dict) -> str:
 
 
 def _rectangular(value: list) -> bool:
+    import numpy as np
+
     try:
         np.asarray(value, dtype=float)
     except (TypeError, ValueError):

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.table import Table
 
-from ..client import Client
-from ..codec import save_npy
 from ..errors import NotFound
 from .base import (
     LONG_FIT_ENTRIES,
@@ -37,6 +34,11 @@ from .base import (
     handled,
     out,
 )
+
+if TYPE_CHECKING:  # numpy and the client (httpx) are imported by the commands that use them
+    import numpy as np
+
+    from ..client import Client
 
 
 @app.command()
@@ -147,6 +149,10 @@ def _write_calibrated(path: Path, probabilities: np.ndarray, ids: list[str] | No
                       class_names: list[str] | None) -> str:
     """``--out``: ``.npz`` (probabilities, and ids), ``.csv`` (an id column, then one column a
     class) or ``.npy`` (the probabilities only). Returns what was written."""
+    import numpy as np
+
+    from ..codec import save_npy
+
     if path.suffix == ".npz":
         arrays = {"probabilities": np.asarray(probabilities)} | ({"ids": np.asarray(ids)} if ids is not None else {})
         np.savez(path, **arrays)
@@ -202,6 +208,8 @@ def calibrate(
     """Calibrated probabilities of FILE.npy (one array) or FILE.npz (its logits/probabilities/scores),
     with the prediction ids the service used when the calibrator logs (yours with --ids or
     --id-column, else generated)."""
+    import numpy as np
+
     arrays = _arrays(file)
     kind, values = _values(arrays, file, input)
     given = _given_ids(arrays, file, ids_file, id_column, len(values))

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from ..models import Job
 from .base import JsonFlag, Name, _json_option, _print_json, _spinner, app, examples, handled, out
 
 # -- refit policies ------------------------------------------------------------------------------------
@@ -95,6 +94,8 @@ def policy_run(context: typer.Context, name: Name,
                as_json: JsonFlag = False) -> None:
     """Check NAME's refit policy; when a trigger fired, refit (a job), evaluate against its alias
     and, with promote, move the alias."""
+    from ..models import Job
+
     with context.obj.client() as client, _spinner("") as progress:
         progress.add_task(f"checking {name}'s refit policy", total=None)
         answer = client.run_policy(name, force=force, wait=wait, poll=0.25)

@@ -8,7 +8,6 @@ import csv
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -135,6 +134,8 @@ def set_predictors(
 def _write_sets(path: Path, sets) -> str:
     """``--out``: ``.npz`` (the mask, and ids), ``.npy`` (the uint8 mask) or ``.csv`` (id, then the set's
     classes separated by spaces)."""
+    import numpy as np
+
     mask = np.asarray(sets)
     if path.suffix == ".npz":
         np.savez(path, sets=mask, **({"ids": np.asarray(sets.ids)} if sets.ids is not None else {}))
@@ -171,6 +172,8 @@ def sets(
 ) -> None:
     """Conformal prediction sets of FILE.npy (one array) or FILE.npz (its logits/probabilities): each
     row's classes, a set that holds the true class with the given coverage."""
+    import numpy as np
+
     arrays = _arrays(file)
     kind, values = _values(arrays, file, input)
     with context.obj.client() as client:

@@ -29,10 +29,14 @@ from tests.client.conftest import MAX_BODY_BYTES
 from tests.helpers import REPO
 
 
-def test_the_client_imports_neither_the_service_nor_the_core():
-    code = ("import sys, calibration_client, calibration_client.cli; "
-            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'calibration')); "
-            "assert not loaded, loaded")
+def test_the_client_imports_neither_the_service_nor_the_core_and_its_command_line_loads_numpy_and_httpx_on_use():
+    """``--help`` and usage errors need neither numpy nor httpx (nor rich's progress bars): the
+    package's clients and models, and the commands' arrays, are loaded when first used."""
+    code = ("import sys, calibration_client, calibration_client.cli; from calibration_client import NotFound; "
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'calibration', 'numpy', 'httpx') "
+            "or m == 'rich.progress'); "
+            "assert not loaded, loaded; "
+            "from calibration_client import Client; assert 'httpx' in sys.modules and 'numpy' in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
