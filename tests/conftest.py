@@ -34,23 +34,32 @@ def reference():
     return make_reference_input()
 
 
-# The longest test files, longest first (sums of their tests' durations in a whole run). pytest-xdist's
-# ``--dist loadfile`` hands whole files to idle workers in collection order (``--no-loadscope-reorder``
-# in pyproject keeps it from re-sorting them by their number of tests), so these go first and the
-# short files fill in at the end instead of one long file running alone on one worker.
+# The longest test files, longest first (sums of their tests' durations in a whole run; mypy's with a
+# cold cache). pytest-xdist's ``--dist loadfile`` hands whole files to idle workers in collection order
+# (``--no-loadscope-reorder`` in pyproject keeps it from re-sorting them by their number of tests), so
+# these go first and the short files fill in at the end instead of one long file running alone on one
+# worker.
 LONGEST_FIRST = (
-    "tests/test_examples.py", "tests/service/live/test_live.py", "tests/service/fuzz/test_fuzz.py",
-    "tests/service/live/test_fan_out.py", "tests/service/live/test_online_loop.py",
-    "tests/service/live/test_dashboard.py", "tests/service/live/test_jobs.py", "tests/service/live/test_faults.py",
-    "tests/client/test_cli.py", "tests/service/live/test_compare.py", "tests/service/live/test_quality.py",
-    "tests/service/api/test_conformal_online.py", "tests/core/test_selection_guard.py",
-    "tests/client/test_client.py", "tests/test_typing.py", "tests/service/live/test_promotion.py",
-    "tests/service/live/test_request_budgets.py", "tests/service/live/test_prediction_log_pipe.py",
-    "tests/service/live/test_conformal_live.py", "tests/core/test_fold_memory.py",
-    "tests/core/test_auto_float32.py", "tests/service/api/test_observations.py",
-    "tests/service/live/test_isolation.py", "tests/service/api/test_conformal_api.py",
-    "tests/service/live/test_races.py", "tests/core/test_selection.py", "tests/service/api/test_webhooks.py",
-    "tests/service/api/test_api.py", "tests/client/test_cli_loop.py", "tests/service/live/test_access.py",
+    "tests/test_examples.py", "tests/service/fuzz/test_fuzz.py", "tests/service/live/test_live.py",
+    "tests/service/live/test_fan_out.py", "tests/service/live/test_dashboard.py",
+    "tests/service/live/test_online_loop.py", "tests/service/live/test_jobs.py",
+    "tests/service/api/test_conformal_online.py", "tests/service/live/test_faults.py", "tests/test_typing.py",
+    "tests/client/test_cli.py", "tests/service/live/test_quality.py", "tests/service/live/test_promotion.py",
+    "tests/service/live/test_prediction_log_pipe.py", "tests/service/live/test_request_budgets.py",
+    "tests/service/live/test_conformal_live.py", "tests/service/live/test_isolation.py",
+    "tests/client/test_client.py", "tests/service/api/test_api.py", "tests/service/api/test_observations.py",
+    "tests/service/live/test_compare.py", "tests/service/api/test_webhooks.py", "tests/client/test_cli_loop.py",
+    "tests/service/live/test_races.py", "tests/client/test_power.py", "tests/core/test_selection_guard.py",
+    "tests/service/api/test_conformal_api.py", "tests/core/test_selection.py", "tests/core/test_float32_memory.py",
+    "tests/service/live/test_dashboard_browser.py", "tests/core/test_backends.py",
+    "tests/service/live/test_idempotency_lease.py", "tests/service/live/test_access.py",
+    "tests/service/unit/test_prediction_epochs.py", "tests/service/api/test_online_calibrator.py",
+    "tests/service/fuzz/test_hostile_live.py", "tests/service/live/test_set_charts_browser.py",
+    "tests/service/api/test_dashboard_health.py", "tests/service/api/test_prediction_log.py",
+    "tests/service/live/test_resolutions.py", "tests/core/test_fold_memory.py",
+    "tests/service/live/test_load_smoke.py", "tests/service/api/test_input_check.py",
+    "tests/core/test_brier_warm_start.py", "tests/service/live/test_docs_offline.py",
+    "tests/core/test_large_vocabulary.py",
 )
 
 
