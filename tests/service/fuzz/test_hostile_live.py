@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 
 from tests.helpers import make_reference_input
 from tests.service.support.bodies import zip_bomb
-from tests.service.support.live import LiveServer
+from tests.service.support.live import LiveServer, queue_report
 
 BODY_LIMIT = 8 << 20
 ADDRESS_SPACE = 6 << 30  # the server's whole virtual memory, thread stacks and BLAS buffers included
@@ -142,7 +142,8 @@ def test_hostile_requests_against_a_memory_capped_server(kind, request, tmp_path
             deadline = time.monotonic() + 60  # the scheduler's alarms job for the data above, done
             while not [j for j in http.get("/v1/jobs", params={"calibrator": "m"}).json()["jobs"]
                        if j["kind"] == "alarms" and j["status"] not in ("queued", "running")]:
-                assert time.monotonic() < deadline, "no scheduled alarms job ran"
+                assert time.monotonic() < deadline, \
+                    f"no scheduled alarms job ran\n{queue_report(url, tmp_path / 'server.log')}"
                 time.sleep(0.2)
             pid = server.process.pid
             limits = Path(f"/proc/{pid}/limits").read_text()

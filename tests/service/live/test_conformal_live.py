@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import load_split
-from tests.service.support.live import live_server
+from tests.service.support.live import live_server, queue_report
 
 NAME = "lenet-live"
 SIGNAL = "coverage@0.9"
@@ -34,9 +34,9 @@ def _doubled(p: np.ndarray) -> np.ndarray:
     return q / q.sum(axis=1, keepdims=True)
 
 
-def _wait(client, predictor_id: int, rows: int, seconds: float = 90.0) -> tuple[dict, dict]:
+def _wait(client, predictor_id: int, rows: int, report, seconds: float = 90.0) -> tuple[dict, dict]:
     """Poll until the scheduled evaluation applied ``rows`` labelled rows to the coverage monitor and
-    the adaptive state; their views."""
+    the adaptive state; their views. ``report()``: what the queue and the log say, if in vain."""
     deadline = time.monotonic() + seconds
     while True:
         alarms = _ok(client.get(f"/v1/calibrators/{NAME}/alarms"))
@@ -44,7 +44,7 @@ def _wait(client, predictor_id: int, rows: int, seconds: float = 90.0) -> tuple[
         (state,) = _ok(client.get(f"/v1/calibrators/{NAME}/versions/1/set-predictors/{predictor_id}"))["adaptive"]
         if monitor is not None and monitor["n_rows"] == rows and state["n_rows"] == rows:
             return monitor, state
-        assert time.monotonic() < deadline, (monitor, state)
+        assert time.monotonic() < deadline, f"{monitor}\n{state}\n{report()}"
         time.sleep(0.5)
 
 
@@ -81,7 +81,8 @@ def test_sets_served_labels_late_coverage_adaptive_threshold_and_alarm(kind, req
                 assert _ok(client.post(f"/v1/calibrators/{NAME}/labels", json={"ids": pending, "labels": labels}))[
                     "labelled"] == len(pending)
                 pending = []
-                monitor, state = _wait(client, predictor["id"], start + 500)
+                monitor, state = _wait(client, predictor["id"], start + 500,
+                                           lambda: queue_report(url, tmp_path / "server.log"))
                 if start == 2500:
                     assert not monitor["alarm"] and abs(state["observed_coverage"] - 0.9) < 0.03
         assert monitor["alarm"] and 3000 < monitor["alarm_rows"] <= 6000

@@ -45,6 +45,30 @@ def failed_jobs(database_url: str) -> list[dict]:
         engine.dispose()
 
 
+def queue_report(database_url: str, log_file=None) -> str:
+    """What a test that waited in vain for a job prints: our jobs (kind, status, times), Procrastinate's
+    jobs and workers (heartbeats), and the tail of the server's and worker's log."""
+    lines = []
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        tables = set(inspect(engine).get_table_names())
+        queries = [("jobs", "SELECT kind, status, created_at, started_at, finished_at, error FROM jobs "
+                            "ORDER BY created_at")]
+        if "procrastinate_jobs" in tables:
+            queries += [("procrastinate_jobs", "SELECT id, status, attempts, scheduled_at, worker_id "
+                                               "FROM procrastinate_jobs ORDER BY id"),
+                        ("procrastinate_workers", "SELECT id, last_heartbeat, now() AS now FROM procrastinate_workers")]
+        with engine.connect() as connection:
+            for name, query in queries:
+                if name in tables:
+                    lines += [f"{name}:"] + [f"  {tuple(row)}" for row in connection.execute(text(query))]
+    finally:
+        engine.dispose()
+    if log_file is not None and Path(log_file).exists():
+        lines += ["log:", Path(log_file).read_bytes().decode(errors="replace")[-3000:]]
+    return "\n".join(lines)
+
+
 class LiveServer:
     """``calibration-service serve`` (migrations applied) in a subprocess on a free port, with a
     ``worker`` beside it when asked; their output goes to ``log_file`` when given."""
@@ -78,22 +102,39 @@ class LiveServer:
         with httpx.Client(timeout=1) as http:
             while True:
                 if self.process.poll() is not None:
-                    said = Path(self.log_file).read_bytes().decode()[-2000:] if self.log_file else ""
-                    raise RuntimeError(f"server exited with {self.process.returncode}: {said}")
+                    raise RuntimeError(f"server exited with {self.process.returncode}: {self._said()}")
+                if self.worker is not None and self.worker.poll() is not None:
+                    raise RuntimeError(f"worker exited with {self.worker.returncode}: {self._said()}")
                 try:
-                    if http.get(f"{self.base}/readyz").status_code == 200:
+                    if http.get(f"{self.base}/readyz").status_code == 200 and self._worker_ready():
                         return self.base
                 except httpx.TransportError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError("server did not become ready in 60 s")
+                    raise RuntimeError(f"server or worker not ready in 60 s: {self._said()}")
                 time.sleep(0.1)
+
+    def _said(self) -> str:
+        return Path(self.log_file).read_bytes().decode(errors="replace")[-2000:] if self.log_file else ""
+
+    def _worker_ready(self) -> bool:
+        """No worker asked, or its Procrastinate worker registered (a row in ``procrastinate_workers``):
+        a test's clock for a job then starts with a worker taking jobs, not with one still importing."""
+        if self.worker is None:
+            return True
+        engine = create_engine(self.database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+        try:
+            with engine.connect() as connection:
+                return bool(connection.execute(text("SELECT count(*) FROM procrastinate_workers")).scalar_one())
+        finally:
+            engine.dispose()
 
     def stop(self, kill: bool = False) -> None:
         """Terminate (SIGTERM, a graceful shutdown) or kill (SIGKILL, a crash) the server and its
         worker; after a graceful stop, fail on jobs that ended ``failed`` unless they are expected."""
         if self.process is None:
             return
+        died = self.worker is not None and self.worker.poll() is not None
         for process in (self.process, self.worker):
             if process is None:
                 continue
@@ -109,6 +150,7 @@ class LiveServer:
         self.process = self.worker = None
         if self.log_file:
             self.output.close()
+        assert not died, f"the worker exited while the server ran: {self._said()}"
         if not kill and not self.expect_failed_jobs:
             failed = failed_jobs(self.database_url)
             assert not failed, f"jobs failed in a live server's run: {failed}"
