@@ -61,7 +61,9 @@ def queue_report(database_url: str, log_file=None) -> str:
         with engine.connect() as connection:
             for name, query in queries:
                 if name in tables:
-                    lines += [f"{name}:"] + [f"  {tuple(row)}" for row in connection.execute(text(query))]
+                    lines += [f"{name}:"] + ["  " + ", ".join(
+                        value.strftime("%H:%M:%S.%f")[:-3] if hasattr(value, "strftime") else str(value)
+                        for value in row) for row in connection.execute(text(query))]
     finally:
         engine.dispose()
     if log_file is not None and Path(log_file).exists():
