@@ -16,6 +16,8 @@ service, for a request or a scheduled job.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -26,7 +28,6 @@ from sqlalchemy.exc import IntegrityError
 import calibration as cal
 
 from ..observations import reads as observations
-from ..observations.chunks import pieces
 from ..platform.db import Database
 from ..platform.errors import InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
@@ -36,10 +37,9 @@ from ..registry.names import Reference, check_name
 from ..registry.serving import Serving
 from . import coverage_monitors, webhooks
 from . import store as alarm_store
-from .quality import calibrated_groups
+from .coverage_monitors import FEED_ENTRIES
 from .rows import DriftMonitorRow
 
-FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
 ECE_ROWS = 10_000  # the gauge's ECE: of the newest rows a version served
 REFERENCE_ROWS = 50_000  # labelled rows the label-free monitor compares the logged predictions with (fewer
 # where they are more entries than CALIBRATION_MAX_READ_ENTRIES, as for ECE_ROWS)
@@ -88,45 +88,29 @@ def alarms(db: Database, name: str, drift: float | None = None) -> dict:
     return {"name": name, "alarms": [v for v in views if v["alarm"]], "monitors": views}
 
 
-def _residuals(service: Serving, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
-    inputs, labels = observations.load(session, entries)
-    _, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs,
-                                              np.full(len(labels), version, dtype=np.int64))
-    return calibrated, labels[usable]
-
-
-def _batches(service: Serving, name: str, version: int, chunks: list):
-    """The calibrated probabilities and labels of the rows of ``chunks`` (``version``'s feedback, in
-    arrival order) through ``version``, in batches of under twice ``FEED_ENTRIES`` entries, or of the
-    read budget if smaller (a larger chunk in pieces)."""
-    batch, entries = [], 0
-    limit = min(FEED_ENTRIES, service.max_read_entries)
-    parts = [part for chunk in chunks for part in pieces(chunk.index_entry(), limit)]
-    for position, part in enumerate(parts):
-        batch.append(part)
-        entries += part.rows * part.n_classes
-        if entries >= limit or position == len(parts) - 1:
-            with service.db.read() as session:
-                probs, labels = _residuals(service, name, version, session, batch)
-            if len(labels):
-                yield probs, labels
-            batch, entries = [], 0
-
-
-def _feed(service: Serving, name: str, version: int, test: cal.DriftTest, chunks: list) -> None:
-    """Feed ``test`` the rows of ``chunks`` (``_batches``)."""
-    for probs, labels in _batches(service, name, version, chunks):
-        test.update(cal.top_label_residuals(probs, labels), cal.class_residuals(probs, labels))
-
-
-def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int) -> tuple[float | None, int]:
+def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int,
+                stored: tuple[float | None, int, str | None]) -> tuple[float | None, int, str]:
+    """``(ECE, rows, window)`` of the newest ``ECE_ROWS`` labelled rows ``version`` served (``window``:
+    a digest of their index); the ``stored`` ECE and rows stand, unread, when its window is the same
+    and the version still serves."""
     with service.db.read() as session:
         index = observations.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
-                                                source="feedback", version=version)
+                                           source="feedback", version=version)
+        window = hashlib.sha256(json.dumps([ref.as_json() for ref in index]).encode()).hexdigest()
         if not index:
-            return None, 0
-        probs, labels = _residuals(service, name, version, session, index)
-    return (cal.ece(probs, labels), len(labels)) if len(labels) else (None, 0)
+            return None, 0, window
+        if stored[2] == window and _serves(service, name, version):
+            return stored[0], stored[1], window
+        probs, labels = coverage_monitors.residuals(service, name, version, session, index)
+    return (cal.ece(probs, labels), len(labels), window) if len(labels) else (None, 0, window)
+
+
+def _serves(service: Serving, name: str, version: int) -> bool:
+    try:
+        service.serving(Reference.pinned(name, version))
+    except NotFound:
+        return False
+    return True
 
 
 def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float = 0.02, half_life: float = 1000.0,
@@ -147,36 +131,35 @@ def evaluate(service: Serving, name: str, alpha: float = 0.01, tolerance: float 
         calibrator = registry.calibrator(session, name)
         labelled = observations.served_versions(session, calibrator.id)
         logged = prediction_log.logged_versions(session, calibrator.id)
-        known = {(row.version, row.signal): (row.state, row.last_chunk_id)
-                 for row in alarm_store.monitors(session, calibrator.id)}
-    new_alarms = []
-    for signal, versions in (("labelled", labelled), ("label_free", logged)):
-        for version in versions:
-            state, after = known.get((version, signal), (None, 0))
-            if state is None:
-                same = False
-            else:
-                recorded = state if signal == "labelled" else state.get("requested") or {}
-                same = all(recorded.get(k) == v for k, v in options.items())
-            step = _labelled if signal == "labelled" else _label_free
-            try:
-                outcome = step(service, name, calibrator.id, version, options, state if same else None,
-                               after if same else 0)
-            except NotFound:  # the version was deleted: its monitor stays as it was
-                continue
-            if outcome is None:
-                continue
-            if _record(service, (name, calibrator.id), version, signal, outcome, known, same, webhook_url):
-                new_alarms.append({"version": version, "signal": signal})
-    for version in labelled:  # prediction sets: adaptive thresholds, then coverage alarms
-        serving = coverage_monitors.coverage.serving_predictors(service, name, version)
-        if not serving:
+        rows = alarm_store.monitors(session, calibrator.id)
+        known = {(row.version, row.signal): (row.state, row.last_chunk_id) for row in rows}
+        eces = {row.version: (row.ece, row.ece_rows, (row.state or {}).get("ece_window"))
+                for row in rows if row.signal == "labelled"}
+    new_alarms, sets = [], []
+    for version in labelled:  # drift monitor, adaptive thresholds and coverage alarms: one pass over the new rows
+        try:
+            outcome, same, version_sets = _labelled(service, name, calibrator.id, version, options, known,
+                                                    eces.get(version, (None, 0, None)))
+        except NotFound:  # the version was deleted: its monitors stay as they were
             continue
-        coverage_monitors.update_adaptive(service, name, calibrator.id, version, serving, _batches)
-        for signal, outcome, same in coverage_monitors.alarm_outcomes(service, name, calibrator.id, version, serving,
-                                                                      known, options, _batches):
-            if _record(service, (name, calibrator.id), version, signal, outcome, known, same, webhook_url):
-                new_alarms.append({"version": version, "signal": signal})
+        sets += [(version, *item) for item in version_sets]
+        if outcome is not None and _record(service, (name, calibrator.id), version, "labelled", outcome, known, same,
+                                           webhook_url):
+            new_alarms.append({"version": version, "signal": "labelled"})
+    for version in logged:
+        state, after = known.get((version, "label_free"), (None, 0))
+        same = state is not None and all((state.get("requested") or {}).get(k) == v for k, v in options.items())
+        try:
+            outcome = _label_free(service, name, calibrator.id, version, options, state if same else None,
+                                  after if same else 0)
+        except NotFound:  # the version was deleted: its monitor stays as it was
+            continue
+        if outcome is not None and _record(service, (name, calibrator.id), version, "label_free", outcome, known,
+                                           same, webhook_url):
+            new_alarms.append({"version": version, "signal": "label_free"})
+    for version, signal, outcome, same in sets:  # the coverage alarms, fed in the first pass
+        if _record(service, (name, calibrator.id), version, signal, outcome, known, same, webhook_url):
+            new_alarms.append({"version": version, "signal": signal})
     return {**alarms(service.db, name), "new_alarms": new_alarms}
 
 
@@ -191,16 +174,40 @@ def _record(service: Serving, calibrator: tuple[str, int], version: int, signal:
                  [webhook_url] if webhook_url else []) and before < 0 <= int(test.alarm_at)
 
 
-def _labelled(service: Serving, name: str, calibrator_id: int, version: int, options: dict, state, after: int):
-    with service.db.read() as session:
-        chunks = observations.observation_chunks(session, calibrator_id, "feedback", version, after)
-    if state is None and not chunks:  # its rows were deleted meanwhile
-        return None
-    test = cal.DriftTest.from_dict(state) if state is not None else cal.DriftTest(
-        **options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
-    _feed(service, name, version, test, chunks)
-    ece, ece_rows = _recent_ece(service, name, calibrator_id, version)
-    return test, chunks[-1].id if chunks else after, ece, ece_rows, {}
+def _labelled(service: Serving, name: str, calibrator_id: int, version: int, options: dict, known: dict,
+              ece: tuple) -> tuple[tuple | None, bool, list]:
+    """``(drift monitor outcome, same, coverage alarm outcomes)`` of ``version``: its drift monitor (none
+    when it has no rows), its adaptive set thresholds (stored here) and its coverage alarms
+    (``coverage_monitors``), fed the new labelled rows in one pass (``coverage_monitors.Feed``); ``same``: the drift
+    monitor continued its stored state (its options are these). ``ece``: the stored ECE, its rows and
+    window (``_recent_ece``)."""
+    state, after = known.get((version, "labelled"), (None, 0))
+    same = state is not None and all(state.get(k) == v for k, v in options.items())
+    if not same:
+        state, after = None, 0
+    rows = coverage_monitors.Feed(service, name, calibrator_id, version)
+    chunks = rows.chunks(after)
+    test = None
+    if state is not None or chunks:  # else its rows were deleted meanwhile
+        test = cal.DriftTest.from_dict(state) if state is not None else cal.DriftTest(
+            **options, n_classes=2 if chunks[0].kind == "scores" else chunks[0].n_classes)
+        rows.add(after, _drift_consumer(test))
+    serving = coverage_monitors.coverage.serving_predictors(service, name, version)
+    pending = coverage_monitors.adaptive_updates(service, version, serving, rows) if serving else []
+    sets = coverage_monitors.alarm_outcomes(version, serving, known, options, rows) if serving else []
+    rows.run()
+    coverage_monitors.store_adaptive(service, pending)
+    if test is None:
+        return None, same, sets
+    value, ece_rows, window = _recent_ece(service, name, calibrator_id, version, ece)
+    return (test, chunks[-1].id if chunks else after, value, ece_rows, {"ece_window": window}), same, sets
+
+
+def _drift_consumer(test: cal.DriftTest) -> coverage_monitors.Consumer:
+    """The consumer that feeds ``test`` the residuals of a batch."""
+    def consume(probs: np.ndarray, labels: np.ndarray) -> None:
+        test.update(cal.top_label_residuals(probs, labels), cal.class_residuals(probs, labels))
+    return consume
 
 
 def _reference(service: Serving, name: str, calibrator_id: int, version: int) -> np.ndarray | None:
@@ -212,7 +219,7 @@ def _reference(service: Serving, name: str, calibrator_id: int, version: int) ->
             observations.newest_within(session, calibrator_id, REFERENCE_ROWS, budget)
         if not index:
             return None
-        probs, _ = _residuals(service, name, version, session, index)
+        probs, _ = coverage_monitors.residuals(service, name, version, session, index)
     return probs if len(probs) else None
 
 

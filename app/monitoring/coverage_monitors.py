@@ -11,6 +11,14 @@ new serving set predictor, or other options, start it again from the first row.
 
 **Adaptive thresholds** (``app.conformal.adaptive``): each state of a serving set predictor fitted with
 ``adaptive`` is updated on the rows stored since its watermark.
+
+**One pass** (``Feed``): every monitor that takes a version's labelled rows in an evaluation (the drift
+monitor, the adaptive thresholds, the coverage alarms) registers with the watermark it continues after
+(the newest observation chunk it applied; 0 from the first row), and ``Feed.run`` reads the chunks after
+each distinct watermark once, and each batch of them once (``batches``: calibrated through the version, in
+arrival order), handing the same arrays to every monitor of that watermark in turn. A monitor sees exactly
+the batches it would see on its own (they are cut from its watermark on), so its updates, and its state,
+are the same.
 """
 
 from __future__ import annotations
@@ -24,10 +32,14 @@ import calibration as cal
 from ..conformal import adaptive
 from ..conformal.service import alpha_of
 from ..observations import reads as observations
+from ..observations.chunks import pieces
+from ..registry.serving import Serving
 from . import coverage
+from .quality import calibrated_groups
 
 PREFIX = "coverage@"
-Batches = Callable[..., Iterator[tuple[np.ndarray, np.ndarray]]]
+FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
+Consumer = Callable[[np.ndarray, np.ndarray], None]
 
 
 def signal_of(level: float) -> str:
@@ -48,50 +60,131 @@ def view(row) -> dict:
             "recent_miscoverage": row.state["mean"]}
 
 
-def _chunks(service, calibrator_id: int, version: int, after: int) -> list:
-    with service.db.read() as session:
-        return observations.observation_chunks(session, calibrator_id, "feedback", version, after)
+FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
 
 
-def update_adaptive(service, name: str, calibrator_id: int, version: int, serving: dict, batches: Batches) -> int:
-    """Apply the rows ``version`` served since each adaptive state's watermark to the states of its
-    serving set predictors (``serving``: ``coverage.serving_predictors``); the states stored."""
+def residuals(service: Serving, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
+    """The calibrated probabilities through ``version`` of the rows of ``entries`` and their labels
+    (rows of a deleted version left out)."""
+    inputs, labels = observations.load(session, entries)
+    _, calibrated, usable = calibrated_groups(service, name, entries[0].kind, inputs,
+                                              np.full(len(labels), version, dtype=np.int64))
+    return calibrated, labels[usable]
+
+
+def batches(service: Serving, name: str, version: int, chunks: list) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The calibrated probabilities and labels of the rows of ``chunks`` (``version``'s feedback, in
+    arrival order) through ``version``, in batches of under twice ``FEED_ENTRIES`` entries, or of the
+    read budget if smaller (a larger chunk in pieces)."""
+    batch, entries = [], 0
+    limit = min(FEED_ENTRIES, service.max_read_entries)
+    parts = [part for chunk in chunks for part in pieces(chunk.index_entry(), limit)]
+    for position, part in enumerate(parts):
+        batch.append(part)
+        entries += part.rows * part.n_classes
+        if entries >= limit or position == len(parts) - 1:
+            with service.db.read() as session:
+                probs, labels = residuals(service, name, version, session, batch)
+            if len(labels):
+                yield probs, labels
+            batch, entries = [], 0
+
+
+class Feed:
+    """The feedback rows ``version`` of calibrator ``name`` served, for the monitors of one evaluation."""
+
+    def __init__(self, service: Serving, name: str, calibrator_id: int, version: int):
+        self.service, self.name, self.calibrator_id, self.version = service, name, calibrator_id, version
+        self._chunks: dict[int, list] = {}
+        self._consumers: dict[int, list[Consumer]] = {}
+
+    def chunks(self, after: int) -> list:
+        """The version's feedback chunks with an id above ``after``, in arrival order (read once per
+        ``after`` in an evaluation)."""
+        if after not in self._chunks:
+            with self.service.db.read() as session:
+                self._chunks[after] = observations.observation_chunks(session, self.calibrator_id, "feedback",
+                                                                      self.version, after)
+        return self._chunks[after]
+
+    def add(self, after: int, consumer: Consumer) -> None:
+        """Have ``run`` call ``consumer(probs, labels)`` with each batch of the rows after chunk ``after``."""
+        self._consumers.setdefault(after, []).append(consumer)
+
+    def run(self) -> None:
+        """Read and calibrate each watermark's rows once, in batches, and hand each batch to its consumers
+        in the order they were added."""
+        for after, consumers in self._consumers.items():
+            for probs, labels in batches(self.service, self.name, self.version, self.chunks(after)):
+                for consumer in consumers:
+                    consumer(probs, labels)
+        self._consumers = {}
+
+
+def adaptive_updates(service, version: int, serving: dict, feed: Feed) -> list[tuple]:
+    """Register with ``feed`` (``Feed`` of ``version``) the rows ``version`` served
+    since each adaptive state's watermark, for the states of its serving set predictors (``serving``:
+    ``coverage.serving_predictors``); after ``feed.run()``, ``store_adaptive`` stores them."""
     wanted = {(pid, level) for level, (pid, _) in serving.items()}
-    stored = 0
+    pending = []
     for state in adaptive.states(service.db, sorted({pid for pid, _ in wanted})):
         if not any(pid == state["set_predictor_id"] and round(level, 12) == round(state["coverage"], 12)
                    for pid, level in wanted):
             continue
-        chunks = _chunks(service, calibrator_id, version, state["last_chunk_id"])
+        chunks = feed.chunks(state["last_chunk_id"])
         if not chunks:
             continue
-        online = adaptive.loaded(state["state"])
-        covered = []
-        for probs, labels in batches(service, name, version, chunks):
-            covered.append(online.update(probs, labels).covered)
+        online, covered = adaptive.loaded(state["state"]), list[np.ndarray]()
+        feed.add(state["last_chunk_id"], _adapting(online, covered))
+        pending.append((state, online, covered, chunks[-1].id))
+    return pending
+
+
+def _adapting(online, covered: list[np.ndarray]) -> Consumer:
+    """The consumer that updates ``online`` on a batch and keeps whether each row's set covered it."""
+    def consume(probs: np.ndarray, labels: np.ndarray) -> None:
+        covered.append(online.update(probs, labels).covered)
+    return consume
+
+
+def store_adaptive(service, pending: list[tuple]) -> int:
+    """Store the states ``adaptive_updates`` registered, once fed; how many were stored."""
+    stored = 0
+    for state, online, covered, last in pending:
         stored += adaptive.advance(service.db, state, online, np.concatenate(covered) if covered else
-                                   np.zeros(0, dtype=bool), chunks[-1].id)
+                                   np.zeros(0, dtype=bool), last)
     return stored
 
 
-def alarm_outcomes(service, name: str, calibrator_id: int, version: int, serving: dict, known: dict,
-                   options: dict, batches: Batches) -> Iterator[tuple[str, tuple, bool]]:
+def alarm_outcomes(version: int, serving: dict, known: dict, options: dict,
+                   feed: Feed) -> list[tuple[str, tuple, bool]]:
     """``(signal, outcome, same)`` per coverage level of ``version``'s serving set predictors: the alarm
-    fed the rows since its last evaluation (from the first row when it is new or its options or set
-    predictor changed; ``same`` then False), as ``alarms._save`` takes it."""
+    registered with ``feed`` for the rows since its last evaluation (from the first row when it is new
+    or its options or set predictor changed; ``same`` then False), as ``alarms._save`` takes it once
+    ``feed.run()`` fed it."""
+    outcomes = []
     for level, (predictor_id, predictor) in serving.items():
         signal = signal_of(level)
         state, after = known.get((version, signal), (None, 0))
         requested = {"alpha": options["alpha"], "tolerance": options["tolerance"],
                      "half_life": options["half_life"], "set_predictor_id": predictor_id, "coverage": level}
         same = state is not None and state.get("requested") == requested
-        chunks = _chunks(service, calibrator_id, version, after if same else 0)
+        start = after if same else 0
+        chunks = feed.chunks(start)
         if not same and not chunks:
             continue
         alarm = cal.CoverageAlarm.from_dict(state) if same else cal.CoverageAlarm(
             alpha=alpha_of(level), tolerance=options["tolerance"], delta=options["alpha"],
             half_life=options["half_life"])
-        for probs, labels in batches(service, name, version, chunks):
-            covered, _ = coverage.set_outcomes(predictor, probs, labels, alpha_of(level))
-            alarm.update((~covered).astype(np.float64))
-        yield signal, (alarm, chunks[-1].id if chunks else after, None, 0, {"requested": requested}), same
+        feed.add(start, _miscoverage(alarm, predictor, alpha_of(level)))
+        outcomes.append((signal, (alarm, chunks[-1].id if chunks else after, None, 0, {"requested": requested}),
+                         same))
+    return outcomes
+
+
+def _miscoverage(alarm: cal.CoverageAlarm, predictor: cal.SetPredictor, alpha: float) -> Consumer:
+    """The consumer that feeds ``alarm`` the miscoverage of ``predictor``'s sets at ``alpha`` on a batch."""
+    def consume(probs: np.ndarray, labels: np.ndarray) -> None:
+        covered, _ = coverage.set_outcomes(predictor, probs, labels, alpha)
+        alarm.update((~covered).astype(np.float64))
+    return consume
