@@ -38,8 +38,8 @@ class Shortcut:
     (``route``, ``endpoint``, ``path_params``), without FastAPI's router and dependency resolution
     (the included-router matching, the dependency solver, two exit stacks), whose cost is a fair
     share of a small calibrate call (docs/benchmarks.md, "Design figures"). It wraps the router's
-    own stack, inside
-    the exception middleware, so a check's or the endpoint's error becomes the same response.
+    own stack, inside the exception middleware, so a check's or the endpoint's error becomes the
+    same response.
 
     Routes are read as the app serves them (``fastapi.routing.iter_route_contexts``: with the
     dependencies added where a router is included or on the app), and one is taken only if all
