@@ -12,6 +12,7 @@ promote, gate, rollback, history), ``policy`` and ``sets`` (set-predictor, set-p
 from __future__ import annotations
 
 import os
+import sys
 
 from .commands.base import app
 
@@ -27,6 +28,9 @@ def main() -> None:
     # the command line multiplies no matrices: one BLAS thread, not the pool of one a core that
     # numpy's OpenBLAS would start when a command loads numpy (unless the environment says otherwise)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # httpx imports its own command line (click, pygments, rich's syntax highlighting) when click is
+    # installed, falling back to a stub where that import fails: ``None`` in ``sys.modules`` makes it fail
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     app()
 
 

@@ -40,7 +40,8 @@ def reference():
 # these go first and the short files fill in at the end instead of one long file running alone on one
 # worker.
 LONGEST_FIRST = (
-    "tests/test_examples.py", "tests/service/fuzz/test_fuzz.py", "tests/service/live/test_live.py",
+    "tests/test_examples_postgres.py", "tests/test_examples_sqlite.py", "tests/service/fuzz/test_fuzz.py",
+    "tests/service/live/test_live.py",
     "tests/service/live/test_fan_out.py", "tests/service/live/test_dashboard.py",
     "tests/service/live/test_online_loop.py", "tests/service/live/test_jobs.py",
     "tests/service/api/test_conformal_online.py", "tests/service/live/test_faults.py", "tests/test_typing.py",

@@ -305,7 +305,8 @@ def test_the_service_tests_sit_in_the_folder_of_their_kind():
 
 
 def test_no_test_module_imports_another():
-    """What tests share lives in ``tests/helpers.py``, ``tests/service/support`` or a conftest."""
+    """What tests share lives in ``tests/helpers.py``, ``tests/support``, ``tests/service/support`` or a
+    conftest."""
     found = {(name, imported) for name, path in modules_of_tests(REPO / "tests").items()
              for imported in imported_names(name, path)
              if imported.startswith("tests.") and any(part.startswith("test_") for part in imported.split("."))}

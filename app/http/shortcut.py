@@ -35,10 +35,11 @@ class Shortcut:
     """The router's own work for the hot path's routes (calibrate, ``/v2`` infer), as plain ASGI:
     a ``POST`` whose path is one of theirs goes straight to its endpoint, after the route's access
     checks (``auth.authorize``: they take only the request), with the scope FastAPI would give it
-    (``route``, ``endpoint``, ``path_params``). FastAPI's router and dependency resolution cost
-    ~100 µs of CPU a request here (the included-router matching, the dependency solver, two exit
-    stacks), a fifth of a 64×1000 ``.npy`` calibrate call. It wraps the router's own stack, inside
-    the exception middleware, so a check's or the endpoint's error becomes the same response.
+    (``route``, ``endpoint``, ``path_params``), without FastAPI's router and dependency resolution
+    (the included-router matching, the dependency solver, two exit stacks), whose cost is a fair
+    share of a small calibrate call (docs/benchmarks.md, "Design figures"). It wraps the router's
+    own stack, inside the exception middleware, so a check's or the endpoint's error becomes the
+    same response.
 
     Routes are read as the app serves them (``fastapi.routing.iter_route_contexts``: with the
     dependencies added where a router is included or on the app), and one is taken only if all

@@ -13,7 +13,7 @@ like any other, and the history is the version list itself. ``min_rows`` bounds 
 a stream of small label batches makes (default 100 rows a version).
 
 **Ordering**: every write of observations takes the calibrator's row lock before it inserts
-(``app.registry.reads.lock_calibrator``), so chunks commit in id order and an update never passes
+(``app.registry.writes.lock_calibrator``), so chunks commit in id order and an update never passes
 over a chunk still being written. Within a labels request, rows are stored by serving version,
 each in the order the ids were posted.
 
@@ -34,9 +34,10 @@ import calibration as cal
 
 from ..registry import integrity
 from ..registry import reads as registry
+from ..registry import writes as registry_writes
 from ..registry.cache import load_calibrator
 from ..registry.names import ResolvedVersion
-from ..registry.versions import NewVersion, write_version
+from ..registry.writes import NewVersion, write_version
 from . import online_store
 from . import store as observation_store
 
@@ -58,7 +59,7 @@ class OnlineUpdates:
         self.integrity_key = integrity_key
         self.min_rows = min_rows
 
-    lock = staticmethod(registry.lock_calibrator)
+    lock = staticmethod(registry_writes.lock_calibrator)
 
     @staticmethod
     def watermark(session: Session, calibrator_id: int) -> dict:

@@ -23,6 +23,7 @@ from ..prediction_log import reads as prediction_log_reads
 from ..prediction_log.epochs import EpochFilters
 from ..prediction_log.service import PredictionLog
 from ..registry import reads as registry
+from ..registry import writes as registry_writes
 from ..registry.names import check_name
 from ..wire.batches import ArrayBatch, validated
 from . import store as observation_store
@@ -63,7 +64,7 @@ class Observations:
         fields = batch.fields
         values = stored_form(batch.values)
         with self.db.write() as session:
-            calibrator_id = registry.ensure_calibrator(session, name)
+            calibrator_id = registry_writes.ensure_calibrator(session, name)
             self.online.lock(session, calibrator_id)
             expected = observation_store.shape_of(session, calibrator_id)
             if expected is not None and expected != (batch.kind, inputs.k):
@@ -128,7 +129,7 @@ class Observations:
     def set_logging(self, name: str, sample_rate: float) -> dict:
         check_name(name)
         with self.db.write() as session:
-            registry.set_log_sample_rate(session, name, sample_rate)
+            registry_writes.set_log_sample_rate(session, name, sample_rate)
         if sample_rate > 0 and self.log is not None:
             self.log.start_writer()
         return self.logging(name)

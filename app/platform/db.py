@@ -131,10 +131,9 @@ class Database:
 
         On SQLite it runs on a pooled DBAPI connection directly (the connection is in
         autocommit mode, see ``make_engine``): SQLAlchemy's connection and result layers cost
-        ~100 µs a call there, five times the query itself (119 vs 19 µs measured). Errors are
-        raised as SQLAlchemy's, so they map to the same problems. On Postgres the round trip
-        dominates, and the statement goes through SQLAlchemy on a pool without pre-ping (one
-        round trip, not two: 95 vs 131 µs on a local server). A connection the server dropped
+        more than the query itself there. Errors are raised as SQLAlchemy's, so they map to the
+        same problems. On Postgres the round trip dominates, and the statement goes through
+        SQLAlchemy on a pool without pre-ping (one round trip, not two). A connection the server dropped
         (a restart, a terminated backend) fails on use instead; SQLAlchemy then discards the
         pool's older connections, and the lookup, which changes nothing, is retried once.
         """
@@ -170,8 +169,8 @@ class Database:
     def data_version(self) -> int | None:
         """A number that changes whenever a commit, by any connection of this process or another,
         may change what a reference resolves to. SQLite: ``PRAGMA data_version``, which counts every
-        commit of every *other* connection, read on a connection of its own that never writes (~1
-        µs). Postgres: the registry's generation (``registry_generation``, moved by triggers in the
+        commit of every *other* connection, read on a connection of its own that never writes.
+        Postgres: the registry's generation (``registry_generation``, moved by triggers in the
         writing transaction itself: migration 0018), one prepared primary-key read on a connection
         of its own in autocommit. ``None`` where there is no such counter (an in-memory SQLite
         database, a Postgres database not migrated to 0018, a connection that failed twice): the

@@ -47,7 +47,7 @@ def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES) -> bool:
         .with_for_update()).scalar_one_or_none()
     if calibrator_id is None:
         return False
-    # the driver's rows, not ORM scalars: a third of the time (32 vs 91 ms for 65536 ids on SQLite)
+    # the driver's rows, not ORM scalars (a third of the time: docs/benchmarks.md, "Design figures")
     keys = [key for (key,) in session.connection().execute(text(
         "SELECT prediction_id FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"),
         {"c": calibrator_id, "e": epoch_id})]

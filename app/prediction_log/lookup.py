@@ -47,8 +47,7 @@ class Logged(NamedTuple):
 def _rows(session: Session, calibrator_id: int, keys: list[str], filters: EpochFilters, columns: str):
     """The index rows (epoch, key, then ``columns``) of ``keys``, in every epoch that may hold them:
     the (epoch, key) pairs joined to the index in one statement per PAIRS_PER_STATEMENT, unpacked
-    in the database (a statement per epoch cost ~0.25 ms each: 93 vs 6.5 ms for 1000 ids over 256
-    epochs, ``benchmarks/label_lookup.py``)."""
+    in the database, not a statement per epoch (docs/benchmarks.md, "Design figures")."""
     pairs = filters.candidates(session, calibrator_id, keys)
     selected = ", ".join(f"l.{name}" for name in ("epoch_id", "prediction_id", *columns.split(", ")))
     connection = session.connection()
@@ -63,7 +62,7 @@ def _rows(session: Session, calibrator_id: int, keys: list[str], filters: EpochF
         else:
             # a LATERAL subquery with LIMIT is not pulled up into a join: a primary-key lookup a pair
             # whatever the statistics say (a fresh table's, unanalysed, made it a hash join over all
-            # of the calibrator's ids: 101 vs 4 ms for 1000 pairs among 262144 ids)
+            # of the calibrator's ids)
             yield from connection.exec_driver_sql(
                 f"SELECT {selected} FROM unnest(%s::int[], %s::text[]) AS u(epoch_id, id) CROSS JOIN LATERAL "
                 "(SELECT * FROM logged_predictions AS i WHERE i.calibrator_id = %s AND i.epoch_id = u.epoch_id "

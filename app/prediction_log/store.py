@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from ..platform.rows import utcnow
 from ..platform.sql import byte_range, from_raw, raw_view
 from ..registry import reads as registry
+from ..registry import writes as registry_writes
 from . import epoch_store as prediction_epoch_store
 from .rows import LoggedPredictionRow, PredictionChunkRow
 
@@ -155,12 +156,12 @@ def reserve_rows(session: Session, calibrator_id: int, n: int, cap: int) -> bool
     did. One conditional update: writers of several processes cannot pass the cap together. Called
     after the chunk's index rows are inserted, so that a writer takes the calibrator's row lock
     after the index rows, as a labels call does (``claim_labels`` then ``lock_calibrator``)."""
-    return registry.add_logged_rows(session, calibrator_id, n, cap)
+    return registry_writes.add_logged_rows(session, calibrator_id, n, cap)
 
 
 def count_dropped(session: Session, calibrator_id: int, n: int) -> None:
     """Count ``n`` rows the calibrator's full log did not take."""
-    registry.add_dropped_rows(session, calibrator_id, n)
+    registry_writes.add_dropped_rows(session, calibrator_id, n)
 
 
 def log_state(session: Session, calibrator_id: int) -> tuple[int, int]:
@@ -188,6 +189,6 @@ def delete_predictions_before(session: Session, before: datetime) -> int:
     for calibrator_id, rows in deleted:
         freed[calibrator_id] = freed.get(calibrator_id, 0) + rows
     for calibrator_id, rows in sorted(freed.items()):  # after the index rows, as writers lock them (``reserve_rows``)
-        registry.add_logged_rows(session, calibrator_id, -rows)
+        registry_writes.add_logged_rows(session, calibrator_id, -rows)
     prediction_epoch_store.delete_empty(session)
     return removed

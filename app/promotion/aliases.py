@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..platform.db import Database
 from ..platform.errors import Conflict, NotFound
 from ..registry import reads as registry
+from ..registry import writes as registry_writes
 from ..registry.names import check_alias, check_name
 from . import store as ps
 
@@ -54,7 +55,7 @@ def move_alias(db: Database, name: str, alias: str, version: int, evaluation_id:
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = registry.locked_calibrator(session, name)
+        calibrator = registry_writes.locked_calibrator(session, name)
         current = registry.alias_target(session, calibrator.id, alias)
         if current == version:
             return _alias_view(name, alias, version)
@@ -62,7 +63,7 @@ def move_alias(db: Database, name: str, alias: str, version: int, evaluation_id:
             _check_evidence(session, name, alias, current, version, evaluation_id)
         elif evaluation_id is not None:
             ps.evaluation(session, name, evaluation_id)  # evidence given is recorded, so it must exist
-        registry.point_alias(session, name, calibrator.id, alias, version)
+        registry_writes.point_alias(session, name, calibrator.id, alias, version)
         ps.record_move(session, calibrator.id, alias, "set", current, version, actor, evaluation_id)
         return _alias_view(name, alias, version)
 
@@ -71,7 +72,7 @@ def delete_alias(db: Database, name: str, alias: str, actor: str | None = None) 
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = registry.locked_calibrator(session, name)
+        calibrator = registry_writes.locked_calibrator(session, name)
         current = registry.alias_target(session, calibrator.id, alias)
         if current is None:
             raise NotFound(f"calibrator {name!r} has no alias {alias!r}")
@@ -81,7 +82,7 @@ def delete_alias(db: Database, name: str, alias: str, actor: str | None = None) 
         if registry.v2_default(session, calibrator.id) == alias:
             raise Conflict(f"alias {alias!r} is what unversioned /v2 calls of {name!r} serve; change that first "
                            "(PUT .../serving)")
-        registry.remove_alias(session, calibrator.id, alias)
+        registry_writes.remove_alias(session, calibrator.id, alias)
         ps.record_move(session, calibrator.id, alias, "delete", current, None, actor, None)
 
 
@@ -90,13 +91,13 @@ def rollback(db: Database, name: str, alias: str, actor: str | None = None) -> d
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = registry.locked_calibrator(session, name)
+        calibrator = registry_writes.locked_calibrator(session, name)
         last = ps.last_move(session, calibrator.id, alias)
         if last is None or last.from_version is None:
             raise Conflict(f"alias {alias!r} of {name!r} has no earlier version to roll back to")
         current = registry.alias_target(session, calibrator.id, alias)
         try:
-            registry.point_alias(session, name, calibrator.id, alias, last.from_version)
+            registry_writes.point_alias(session, name, calibrator.id, alias, last.from_version)
         except NotFound as exc:
             raise Conflict(f"cannot roll {alias!r} back: version {last.from_version} was deleted") from exc
         move = ps.record_move(session, calibrator.id, alias, "rollback", current, last.from_version, actor, None)
@@ -119,7 +120,7 @@ def set_gate(db: Database, name: str, alias: str, require_evaluation: bool) -> d
     check_name(name)
     check_alias(alias)
     with db.write() as session:
-        calibrator = registry.locked_calibrator(session, name)
+        calibrator = registry_writes.locked_calibrator(session, name)
         ps.set_gate(session, calibrator.id, alias, require_evaluation)
         return {"name": name, "alias": alias, "require_evaluation": require_evaluation,
                 "version": registry.alias_target(session, calibrator.id, alias)}
@@ -137,8 +138,8 @@ def set_serving(db: Database, name: str, v2_default: str) -> dict:
     check_name(name)
     alias = None if v2_default == "latest" else check_alias(v2_default)
     with db.write() as session:
-        calibrator = registry.locked_calibrator(session, name)
+        calibrator = registry_writes.locked_calibrator(session, name)
         if alias is not None and registry.alias_target(session, calibrator.id, alias) is None:
             raise NotFound(f"calibrator {name!r} has no alias {alias!r}")
-        registry.set_v2_default(session, calibrator.id, alias)
+        registry_writes.set_v2_default(session, calibrator.id, alias)
     return {"name": name, "v2_default": v2_default}

@@ -28,6 +28,7 @@ from ..observations.values import ObservationSelection
 from ..platform.errors import Conflict, InvalidInput, NotFound, refused_as
 from ..platform.rows import utcnow
 from ..registry import reads as registry
+from ..registry import writes as registry_writes
 from ..registry.names import Reference, check_alias, check_name
 from ..registry.serving import FitSpec, Serving
 from . import aliases as promotion
@@ -51,7 +52,7 @@ def set_policy(db, name: str, policy: PolicySpec) -> dict:
     with refused_as():
         cal.create(policy.method, policy.options)
     with db.write() as session:
-        calibrator = registry.locked_calibrator(session, name)
+        calibrator = registry_writes.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             row = RefitPolicyRow(calibrator_id=calibrator.id, created_at=utcnow())
@@ -106,7 +107,7 @@ def run(service: Serving, name: str, force: bool = False) -> tuple[bool, dict]:
     if service.jobs is None:
         raise Conflict("this server runs no jobs")
     with service.db.write() as session:
-        calibrator = registry.locked_calibrator(session, name)
+        calibrator = registry_writes.locked_calibrator(session, name)
         row = session.get(RefitPolicyRow, calibrator.id)
         if row is None:
             raise NotFound(f"calibrator {name!r} has no refit policy")

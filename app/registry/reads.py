@@ -1,26 +1,22 @@
-"""What the other domains read and write of the registry inside their own transaction: a calibrator
-by name (``CalibratorEntry``: its id, latest version number and log sample rate), locked for an alias
-move or not; a version's class count or creation time; the newest version's id and method or its
-input shape; a version's row (for the online updates that write the next); the calibrator's row lock
-that orders observation writes; every calibrator's name by id and versions' names and numbers by row
-id; and the few writes other domains make: the log sample rate, aliases (moved by safe promotion,
-``app.promotion.aliases``), the /v2 default, and the prediction log's counts on the calibrator's
-row (logged and dropped rows). Each call takes the caller's session, so that it sees
-the caller's writes and is part of its transaction; a name or version that does not exist is
-``NotFound`` (a 404). The registry's store and rows stay its own."""
+"""What the other domains read of the registry inside their own transaction: a calibrator by name
+(``CalibratorEntry``: its id, latest version number and log sample rate); a version's class count or
+creation time; the newest version's id and method or its input shape; a version's row (for the
+online updates that write the next); an alias's target and the /v2 default; every calibrator's name
+by id and versions' names and numbers by row id; the prediction log's counts on the calibrator's
+row. What they write of it is in ``app.registry.writes``. Each call takes the caller's session, so
+that it sees the caller's writes and is part of its transaction; a name or version that does not
+exist is ``NotFound`` (a 404). The registry's store and rows stay its own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..platform.db import changed_rows
 from ..platform.errors import NotFound
-from ..platform.rows import utcnow
-from ..platform.sql import IN_LIST, dialect_insert
+from ..platform.sql import IN_LIST
 from . import store
 from .names import ResolvedVersion
 from .rows import AliasRow, CalibratorRow, CalibratorSettingRow, VersionRow
@@ -49,11 +45,6 @@ def calibrator_id(session: Session, name: str) -> int:
     return store.calibrator_row(session, name).id
 
 
-def ensure_calibrator(session: Session, name: str) -> int:
-    """The id of calibrator ``name``, created (with no versions) if it does not exist."""
-    return store.ensure_calibrator(session, name)
-
-
 def version_classes(session: Session, name: str, version: int) -> int:
     """The class count of version ``version`` of ``name``; ``NotFound`` if it does not exist."""
     return store.get_version(session, name, version).n_classes
@@ -62,19 +53,6 @@ def version_classes(session: Session, name: str, version: int) -> int:
 def version_created(session: Session, resolved: ResolvedVersion) -> datetime:
     """When a resolved version was stored; ``NotFound`` if it was deleted since it was resolved."""
     return store.version_by_id(session, resolved).created_at
-
-
-def set_log_sample_rate(session: Session, name: str, rate: float) -> None:
-    """Set the share of ``name``'s served rows that the prediction log keeps; ``NotFound`` if there
-    is no calibrator ``name``."""
-    store.calibrator_row(session, name).log_sample_rate = rate
-
-
-def lock_calibrator(session: Session, calibrator_id: int) -> None:
-    """Hold the calibrator's row until the transaction ends (``FOR NO KEY UPDATE`` on Postgres,
-    which the foreign keys' ``FOR KEY SHARE`` of inserts do not block; SQLite's write transactions
-    are serialised already), so that observation chunks of one calibrator commit in id order."""
-    session.execute(select(CalibratorRow.id).where(CalibratorRow.id == calibrator_id).with_for_update(key_share=True))
 
 
 def latest_version(session: Session, calibrator_id: int) -> tuple[int, str] | None:
@@ -116,52 +94,16 @@ def version_names(session: Session, version_ids: set[int]) -> dict[int, tuple[st
     return found
 
 
-def locked_calibrator(session: Session, name: str) -> CalibratorEntry:
-    """Calibrator ``name`` with its row locked until the transaction ends (``SELECT ... FOR UPDATE``
-    on Postgres; SQLite writes are serialised by ``BEGIN IMMEDIATE``), so that an alias move's
-    version, gate and record are one consistent step even with several replicas; ``NotFound``
-    without it."""
-    row = session.scalar(select(CalibratorRow).where(CalibratorRow.name == name).with_for_update())
-    if row is None:
-        raise NotFound(f"no calibrator named {name!r}")
-    return CalibratorEntry(row.id, row.name, row.last_version, row.log_sample_rate)
-
-
 def alias_target(session: Session, calibrator_id: int, alias: str) -> int | None:
     """The version ``alias`` points at, or ``None``."""
     return session.scalar(select(AliasRow.version).where(AliasRow.calibrator_id == calibrator_id,
                                                          AliasRow.alias == alias))
 
 
-def point_alias(session: Session, name: str, calibrator_id: int, alias: str, version: int) -> None:
-    """Point ``alias`` at ``version`` (which must exist: ``NotFound`` otherwise)."""
-    store.get_version(session, name, version)
-    now = utcnow()
-    session.execute(
-        dialect_insert(session)(AliasRow)
-        .values(calibrator_id=calibrator_id, alias=alias, version=version, updated_at=now)
-        .on_conflict_do_update(index_elements=["calibrator_id", "alias"], set_={"version": version, "updated_at": now})
-    )
-
-
-def remove_alias(session: Session, calibrator_id: int, alias: str) -> None:
-    """Delete ``alias`` (nothing if it does not exist)."""
-    session.execute(delete(AliasRow).where(AliasRow.calibrator_id == calibrator_id, AliasRow.alias == alias))
-
-
 def v2_default(session: Session, calibrator_id: int) -> str | None:
     """The alias an unversioned /v2 call serves (``None``: the latest version)."""
     return session.scalar(select(CalibratorSettingRow.v2_default)
                           .where(CalibratorSettingRow.calibrator_id == calibrator_id))
-
-
-def set_v2_default(session: Session, calibrator_id: int, alias: str | None) -> None:
-    """Make an unversioned /v2 call serve ``alias`` (``None``: the latest version)."""
-    now = utcnow()
-    session.execute(
-        dialect_insert(session)(CalibratorSettingRow)
-        .values(calibrator_id=calibrator_id, v2_default=alias, updated_at=now)
-        .on_conflict_do_update(index_elements=["calibrator_id"], set_={"v2_default": alias, "updated_at": now}))
 
 
 # -- the prediction log's counts on the calibrator's row (migration 0015) ---------------------------
@@ -174,25 +116,6 @@ def any_logging(session: Session) -> bool:
 def logged_rows(session: Session, calibrator_id: int) -> int:
     """The rows the calibrator's prediction log holds, as last committed; ``NoResultFound`` without it."""
     return session.execute(select(CalibratorRow.logged_rows).where(CalibratorRow.id == calibrator_id)).scalar_one()
-
-
-def add_logged_rows(session: Session, calibrator_id: int, n: int, cap: int | None = None) -> bool:
-    """Add ``n`` (negative: take off) to the calibrator's logged rows, only if the sum stays within
-    ``cap`` when given; whether it did. One conditional update: writers of several processes cannot
-    pass the cap together."""
-    where = [CalibratorRow.id == calibrator_id]
-    if cap is not None:
-        where.append(CalibratorRow.logged_rows + n <= cap)
-    return changed_rows(session.execute(update(CalibratorRow).where(*where)
-                                        .values(logged_rows=CalibratorRow.logged_rows + n)
-                                        .execution_options(synchronize_session=False))) == 1
-
-
-def add_dropped_rows(session: Session, calibrator_id: int, n: int) -> None:
-    """Count ``n`` rows the calibrator's full log did not take."""
-    session.execute(update(CalibratorRow).where(CalibratorRow.id == calibrator_id)
-                    .values(log_dropped_rows=CalibratorRow.log_dropped_rows + n)
-                    .execution_options(synchronize_session=False))
 
 
 def log_counts(session: Session, calibrator_id: int) -> tuple[int, int]:

@@ -40,7 +40,8 @@ from . import prior_shift, reports, store, version_records
 from .cache import CalibratorCache, Device, LoadedVersion, Resolutions, load_calibrator
 from .names import Reference, check_name
 from .serving import CalibrateSpec, EvaluationSpec, FitSpec
-from .versions import NewVersion, version_view, write_version
+from .version_records import version_view
+from .writes import NewVersion, write_version
 
 OBSERVATION_CAPS = (5_000_000, 1 << 30, 1 << 26)  # rows and bytes per name, entries of one fit
 MAX_READ_ENTRIES = 1 << 23  # CALIBRATION_MAX_READ_ENTRIES's default

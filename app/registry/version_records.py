@@ -1,4 +1,5 @@
-"""Stored versions read column by column, so that a damaged one is that version's problem.
+"""Stored versions read column by column, so that a damaged one is that version's problem, and
+shown as the API shows them (``version_view``: as ``VersionOut`` describes it).
 
 A version's columns are read as the database holds them (its JSON columns as text) and decoded
 one row at a time; a row that cannot be decoded, or whose columns do not match their digest
@@ -13,6 +14,7 @@ import typing
 from dataclasses import fields
 from datetime import datetime
 
+import orjson
 from sqlalchemy import String, Table, Text, cast, select, type_coerce
 from sqlalchemy.orm import Session
 
@@ -20,7 +22,29 @@ from ..platform.errors import IntegrityFailure, NotFound, refused_as
 from . import integrity, store
 from .integrity import JSON_COLUMNS, StoredVersion, VersionRecord
 from .rows import CalibratorRow, VersionRow
-from .versions import version_view
+
+
+def version_view(name: str, row: VersionRow | StoredVersion, aliases: list[str]) -> dict:
+    """A stored version (its row, or its record as read and checked) as the API shows it."""
+    return {
+        "name": name,
+        "version": row.version,
+        "method": row.method,
+        "options": orjson.loads(row.params_json)["options"],
+        "input": row.input_kind,
+        "n_classes": row.n_classes,
+        "n_samples": row.n_samples,
+        "class_names": row.class_names,
+        "parameters": row.summary,
+        "diagnostics": row.diagnostics,
+        "report": row.report,
+        "description": row.description,
+        "tags": row.tags,
+        "tensor_names": row.tensor_names,
+        "aliases": aliases,
+        "checksum": row.checksum,
+        "created_at": row.created_at,
+    }
 
 
 def _column(name: str):

@@ -41,6 +41,22 @@ def test_the_client_imports_neither_the_service_nor_the_core_and_its_command_lin
     assert done.returncode == 0, done.stderr
 
 
+def test_the_command_line_does_not_import_httpx_s_own_command_line():
+    """httpx's package imports its command line (``httpx._main``: click, pygments, rich's syntax
+    highlighting) whenever click is installed; ``calibration`` needs none of it, so a command that
+    talks to a server loads httpx without it (a start-up cost paid by every command)."""
+    code = ("import socket, sys; from calibration_client.cli import main\n"
+            "with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
+            "sys.argv = ['calibration', '--url', f'http://127.0.0.1:{port}', 'calibrators']\n"
+            "try: main()\n"
+            "except SystemExit as exit: assert exit.code == 4, exit.code  # cannot reach the server\n"
+            "loaded = sorted(m for m, module in sys.modules.items() if module is not None\n"
+            "                and (m.split('.')[0] in ('click', 'pygments') or m == 'httpx._main'))\n"
+            "assert 'httpx' in sys.modules and 'calibration_client.client' in sys.modules, 'no client made'\n"
+            "assert not loaded, loaded")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
 def test_fit_and_calibrate_equal_the_core_in_process(client, cifar):
     logits, labels = cifar
     fit_x, fit_y, batch = logits[:300], labels[:300], logits[300:]

@@ -171,14 +171,14 @@ def test_versions_signed_with_the_first_digest_still_verify_and_are_re_signed_by
 
 
 def test_one_function_writes_a_version_as_canonical_sealed_json(database_url):
-    """``registry.versions.write_version`` (what fits and online updates both call): numbered in turn,
+    """``registry.writes.write_version`` (what fits and online updates both call): numbered in turn,
     parameters as sorted-key JSON, diagnostics and summary beside them, and a digest that verifies."""
     import numpy as np
 
     import calibration as cal
     from app.platform.db import Database
     from app.registry import integrity
-    from app.registry.versions import NewVersion, write_version
+    from app.registry.writes import NewVersion, write_version
 
     upgrade(database_url)
     logits = np.array(EXAMPLE_LOGITS, dtype=np.float64)

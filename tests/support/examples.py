@@ -1,9 +1,10 @@
-"""Every example of the README and the docs runs: each ```bash, ```sh and ```python block of
-README.md and docs/*.md is executed, in order, file by file, against a live server (SQLite, and
-Postgres with a job worker beside it; the scheduler off, so that each step the text shows happens
-when it says), from a directory holding the repository's ``examples/`` and ``.venv``, with
-``calibration`` on the PATH resolving to the venv's command and ``$CALIBRATION_URL`` set to the
-server.
+"""The runner of the docs' examples (``tests/test_examples_sqlite.py`` and
+``tests/test_examples_postgres.py``, one file a database so that two test workers share the run):
+each ```bash, ```sh and ```python block of README.md and docs/*.md is executed, in order, file by
+file, against a live server (SQLite, and Postgres with a job worker beside it; the scheduler off, so
+that each step the text shows happens when it says), from a directory holding the repository's
+``examples/`` and ``.venv``, with ``calibration`` on the PATH resolving to the venv's command and
+``$CALIBRATION_URL`` set to the server.
 
 - Addresses: ``http://127.0.0.1:8000`` and ``localhost:8000`` in a block (the address ``make
   serve`` listens on, as a reader types it) are replaced by the live server's.
@@ -23,6 +24,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,30 +50,25 @@ def blocks(name: str) -> list[dict]:
     return found
 
 
+def files_with_examples() -> list[str]:
+    """The files of ``FILES`` with at least one block to run (each a test, on each database)."""
+    return [name for name in FILES if any(not b["reason"] for b in blocks(name))]
+
+
 def normalised(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_every_block_is_read_and_every_skip_has_a_reason():
-    """The parser sees every fenced block of each language (none indented or unclosed), and each
-    block left out says why; of the README only the two commands are left out (the runner starts
-    its own server and is part of the suite)."""
-    for name in FILES:
-        for block in blocks(name):
-            assert block["reason"] is None or block["reason"].strip(), f"{name}:{block['line']}"
-    assert [b["code"] for b in blocks("README.md") if b["reason"]] == ["make serve\n", "make test\n"]
-    assert len([b for b in blocks("README.md") if not b["reason"]]) >= 8
-
-
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def server(request, tmp_path_factory):
-    if request.param == "sqlite":
+@contextlib.contextmanager
+def examples_server(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A live server for the examples on ``database`` (``sqlite`` or ``postgres``): its base URL."""
+    if database == "sqlite":
         url, drop = f"sqlite:///{tmp_path_factory.mktemp('examples') / 'calibration.db'}", None
     else:
         url, drop = create_postgres_database()
     try:
         # on Postgres jobs (a comparison, an `auto` fit) go to the queue: a worker runs beside, as compose starts one
-        with live_server(url, env={"CALIBRATION_SCHEDULE_SECONDS": "0"}, worker=request.param == "postgres",
+        with live_server(url, env={"CALIBRATION_SCHEDULE_SECONDS": "0"}, worker=database == "postgres",
                          log_file=tmp_path_factory.mktemp("log") / "server.log") as base:
             yield base
     finally:
@@ -98,8 +95,8 @@ def _run_python(code: str, cwd: Path, namespace: dict) -> str:
     return printed.getvalue()
 
 
-@pytest.mark.parametrize("name", [name for name in FILES if any(not b["reason"] for b in blocks(name))])
-def test_examples_run(name, server, tmp_path, monkeypatch):
+def run_examples(name: str, server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run every block of ``name`` not marked not-run against ``server``, checking each ``#>`` line."""
     found = blocks(name)
     runnable = [b for b in found if not b["reason"]]
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
