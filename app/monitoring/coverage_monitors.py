@@ -60,9 +60,6 @@ def view(row) -> dict:
             "recent_miscoverage": row.state["mean"]}
 
 
-FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
-
-
 def residuals(service: Serving, name: str, version: int, session, entries: list) -> tuple[np.ndarray, np.ndarray]:
     """The calibrated probabilities through ``version`` of the rows of ``entries`` and their labels
     (rows of a deleted version left out)."""
