@@ -204,14 +204,23 @@ class JobRunner:
         self.queue_limit = queue_limit
 
     def submit(self, kind: str, calibrator: str | None, request: dict, payload: bytes | None) -> dict:
-        """Record a queued job and hand it to the engine; ``Unavailable`` (503) past the limit."""
+        """Record a queued job and hand it to the engine; ``Unavailable`` (503) past the limit, and
+        where the engine refuses it (the queue's database away, a pool shut down): the job is then
+        withdrawn, not left queued with nobody to run it, counting against the limit for ever."""
         job_id = uuid.uuid4().hex
         with self.db.write() as session:
             if job_store.count_active(session) >= self.queue_limit:
                 raise Unavailable(f"{self.queue_limit} jobs are queued or running (CALIBRATION_JOB_QUEUE_LIMIT); "
                                 "retry later", retry_after=30)
             job_store.create_job(session, job_id, kind, calibrator, request, payload)
-        self.engine.enqueue(job_id)
+        try:
+            self.engine.enqueue(job_id)
+        except Exception as exc:
+            logger.warning("job %s could not be queued: %s", job_id, first_line(exc))
+            with self.db.write() as session:
+                job_store.withdraw(session, job_id)
+            raise Unavailable("the job queue did not take the job (the server's log says why); retry later",
+                              retry_after=30) from exc
         return self.get(job_id)
 
     def recover(self) -> None:

@@ -46,6 +46,13 @@ def create_job(session: Session, job_id: str, kind: str, calibrator: str | None,
                        request=request, payload=payload, step=JobStatus.QUEUED.value))
 
 
+def withdraw(session: Session, job_id: str) -> bool:
+    """Delete a job that is still queued (one its engine refused: nobody would ever run it); whether
+    it was."""
+    return rows_matched(session.execute(delete(JobRow).where(JobRow.id == job_id,
+                                                             JobRow.status == JobStatus.QUEUED))) == 1
+
+
 def count_active(session: Session) -> int:
     return session.execute(select(func.count()).select_from(JobRow).where(JobRow.status.in_(ACTIVE))).scalar_one()
 
