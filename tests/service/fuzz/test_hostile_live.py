@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from tests.helpers import make_reference_input
 from tests.service.support.bodies import zip_bomb
-from tests.service.support.live import LiveServer, queue_report
+from tests.service.support.live import LiveServer, database_engine, queue_report
 
 BODY_LIMIT = 8 << 20
 ADDRESS_SPACE = 6 << 30  # the server's whole virtual memory, thread stacks and BLAS buffers included
@@ -38,7 +38,7 @@ def _status(pid: int, field: str) -> int:
 
 
 def _counts(url: str) -> dict[str, int]:
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = database_engine(url)
     try:
         with engine.connect() as connection:
             return {t: connection.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in TABLES}

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import Engine
 
+from app.platform.db import normalise_url
 from tests.helpers import REPO
 
 # the defaults have the scheduler and retention on (every 60 s and every hour); here every 1 s and 5 s
@@ -32,9 +34,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def database_engine(database_url: str) -> Engine:
+    """A SQLAlchemy engine on ``database_url`` as the service names the driver (``normalise_url``)."""
+    return create_engine(normalise_url(database_url))
+
+
 def failed_jobs(database_url: str) -> list[dict]:
     """The jobs of the database that ended ``failed`` (none where it has no jobs table)."""
-    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    engine = database_engine(database_url)
     try:
         if not inspect(engine).has_table("jobs"):
             return []
@@ -49,7 +56,7 @@ def queue_report(database_url: str, log_file=None) -> str:
     """What a test that waited in vain for a job prints: our jobs (kind, status, times), Procrastinate's
     jobs and workers (heartbeats), and the tail of the server's and worker's log."""
     lines = []
-    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    engine = database_engine(database_url)
     try:
         tables = set(inspect(engine).get_table_names())
         queries = [("jobs", "SELECT kind, status, created_at, started_at, finished_at, error FROM jobs "
@@ -124,7 +131,7 @@ class LiveServer:
         a test's clock for a job then starts with a worker taking jobs, not with one still importing."""
         if self.worker is None:
             return True
-        engine = create_engine(self.database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+        engine = database_engine(self.database_url)
         try:
             with engine.connect() as connection:
                 return bool(connection.execute(text("SELECT count(*) FROM procrastinate_workers")).scalar_one())
