@@ -186,6 +186,7 @@ def test_a_part_whose_worker_is_killed_is_run_by_the_parent_and_the_auto_fit_sto
     # the parent ran the lost part itself: the version is the one the undisturbed fan-out stored
     assert stored_version(url, "lost-part") == stored_version(url, "all-parts")
 
+
 # the tests below share one server and one worker of two processes (the ``procrastinate`` fixture's
 # settings), started once instead of once a test: each reads only its own job's parts (a comparison's
 # have no calibrator, an ``auto`` fit's its calibrator's name) and none kills a worker
