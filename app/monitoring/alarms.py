@@ -92,17 +92,21 @@ def _recent_ece(service: Serving, name: str, calibrator_id: int, version: int,
                 stored: tuple[float | None, int, str | None]) -> tuple[float | None, int, str]:
     """``(ECE, rows, window)`` of the newest ``ECE_ROWS`` labelled rows ``version`` served (``window``:
     a digest of their index); the ``stored`` ECE and rows stand, unread, when its window is the same
-    and the version still serves."""
+    and the version still serves; else only the rows the window this process kept lacks are read
+    (``coverage_monitors.recent_ece``)."""
     with service.db.read() as session:
         index = observations.newest_within(session, calibrator_id, ECE_ROWS, service.max_read_entries,
                                            source="feedback", version=version)
         window = hashlib.sha256(json.dumps([ref.as_json() for ref in index]).encode()).hexdigest()
         if not index:
             return None, 0, window
-        if stored[2] == window and _serves(service, name, version):
-            return stored[0], stored[1], window
-        probs, labels = coverage_monitors.residuals(service, name, version, session, index)
-    return (cal.ece(probs, labels), len(labels), window) if len(labels) else (None, 0, window)
+        kept = stored[2]
+        if kept == window:
+            if _serves(service, name, version):
+                return stored[0], stored[1], window
+            kept = None  # read again in full (its rows left out now)
+        value, rows = coverage_monitors.recent_ece(service, name, calibrator_id, version, session, index, kept, window)
+    return value, rows, window
 
 
 def _serves(service: Serving, name: str, version: int) -> bool:

@@ -19,20 +19,36 @@ each distinct watermark once, and each batch of them once (``batches``: calibrat
 arrival order), handing the same arrays to every monitor of that watermark in turn. A monitor sees exactly
 the batches it would see on its own (they are cut from its watermark on), so its updates, and its state,
 are the same.
+
+**The ECE of the newest rows** (``recent_ece``, for ``alarms``): it depends on each row only through
+its top-label confidence and whether the top label is right, so a process keeps those two vectors of
+the last window it computed, per chunk (``Window``), by database, calibrator and version (at most
+``KEPT`` a database, ``ECE_ROWS`` x 16 bytes each). An evaluation reads and calibrates only the chunks
+its window holds that the kept one lacks (the new rows) and computes the ECE of the whole window with
+``calibration.ece``'s kernel on the same values in the same order: the same float. The kept window
+is used only when its digest is the one the monitor stored (``ece_window``), so a monitor started
+again, another process's evaluation or a restart reads the window in full, as before.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 import calibration as cal
+from calibration.metrics._inputs import top_label_of
+from calibration.metrics.binned import _binned_error, equal_width_bin
 
 from ..conformal import adaptive
 from ..conformal.service import alpha_of
 from ..observations import reads as observations
 from ..observations.chunks import pieces
+from ..platform.db import Database
 from ..registry.serving import Serving
 from . import coverage
 from .quality import calibrated_groups
@@ -40,6 +56,8 @@ from .quality import calibrated_groups
 PREFIX = "coverage@"
 FEED_ENTRIES = 1 << 22  # rows x classes read at once while feeding a monitor
 Consumer = Callable[[np.ndarray, np.ndarray], None]
+KEPT = 64  # ECE windows kept a database
+N_BINS = 15  # calibration.ece's default
 
 
 def signal_of(level: float) -> str:
@@ -185,3 +203,83 @@ def _miscoverage(alarm: cal.CoverageAlarm, predictor: cal.SetPredictor, alpha: f
         covered, _ = coverage.set_outcomes(predictor, probs, labels, alpha)
         alarm.update((~covered).astype(np.float64))
     return consume
+
+
+@dataclass(frozen=True)
+class Part:
+    """Rows ``skip`` to ``n_rows`` of one chunk: their top-label confidence and correctness."""
+
+    skip: int
+    n_rows: int
+    confidence: np.ndarray
+    correct: np.ndarray
+
+
+@dataclass(frozen=True)
+class Window:
+    """The window whose index has digest ``digest``: its parts by chunk id."""
+
+    digest: str
+    parts: dict[int, Part]
+
+
+_kept: weakref.WeakKeyDictionary[Database, OrderedDict[tuple[int, int], Window]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def _get(db: Database, key: tuple[int, int], digest: str | None) -> Window | None:
+    with _lock:
+        windows = _kept.get(db)
+        if windows is None or key not in windows or windows[key].digest != digest:
+            return None
+        windows.move_to_end(key)
+        return windows[key]
+
+
+def _put(db: Database, key: tuple[int, int], window: Window) -> None:
+    with _lock:
+        windows = _kept.setdefault(db, OrderedDict())
+        windows[key] = window
+        windows.move_to_end(key)
+        while len(windows) > KEPT:
+            windows.popitem(last=False)
+
+
+def recent_ece(service: Serving, name: str, calibrator_id: int, version: int, session, index: list,
+               stored_window: str | None, window: str) -> tuple[float | None, int]:
+    """``(ECE, rows)`` of the rows of ``index`` (the newest labelled rows ``version`` served, digest
+    ``window``) through ``version``, read in ``session``; ``stored_window``: the digest the monitor
+    stored with its last ECE. ``calibration.ece(probs, labels)`` of the whole window, to the bit."""
+    key = (calibrator_id, version)
+    kept = _get(service.db, key, stored_window)
+    parts: dict[int, Part] = {}
+    missing = []
+    for ref in index:
+        part = kept.parts.get(ref.id) if kept is not None else None
+        if part is not None and part.n_rows == ref.n_rows and part.skip <= ref.skip:
+            start = ref.skip - part.skip  # a copy once it slides, so that the older rows are freed
+            parts[ref.id] = part if not start else Part(ref.skip, ref.n_rows, part.confidence[start:].copy(),
+                                                        part.correct[start:].copy())
+        else:
+            missing.append(ref)
+    if missing:
+        probs, labels = residuals(service, name, version, session, missing)
+        if len(labels) != sum(ref.n_rows - ref.skip for ref in missing):  # rows left out: the whole window, kept not
+            probs, labels = residuals(service, name, version, session, index)
+            return (_ece(*top_label_of(probs, labels)), len(labels)) if len(labels) else (None, 0)
+        confidence, correct = top_label_of(probs, labels)
+        at = 0
+        for ref in missing:
+            size = ref.n_rows - ref.skip
+            parts[ref.id] = Part(ref.skip, ref.n_rows, confidence[at:at + size].copy(), correct[at:at + size].copy())
+            at += size
+    ordered = [parts[ref.id] for ref in index]
+    _put(service.db, key, Window(window, parts))
+    confidence = np.concatenate([part.confidence for part in ordered])
+    correct = np.concatenate([part.correct for part in ordered])
+    return (_ece(confidence, correct), len(confidence)) if len(confidence) else (None, 0)
+
+
+def _ece(confidence: np.ndarray, correct: np.ndarray) -> float:
+    """``calibration.ece`` (equal-width bins, L1) of top-label confidences and correctness."""
+    return _binned_error(equal_width_bin(confidence, N_BINS), confidence, correct, N_BINS, 1)

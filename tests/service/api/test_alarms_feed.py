@@ -2,7 +2,8 @@
 thresholds and coverage alarms in one pass (``app.monitoring.coverage_monitors.Feed``): the stored states are those the
 core's ``DriftTest``, ``DtACI`` and ``CoverageAlarm`` reach fed the same rows in the same batches (the
 rows new at each evaluation), to the bit, however often it is evaluated; each new row is calibrated
-once per evaluation, and a version with nothing new is not read at all.
+once per evaluation (and once more for the ECE of the newest rows, whose other rows are kept from the
+evaluation before: ``app.monitoring.coverage_monitors.recent_ece``), and a version with nothing new is not read at all.
 
 Data: the CIFAR-10 LeNet-5 outputs of ../shared/data (probabilities): temperature scaling fitted on
 validation rows 0-2499, a ``dtaci`` set predictor at coverage 0.9 on rows 2500-4999, then test rows
@@ -16,8 +17,9 @@ import pytest
 
 import calibration as cal
 from app.conformal import adaptive
-from app.monitoring import alarms
+from app.monitoring import alarms, coverage_monitors
 from app.monitoring import store as alarm_store
+from app.observations import store as observation_store
 from app.platform.migrate import upgrade
 from app.registry import reads as registry
 from tests.helpers import load_split
@@ -148,12 +150,55 @@ def test_a_new_row_is_calibrated_once_and_a_version_with_nothing_new_not_at_all(
             service.predict, calibrated[:] = counted, []
             alarms.evaluate(service, NAME)
             service.predict = predict
-            # the new rows once (for every monitor), the newest rows for the ECE (all of them here), then the
-            # label-free monitor's (its reference, the first time) and its logged rows
-            assert calibrated == [BATCH, (batch + 1) * BATCH] + [BATCH] * (1 if batch else 2)
+            # the new rows once (for every monitor), the new rows of the ECE's window (the rest kept from the
+            # evaluation before), then the label-free monitor's (its reference, the first time) and its logged rows
+            assert calibrated == [BATCH, BATCH] + [BATCH] * (1 if batch else 2)
         service.predict, calibrated[:] = counted, []
         evaluated = alarms.evaluate(service, NAME)
         service.predict = predict
         assert calibrated == []  # nothing new: nothing read, the stored ECE stands
         (monitor,) = [m for m in evaluated["monitors"] if m["signal"] == "labelled"]
         assert monitor["ece_rows"] == 3 * BATCH and monitor["n_rows"] == 3 * BATCH
+
+
+def test_an_evaluation_reads_the_new_rows_only_as_the_stream_grows_and_its_ece_is_the_core_s(sqlite_url, data,
+                                                                                              monkeypatch):
+    """Each evaluation after the first reads twice the new rows (the one pass of the monitors, and the
+    ECE window's new rows), however many rows came before (before, the ECE read its whole window, up
+    to ``ECE_ROWS``, at every evaluation); the ECE is the core's on the newest ``ECE_ROWS`` rows to the
+    bit, from the kept window and from a full read alike (a process that kept none)."""
+    window = 2 * BATCH + BATCH // 2  # a window that slides, its oldest chunk read from a row inside it
+    monkeypatch.setattr(alarms, "ECE_ROWS", window)
+    loaded: list[int] = []
+    load = observation_store.load
+
+    def counted(session, index, dtype=np.float64):
+        loaded.append(observation_store.index_rows(index))
+        return load(session, index, dtype)
+
+    monkeypatch.setattr(observation_store, "load", counted)
+    val, val_labels, served, labels = data
+    fitted = cal.create("temperature", {"input": "probabilities"}).fit(val[:2500].astype(np.float64),
+                                                                        val_labels[:2500])
+    upgrade(sqlite_url)
+    with app_client(sqlite_url) as client:
+        _setup(client, data)
+        service = client.app.state.service
+        for batch in range(BATCHES):
+            _serve(client, data, batch)
+            if batch == BATCHES - 1:
+                coverage_monitors._kept.clear()  # as a new process: the whole window read once more
+            loaded[:] = []
+            evaluated = alarms.evaluate(service, NAME)
+            rows = sum(loaded)
+            if batch == 0:  # the new rows, the ECE's and the label-free monitor's reference: all the same rows
+                assert rows == 3 * BATCH
+            elif batch < BATCHES - 1:
+                assert rows == 2 * BATCH, (batch, loaded)
+            else:
+                assert rows == BATCH + window, loaded
+            stop = (batch + 1) * BATCH
+            start = max(stop - window, 0)
+            (monitor,) = [m for m in evaluated["monitors"] if m["signal"] == "labelled"]
+            assert monitor["ece_rows"] == stop - start
+            assert monitor["ece"] == cal.ece(fitted.predict_proba(served[start:stop]), labels[start:stop]), batch
