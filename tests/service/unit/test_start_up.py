@@ -1,10 +1,12 @@
 """What a process start leaves out (docs/benchmarks.md, "Process start-up"): the embedded engine makes
 its process pool, and with it multiprocessing's resource tracker, at its first job, not when the
 application is built; ``calibration-service worker``'s supervisor reads the database's backend as
-SQLAlchemy does without importing it."""
+SQLAlchemy does without importing it; Alembic is imported without Mako's Pygments plugin, which other
+importers still get."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ from app.jobs.runner import EmbeddedEngine
 from app.jobs.tasks import run_job
 from app.platform.db import normalise_url
 from app.worker import _backend
+from tests.helpers import REPO
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
@@ -54,3 +57,10 @@ def test_a_url_the_worker_cannot_read_gets_sqlalchemy_s_error():
     with pytest.raises(type(raised.value)):
         _backend("not a url")
 
+
+def test_alembic_is_imported_without_mako_s_pygments_plugin_which_later_imports_still_get():
+    code = ("import sys, app.platform.migrate, mako.exceptions; "
+            "assert 'pygments' not in sys.modules and mako.exceptions.pygments_html_formatter is None; "
+            "assert 'mako.ext.pygmentplugin' not in sys.modules; "
+            "import mako.ext.pygmentplugin; assert 'pygments' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
