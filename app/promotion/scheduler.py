@@ -2,6 +2,9 @@
 thread of each API process
 - submits an ``alarms`` job (``app.monitoring.alarms.evaluate``: the drift monitors brought up to date)
   for each calibrator whose observations or prediction log grew since the thread last looked, and
+  again, on the same rows, when the job it submitted ended without success (failed, cancelled, its
+  worker lost): after 1, 2, 4, ... up to ``2**RETRY_DOUBLINGS`` ticks while such jobs keep ending so,
+  so that the monitors are not left behind the stored rows until more rows come, and
 - checks every calibrator's refit policy (``app.promotion.policies.run``), which submits a refit job when its
   trigger fired (N new labels, a drift alarm, a schedule), and
 - makes the due attempts of the webhook deliveries of new alarms (``app.monitoring.webhooks.deliver_due``),
@@ -19,9 +22,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from ..jobs.status import ACTIVE, JobStatus
 from ..monitoring import webhooks
 from ..observations import reads as observations
 from ..platform.errors import ServiceError
@@ -34,6 +39,9 @@ from . import policies
 from .rows import RefitPolicyRow
 
 logger = logging.getLogger(__name__)
+
+#: the longest wait between tries of an alarms job on the same rows: 2**6 ticks (an hour at 60 s)
+RETRY_DOUBLINGS = 6
 
 
 def policy_names(db) -> list[str]:
@@ -57,12 +65,25 @@ def data_marks(db) -> dict[str, tuple[int, int]]:
     return {name: (a, b) for name, (a, b) in marks.items()}
 
 
+@dataclass
+class Evaluation:
+    """The last ``alarms`` job submitted for a calibrator and the data marks it was submitted at;
+    ``job_id`` is None once a job on these marks succeeded."""
+
+    marks: tuple[int, int]
+    job_id: str | None
+    failures: int = 0  # jobs on these marks that ended without success
+    ended: bool = False  # the last one did (counted in failures)
+    retry_tick: int = 0  # the tick from which it is submitted again
+
+
 class Scheduler:
     def __init__(self, service: Serving, seconds: float, webhook_policy: webhooks.WebhookPolicy | None = None):
         self.service = service
         self.seconds = seconds
         self.webhook_policy = webhook_policy or webhooks.WebhookPolicy.of(get_settings())
-        self.seen: dict[str, tuple[int, int]] = {}
+        self.seen: dict[str, Evaluation] = {}
+        self.ticks = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -75,14 +96,19 @@ class Scheduler:
             raise RuntimeError("the scheduler submits jobs: it needs a service that runs them")
         if self.service.prediction_log is not None:  # this process's served rows, not only the flushed ones
             self.service.prediction_log.flush()
-        for name, mark in data_marks(self.service.db).items():
-            if self.seen.get(name) != mark:
-                try:
-                    submitted.append(jobs.submit("alarms", name, {}, None))
-                except ServiceError as error:  # the queue full: the next tick tries again
-                    logger.info("drift monitors of %s not evaluated: %s", name, error.detail)
-                    continue
-                self.seen[name] = mark
+        self.ticks += 1
+        for name, marks in data_marks(self.service.db).items():
+            if not self._evaluation_due(jobs, name, marks):
+                continue
+            try:
+                answer = jobs.submit("alarms", name, {}, None)
+            except ServiceError as error:  # the queue full: the next tick tries again
+                logger.info("drift monitors of %s not evaluated: %s", name, error.detail)
+                continue
+            submitted.append(answer)
+            last = self.seen.get(name)
+            failures = last.failures if last is not None and last.marks == marks else 0
+            self.seen[name] = Evaluation(marks, answer["id"], failures)
         for name in policy_names(self.service.db):
             try:
                 fired, answer = policies.run(self.service, name)
@@ -94,6 +120,30 @@ class Scheduler:
                 submitted.append(answer)
         webhooks.deliver_due(self.service.db, self.webhook_policy)
         return submitted
+
+    def _evaluation_due(self, jobs, name: str, marks: tuple[int, int]) -> bool:
+        """New rows since the last alarms job; or the last one, on these rows, ended without success
+        and its wait (``2**(failures - 1) - 1`` ticks, at most ``2**RETRY_DOUBLINGS``) is over."""
+        last = self.seen.get(name)
+        if last is None or last.marks != marks:
+            return True
+        if last.job_id is None:
+            return False
+        if not last.ended:
+            try:
+                status = jobs.get(last.job_id)["status"]
+            except ServiceError:  # purged after its retention: long ended, its outcome unknown
+                status = "gone"
+            if status == JobStatus.SUCCEEDED:
+                last.job_id = None
+                return False
+            if status in ACTIVE:
+                return False
+            last.ended, last.failures = True, last.failures + 1
+            last.retry_tick = self.ticks + 2 ** min(last.failures - 1, RETRY_DOUBLINGS) - 1
+            logger.warning("drift monitors of %s: alarms job %s ended %s; tried again after %d more tick(s)",
+                           name, last.job_id, status, last.retry_tick - self.ticks)
+        return self.ticks >= last.retry_tick
 
     def _run(self) -> None:
         while not self._stop.wait(self.seconds):

@@ -17,8 +17,10 @@ import pytest
 from sqlalchemy import text
 
 from app.platform.db import make_engine
+from app.platform.migrate import upgrade
 from tests.helpers import load_split
-from tests.service.support.jobs import KIND, X, Y, wait_for
+from tests.service.support.databases import create_postgres_database
+from tests.service.support.jobs import KIND, Workers, X, Y, wait_for
 from tests.service.support.live import live_server
 
 COMPARE = {"methods": ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass"],
@@ -81,7 +83,7 @@ def check_fanned_out_comparison(http: httpx.Client, parts: int) -> list[dict]:
     job = wait_for(http, started.headers["Location"], 300)
     assert job["status"] == "succeeded", job
     assert without_timings(job["result"]) == without_timings(single.json())
-    found = parts_of(http)
+    found = [p for p in parts_of(http) if p["calibrator"] is None]  # this comparison's (any calibrator's are a fit's)
     assert len(found) == parts and {p["status"] for p in found} == {"succeeded"}, found
     return found
 
@@ -100,25 +102,6 @@ def check_fanned_out_auto_fit(http: httpx.Client, database_url: str, parts: int)
     found = [p for p in parts_of(http) if p["calibrator"] == "auto-parts"]
     assert len(found) == parts and {p["status"] for p in found} == {"succeeded"}, found
     return found
-
-
-@pytest.mark.postgres
-@pytest.mark.slow
-def test_a_comparison_fans_out_over_the_workers_and_equals_the_single_job(procrastinate):
-    url, http, workers = procrastinate
-    workers(2)
-    live_workers(url, 2)
-    parts = check_fanned_out_comparison(http, 2)  # one part per worker
-    assert len({part["worker"] for part in parts}) == 2, [part["worker"] for part in parts]
-
-
-@pytest.mark.postgres
-@pytest.mark.slow
-def test_an_auto_fit_fans_out_over_the_workers_and_stores_the_single_job_s_version(procrastinate):
-    url, http, workers = procrastinate
-    workers(2)
-    live_workers(url, 2)
-    check_fanned_out_auto_fit(http, url, 2)
 
 
 def test_the_embedded_pool_runs_the_parts_itself_with_fan_out_on(sqlite_url):
@@ -143,9 +126,11 @@ def cancel_mid_cross_validation(http: httpx.Client, location: str) -> dict:
     return wait_for(http, location, 60)
 
 
-def all_parts_finished(http: httpx.Client) -> list[dict]:
+def all_parts_finished(http: httpx.Client, calibrator: str | None = None) -> list[dict]:
+    """The parts of the comparison (``calibrator`` None) or ``auto`` fit of ``calibrator``, once all
+    have finished (or after a minute)."""
     deadline = time.monotonic() + 60
-    while (parts := parts_of(http)) and time.monotonic() < deadline:
+    while (parts := [p for p in parts_of(http) if p["calibrator"] == calibrator]) and time.monotonic() < deadline:
         if all(p["status"] in ("cancelled", "succeeded", "failed") for p in parts):
             break
         time.sleep(0.2)
@@ -166,24 +151,6 @@ def test_cancelling_a_fanned_out_comparison_cancels_its_parts(procrastinate):
     assert job["status"] == "cancelled", job
     parts = all_parts_finished(http)
     assert parts and {p["status"] for p in parts} == {"cancelled"}, parts  # one worker: one part, the parent's
-
-
-@pytest.mark.postgres
-@pytest.mark.slow
-def test_cancelling_a_fanned_out_auto_fit_cancels_its_parts_and_stores_nothing(procrastinate):
-    url, http, workers = procrastinate
-    kind, x, y = load_split("cifar100_densenet-bc-100", "val")
-    body = {"method": "auto", "options": {"folds": 10}, kind: x.tolist(), "labels": y.tolist()}
-    workers(2)
-    live_workers(url, 2)
-    started = http.post("/v1/calibrators/stopped/versions", json=body, headers={"Prefer": "respond-async"})
-    assert started.status_code == 202, started.text
-    job = cancel_mid_cross_validation(http, started.headers["Location"])
-    assert job["status"] == "cancelled" and job["result"] is None, job
-    parts = all_parts_finished(http)
-    assert len(parts) == 2 and "cancelled" in {p["status"] for p in parts}, parts
-    assert {p["status"] for p in parts} <= {"cancelled", "succeeded"}, parts
-    assert http.get("/v1/calibrators/stopped/versions/1").status_code == 404
 
 
 @pytest.mark.postgres
@@ -218,3 +185,58 @@ def test_a_part_whose_worker_is_killed_is_run_by_the_parent_and_the_auto_fit_sto
     assert lost["status"] == "failed" and lost["error"]["title"] == "Worker lost", lost
     # the parent ran the lost part itself: the version is the one the undisturbed fan-out stored
     assert stored_version(url, "lost-part") == stored_version(url, "all-parts")
+
+
+# the tests below share one server and one worker of two processes (the ``procrastinate`` fixture's
+# settings), started once instead of once a test: each reads only its own job's parts (a comparison's
+# have no calibrator, an ``auto`` fit's its calibrator's name) and none kills a worker
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    url, drop = create_postgres_database()
+    folder = tmp_path_factory.mktemp("fan-out")
+    try:
+        upgrade(url)
+        env = {"CALIBRATION_JOB_ENGINE": "procrastinate", "CALIBRATION_JOB_STALE_SECONDS": "3"}
+        started = []
+        try:
+            with live_server(url, env=env, log_file=folder / "server.log") as base, \
+                    httpx.Client(base_url=base, timeout=120) as http:
+                started.append(Workers(url, 2, env, open(folder / "workers.log", "ab")))  # noqa: SIM115
+                live_workers(url, 2)
+                yield url, http
+        finally:
+            for running in started:
+                running.stop()
+    finally:
+        drop()
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_comparison_fans_out_over_the_workers_and_equals_the_single_job(two_workers):
+    _, http = two_workers
+    parts = check_fanned_out_comparison(http, 2)  # one part per worker
+    assert len({part["worker"] for part in parts}) == 2, [part["worker"] for part in parts]
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_an_auto_fit_fans_out_over_the_workers_and_stores_the_single_job_s_version(two_workers):
+    url, http = two_workers
+    check_fanned_out_auto_fit(http, url, 2)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_cancelling_a_fanned_out_auto_fit_cancels_its_parts_and_stores_nothing(two_workers):
+    _, http = two_workers
+    kind, x, y = load_split("cifar100_densenet-bc-100", "val")
+    body = {"method": "auto", "options": {"folds": 10}, kind: x.tolist(), "labels": y.tolist()}
+    started = http.post("/v1/calibrators/stopped/versions", json=body, headers={"Prefer": "respond-async"})
+    assert started.status_code == 202, started.text
+    job = cancel_mid_cross_validation(http, started.headers["Location"])
+    assert job["status"] == "cancelled" and job["result"] is None, job
+    parts = all_parts_finished(http, "stopped")
+    assert len(parts) == 2 and "cancelled" in {p["status"] for p in parts}, parts
+    assert {p["status"] for p in parts} <= {"cancelled", "succeeded"}, parts
+    assert http.get("/v1/calibrators/stopped/versions/1").status_code == 404

@@ -28,12 +28,17 @@ from tests.helpers import load_split
 from tests.service.support.databases import postgres_unavailable
 from tests.service.support.live import LiveServer, free_port
 
+# one client for this module's plain calls, keeping no connection between them (a fresh connection
+# each, as ``httpx.get`` and co make): those build a client and its SSL context (a CA bundle read, ~35 ms
+# of CPU) every call
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+
 BATCH = {"logits": EXAMPLE_LOGITS}
 
 
 def _fit(base: str, name: str, method: str = "temperature", timeout: float = 60) -> httpx.Response:
     body = {"method": method, "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}
-    return httpx.post(f"{base}/v1/calibrators/{name}/versions", json=body, timeout=timeout)
+    return HTTP.post(f"{base}/v1/calibrators/{name}/versions", json=body, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -46,7 +51,7 @@ def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, requ
     committed = {}
     for name in ("kept", "other"):
         assert _fit(base, name).status_code == 201
-        committed[name] = httpx.post(f"{base}/v1/calibrators/{name}/calibrate", json=BATCH).json()
+        committed[name] = HTTP.post(f"{base}/v1/calibrators/{name}/calibrate", json=BATCH).json()
     # a slow fit (Dirichlet on CIFAR-100, seconds) and a stream of small fits, killed mid-way
     input_kind, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
     slow = {"method": "dirichlet", input_kind: x_val.tolist(), "labels": y_val.tolist()}
@@ -72,15 +77,15 @@ def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, requ
             future.result()
     base = server.start()
     try:
-        assert httpx.get(f"{base}/v1/calibrators/slow").status_code == 404, "a killed fit left a calibrator"
+        assert HTTP.get(f"{base}/v1/calibrators/slow").status_code == 404, "a killed fit left a calibrator"
         for name, served in committed.items():
-            assert httpx.post(f"{base}/v1/calibrators/{name}/calibrate", json=BATCH).json() == served
-        stream = httpx.get(f"{base}/v1/calibrators/stream/versions?page_size=100")
+            assert HTTP.post(f"{base}/v1/calibrators/{name}/calibrate", json=BATCH).json() == served
+        stream = HTTP.get(f"{base}/v1/calibrators/stream/versions?page_size=100")
         stored = sorted(v["version"] for v in stream.json()["versions"]) if stream.status_code == 200 else []
         # every acknowledged fit survived, and every stored version is whole and servable
         assert set(acknowledged) <= set(stored)
         for version in stored:
-            out = httpx.post(f"{base}/v1/calibrators/stream/versions/{version}/calibrate", json=BATCH)
+            out = HTTP.post(f"{base}/v1/calibrators/stream/versions/{version}/calibrate", json=BATCH)
             assert out.status_code == 200 and out.json()["version"] == version
         # the next fit gets the next number: nothing half-written holds one
         assert _fit(base, "slow").json()["version"] == 1
@@ -99,19 +104,19 @@ def test_a_job_whose_process_died_is_reported_failed_not_running_for_ever(kind, 
     # 20 folds: about 11 s of work on a fast CPU (5 folds took 2.2 s, and the job could end
     # before the check below); the server is killed 2.5 s after the job started, whatever its length
     body = {input_kind: x_val.tolist(), "labels": y_val.tolist(), "folds": 20}
-    started = httpx.post(f"{base}/v1/compare", json=body, headers={"Prefer": "respond-async"}, timeout=60)
+    started = HTTP.post(f"{base}/v1/compare", json=body, headers={"Prefer": "respond-async"}, timeout=60)
     assert started.status_code == 202
     location = started.headers["location"]
     # its process may take seconds to start on a loaded machine; once running, the heartbeat
     # (every 0.2 s) keeps the live job running well past the stale time
-    assert _until(lambda: httpx.get(f"{base}{location}").json()["status"] == "running", 60)
+    assert _until(lambda: HTTP.get(f"{base}{location}").json()["status"] == "running", 60)
     time.sleep(2.5)
-    assert httpx.get(f"{base}{location}").json()["status"] == "running"
+    assert HTTP.get(f"{base}{location}").json()["status"] == "running"
     server.stop(kill=True)  # its job processes exit with it (they watch their parent)
     base = server.start()
     try:
         job = _until(lambda: (lambda j: j if j["status"] not in ("queued", "running") else None)(
-            httpx.get(f"{base}{location}").json()), 10)
+            HTTP.get(f"{base}{location}").json()), 10)
         assert job and job["status"] == "failed", job
         assert job["error"]["title"] == "Worker lost" and "no heartbeat" in job["error"]["detail"]
     finally:
@@ -196,7 +201,7 @@ def test_a_database_outage_is_503_and_the_service_recovers_without_a_restart(clu
     base = server.start()
     try:
         assert _fit(base, "demo").status_code == 201
-        before = httpx.post(f"{base}/v1/calibrators/demo/calibrate", json=BATCH).json()
+        before = HTTP.post(f"{base}/v1/calibrators/demo/calibrate", json=BATCH).json()
         infer = {"inputs": [{"name": "logits", "shape": [1, 3], "datatype": "FP64", "data": [1.0, 2.0, 3.0]}]}
         cluster.stop()
         requests = [
@@ -214,15 +219,15 @@ def test_a_database_outage_is_503_and_the_service_recovers_without_a_restart(clu
             assert response.headers["retry-after"] == "5"
             said = response.json()["error" if path.startswith("/v2") else "detail"]
             assert "database is unreachable" in said
-        ready = httpx.get(f"{base}/readyz", timeout=30)
+        ready = HTTP.get(f"{base}/readyz", timeout=30)
         assert ready.status_code == 503 and "unreachable" in ready.json()["database"]
-        assert httpx.get(f"{base}/v2/health/ready", timeout=30).status_code == 503
-        assert httpx.get(f"{base}/healthz").status_code == 200
-        assert httpx.get(f"{base}/v2/health/live").status_code == 200
+        assert HTTP.get(f"{base}/v2/health/ready", timeout=30).status_code == 503
+        assert HTTP.get(f"{base}/healthz").status_code == 200
+        assert HTTP.get(f"{base}/v2/health/live").status_code == 200
         cluster.start()
-        recovered = _until(lambda: httpx.get(f"{base}/readyz", timeout=30).status_code == 200, 30)
+        recovered = _until(lambda: HTTP.get(f"{base}/readyz", timeout=30).status_code == 200, 30)
         assert recovered, "readiness did not recover within 30 s of Postgres returning"
-        assert httpx.post(f"{base}/v1/calibrators/demo/calibrate", json=BATCH).json() == before
+        assert HTTP.post(f"{base}/v1/calibrators/demo/calibrate", json=BATCH).json() == before
         assert _fit(base, "demo").json()["version"] == 2
         assert server.process.poll() is None  # the same process throughout
     finally:

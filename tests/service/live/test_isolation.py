@@ -15,6 +15,11 @@ import pytest
 from tests.helpers import load_split
 from tests.service.support.live import LiveServer, live_server
 
+# one client for this module's plain calls, keeping no connection between them (a fresh connection
+# each, as ``httpx.get`` and co make): those build a client and its SSL context (a CA bundle read, ~35 ms
+# of CPU) every call
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+
 KIND, X, Y = load_split("cifar100_wrn16-4", "val")
 CANDIDATES = ["temperature", "ensemble_temperature", "expectation_consistency", "isotonic_multiclass",
               "isotonic_one_vs_all", "irova_ts"]
@@ -34,7 +39,7 @@ def test_heavy_requests_past_the_work_queue_get_503_while_readiness_answers(sqli
         fits = [pool.submit(httpx.post, f"{base}/v1/calibrators/slow-{i}/versions", content=body, headers=headers,
                             timeout=120) for i in range(2)]
         time.sleep(1.5)  # both admitted: one computing, one waiting
-        refused = httpx.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]})
+        refused = HTTP.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]})
         assert refused.status_code == 503 and refused.headers["Retry-After"] == "5", refused.text
         assert "CALIBRATION_WORK_THREADS" in refused.json()["detail"]
         waits = []
@@ -47,7 +52,7 @@ def test_heavy_requests_past_the_work_queue_get_503_while_readiness_answers(sqli
                 time.sleep(0.2)
         assert [fit.result().status_code for fit in fits] == [201, 201]
         assert waits and max(waits) < 1.0, waits
-        assert httpx.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]}).status_code == 200
+        assert HTTP.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]}).status_code == 200
 
 
 @pytest.mark.slow
@@ -86,7 +91,7 @@ def test_an_oversized_request_head_is_refused_and_the_server_serves_on(sqlite_ur
                 pass
         assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
         assert b"CALIBRATION_MAX_HEADER_BYTES" in answer
-        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert HTTP.get(f"{base}/healthz").status_code == 200
 
 
 def test_bodies_sent_too_slowly_get_408_and_free_their_connections(sqlite_url):
@@ -108,7 +113,7 @@ def test_bodies_sent_too_slowly_get_408_and_free_their_connections(sqlite_url):
                 connection.close()
         assert time.monotonic() - start < 8
         assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), {a[:40] for a in answers}
-        served = httpx.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]})
+        served = HTTP.post(f"{base}/v1/metrics", json={"probabilities": [[0.8, 0.2]], "labels": [0]})
         assert served.status_code == 200
 
 
@@ -130,9 +135,9 @@ def test_half_sent_heads_are_closed_and_the_server_serves_again(sqlite_url, tmp_
             connection = socket.create_connection(("127.0.0.1", server.port), timeout=10)
             connection.sendall(b"POST /v1/metrics HTTP/1.1\r\nHost: test\r\n")  # never the end of the head
             connections.append(connection)
-        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 503  # every slot held
+        assert HTTP.get(f"{base}/healthz", timeout=5).status_code == 503  # every slot held
         deadline = time.monotonic() + 10
-        while httpx.get(f"{base}/healthz", timeout=5).status_code != 200:
+        while HTTP.get(f"{base}/healthz", timeout=5).status_code != 200:
             assert time.monotonic() < deadline, "half-sent heads still hold the server"
             time.sleep(0.2)
         assert time.monotonic() - deadline + 10 >= 1.0  # not before the head deadline

@@ -17,6 +17,11 @@ from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
 from tests.service.support.live import live_server
 
+# one client for this module's plain calls, keeping no connection between them (a fresh connection
+# each, as ``httpx.get`` and co make): those build a client and its SSL context (a CA bundle read, ~35 ms
+# of CPU) every call
+HTTP = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+
 FITS = [
     # (data set, method, options)
     ("cifar10_resnet50_cross_entropy", "temperature", {}),
@@ -92,7 +97,7 @@ def test_end_to_end_on_real_data_and_restart(kind, request):
 
 
 def _example_fit(base: str, name: str) -> int:
-    response = httpx.post(f"{base}/v1/calibrators/{name}/versions", timeout=60,
+    response = HTTP.post(f"{base}/v1/calibrators/{name}/versions", timeout=60,
                           json={"method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS})
     assert response.status_code == 201, response.text
     return response.json()["version"]
@@ -104,15 +109,15 @@ def test_concurrent_fits_of_one_name_get_distinct_versions(kind, request):
     with live_server(url, workers=2) as base, concurrent.futures.ThreadPoolExecutor(16) as pool:
         versions = list(pool.map(lambda _: _example_fit(base, "contended"), range(50)))
         assert sorted(versions) == list(range(1, 51))
-        listed = httpx.get(f"{base}/v1/calibrators/contended/versions?page_size=100").json()["versions"]
+        listed = HTTP.get(f"{base}/v1/calibrators/contended/versions?page_size=100").json()["versions"]
         assert sorted(v["version"] for v in listed) == list(range(1, 51))
         # concurrent alias moves end in one of the requested states, readable everywhere
-        moves = list(pool.map(lambda v: httpx.put(f"{base}/v1/calibrators/contended/aliases/production",
+        moves = list(pool.map(lambda v: HTTP.put(f"{base}/v1/calibrators/contended/aliases/production",
                                                    json={"version": v}, timeout=30).status_code, range(1, 21)))
         assert set(moves) == {200}
-        final = httpx.get(f"{base}/v1/calibrators/contended").json()["aliases"]["production"]
+        final = HTTP.get(f"{base}/v1/calibrators/contended").json()["aliases"]["production"]
         assert 1 <= final <= 20
-        served = httpx.post(f"{base}/v1/calibrators/contended@production/calibrate",
+        served = HTTP.post(f"{base}/v1/calibrators/contended@production/calibrate",
                             json={"logits": EXAMPLE_LOGITS}).json()
         assert served["version"] == final
 
@@ -123,18 +128,18 @@ def test_two_instances_on_one_database_agree(kind, request):
     with live_server(url) as a, live_server(url) as b:
         batch = {"logits": EXAMPLE_LOGITS}
         assert _example_fit(a, "shared") == 1
-        assert httpx.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 1
+        assert HTTP.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 1
         body = {"method": "ensemble_temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}
-        assert httpx.post(f"{a}/v1/calibrators/shared/versions", json=body).json()["version"] == 2
-        assert httpx.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 2
-        httpx.put(f"{a}/v1/calibrators/shared/aliases/production", json={"version": 1})
-        assert httpx.post(f"{b}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 1
-        httpx.put(f"{b}/v1/calibrators/shared/aliases/production", json={"version": 2})
-        assert httpx.post(f"{a}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 2
+        assert HTTP.post(f"{a}/v1/calibrators/shared/versions", json=body).json()["version"] == 2
+        assert HTTP.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 2
+        HTTP.put(f"{a}/v1/calibrators/shared/aliases/production", json={"version": 1})
+        assert HTTP.post(f"{b}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 1
+        HTTP.put(f"{b}/v1/calibrators/shared/aliases/production", json={"version": 2})
+        assert HTTP.post(f"{a}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 2
         # a version deleted through one instance is gone from the other, cache or not
-        httpx.delete(f"{a}/v1/calibrators/shared/aliases/production")
-        assert httpx.delete(f"{a}/v1/calibrators/shared/versions/1").status_code == 204
-        gone = httpx.post(f"{b}/v1/calibrators/shared/versions/1/calibrate", json=batch)
+        HTTP.delete(f"{a}/v1/calibrators/shared/aliases/production")
+        assert HTTP.delete(f"{a}/v1/calibrators/shared/versions/1").status_code == 204
+        gone = HTTP.post(f"{b}/v1/calibrators/shared/versions/1/calibrate", json=batch)
         assert gone.status_code == 404
 
 
