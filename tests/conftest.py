@@ -4,6 +4,7 @@ import os
 import pytest
 from threadpoolctl import threadpool_limits
 
+from app.platform import allocator
 from tests.helpers import DATA, make_reference_input
 
 # one BLAS thread per test process: pytest-xdist runs four processes on this 2-core machine, and
@@ -14,6 +15,13 @@ from tests.helpers import DATA, make_reference_input
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 threadpool_limits(int(os.environ["OPENBLAS_NUM_THREADS"]))
+# glibc's mmap and trim thresholds fixed in each test process, as the service fixes them in its own
+# (``app.platform.allocator``): by default a freed temporary of a few hundred KiB goes back to the
+# system and the next one is faulted in again, page by page, which on this VM made ``np.exp`` of a
+# fresh 50 000-entry copy 6x slower than of the array itself (380 against 60 us). Without this the
+# thresholds of a test process depended on whether an earlier test had built the app
+# (``create_app`` fixes them). Only this process: the servers and workers the tests start fix their own.
+allocator.fix_thresholds()
 
 
 def pytest_addoption(parser):
