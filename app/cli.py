@@ -42,9 +42,8 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from alembic.util import CommandError
-
-    from .platform.migrate import describe_losses, downgrade, downgrade_losses, upgrade
+    # (alembic's error from the module that imports alembic as it should be: app.platform.migrate)
+    from .platform.migrate import CommandError, describe_losses, downgrade, downgrade_losses, upgrade
 
     url = get_settings().database_url
     try:

@@ -11,16 +11,33 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import sys
 
-from .jobs.runner import PROCRASTINATE_QUEUE, limit_blas_threads
 from .platform import allocator
-from .platform.db import normalise_url
+from .platform.threads import limit_blas_threads
 from .settings import get_settings
+
+# the supervisor imports no more than it needs (not SQLAlchemy, numpy or the jobs): each worker process
+# it spawns imports everything again for itself (~0.35 CPU-s a start, docs/benchmarks.md, "Process start-up")
+SCHEME = re.compile(r"([\w+]+)://")  # a URL's dialect[+driver], as SQLAlchemy's make_url reads it
+
+
+def _backend(database_url: str) -> str:
+    """``normalise_url(database_url).get_backend_name()``, without SQLAlchemy's import where the URL
+    is well formed (one that is not is left to SQLAlchemy, and its error)."""
+    scheme = SCHEME.match(database_url)
+    if scheme is None:
+        from .platform.db import normalise_url
+
+        return normalise_url(database_url).get_backend_name()
+    backend = scheme.group(1).split("+")[0]
+    return "postgresql" if backend == "postgres" else backend  # as normalise_url names it
 
 
 def _run_one(name: str) -> None:
+    from .jobs.runner import PROCRASTINATE_QUEUE
     from .wiring import procrastinate_app  # every job kind with its handler
 
     allocator.fix_thresholds()  # as the API's workers: freed arrays go back to the system
@@ -32,7 +49,7 @@ def _run_one(name: str) -> None:
 def run_workers(concurrency: int | None) -> int:
     """Start the worker processes and wait for them; returns the exit code."""
     settings = get_settings()
-    if normalise_url(settings.database_url).get_backend_name() == "sqlite":
+    if _backend(settings.database_url) == "sqlite":
         print("error: workers take jobs from Postgres (DATABASE_URL=postgresql://...); with SQLite the API "
               "process runs jobs itself", file=sys.stderr)
         return 2

@@ -39,6 +39,7 @@ from ..platform.db import Database, libpq_url, normalise_url
 from ..platform.errors import NotFound, Unavailable
 from ..platform.logs import first_line
 from ..platform.rows import utcnow
+from ..platform.threads import BLAS_VARIABLES, limit_blas_threads  # noqa: F401 (the job engines' names)
 from . import store as job_store
 from .status import JobStatus
 
@@ -110,16 +111,6 @@ def engine_name(job_engine: str, database_url: str) -> str:
     return "embedded" if normalise_url(database_url).get_backend_name() == "sqlite" else "procrastinate"
 
 
-BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def limit_blas_threads(threads: int) -> None:
-    """Give processes spawned from now on ``threads`` BLAS threads each (they read these variables
-    when they import numpy), unless the environment already says."""
-    for variable in BLAS_VARIABLES:
-        os.environ.setdefault(variable, str(threads))
-
-
 def _start_pool_process() -> None:
     """A pool process fixes glibc's malloc thresholds (``app.platform.allocator``: a job's freed arrays go
     back to the system) and exits when the API process that started it dies (it is re-parented),
@@ -138,7 +129,10 @@ def _start_pool_process() -> None:
 
 
 class EmbeddedEngine:
-    """Jobs in a pool of processes of the API process (spawned: no threads or locks inherited)."""
+    """Jobs in a pool of processes of the API process (spawned: no threads or locks inherited).
+    The pool is made by the first job offered to it, not at start-up: making one starts
+    ``multiprocessing``'s resource tracker (a process, for the pool's queue locks), which a server
+    that runs no job never needs (~0.05 CPU-s of every start, docs/benchmarks.md, "Process start-up")."""
 
     def __init__(self, task: Callable[[str, str, float], None], database_url: str, processes: int,
                  heartbeat_seconds: float, blas_threads: int = 1):
@@ -146,17 +140,31 @@ class EmbeddedEngine:
         self.task = task
         self.database_url = database_url
         self.heartbeat_seconds = heartbeat_seconds
-        self.pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_start_pool_process)
+        self.processes = processes
+        self.pool: ProcessPoolExecutor | None = None
+        self.closed = False
+        self.lock = threading.Lock()
 
     def enqueue(self, job_id: str) -> None:
-        self.pool.submit(self.task, self.database_url, job_id, self.heartbeat_seconds)
+        with self.lock:
+            if self.closed:  # as a shut-down pool's submit: the runner withdraws the job
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if self.pool is None:
+                self.pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_start_pool_process)
+            pool = self.pool
+        pool.submit(self.task, self.database_url, job_id, self.heartbeat_seconds)
 
     def shutdown(self) -> None:
         """Stop at once: running jobs are left to the heartbeat rule, queued ones stay queued and
         are offered again at the next start."""
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.lock:
+            self.closed = True
+            pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.terminate()
 

@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
 from importlib.resources import files
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.script.revision import ResolutionError
-from alembic.util import CommandError
 from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import Engine
+
+# Alembic imports Mako, whose HTML error pages highlight source with Pygments where it is installed
+# (~0.03 CPU-s of every server start, docs/benchmarks.md, "Process start-up"); migrations render no
+# such page: while Alembic is imported, Mako's import of its Pygments plugin fails and Mako falls back
+# to plain escaping, which it does without Pygments; later imports of the plugin are left alone
+_PYGMENTS_PLUGIN = "mako.ext.pygmentplugin"
+_blocked = _PYGMENTS_PLUGIN not in sys.modules
+if _blocked:
+    sys.modules[_PYGMENTS_PLUGIN] = None  # type: ignore[assignment]
+try:
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from alembic.script.revision import ResolutionError
+    from alembic.util import CommandError
+finally:
+    if _blocked:
+        del sys.modules[_PYGMENTS_PLUGIN]
 
 
 def include_name(name, type_, parent_names) -> bool:

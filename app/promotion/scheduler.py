@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from ..jobs.status import ACTIVE, JobStatus
 from ..monitoring import webhooks
 from ..observations import reads as observations
 from ..platform.errors import ServiceError
@@ -134,10 +133,10 @@ class Scheduler:
                 status = jobs.get(last.job_id)["status"]
             except ServiceError:  # purged after its retention: long ended, its outcome unknown
                 status = "gone"
-            if status == JobStatus.SUCCEEDED:
+            if status == "succeeded":
                 last.job_id = None
                 return False
-            if status in ACTIVE:
+            if status in ("queued", "running"):  # the job API's states (app.jobs.status)
                 return False
             last.ended, last.failures = True, last.failures + 1
             last.retry_tick = self.ticks + 2 ** min(last.failures - 1, RETRY_DOUBLINGS) - 1

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 import calibration as cal
 from calibration_client import Client
 from calibration_client.cli import app
 from tests.client.conftest import database, keyed_server
+from tests.client.runner import CliRunner
 from tests.helpers import DATA
 from tests.service.support.live import free_port
 

@@ -13,12 +13,12 @@ import re
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 import calibration as cal
 from calibration_client import Client
 from calibration_client.cli import app
 from tests.client.conftest import database, keyed_server
+from tests.client.runner import CliRunner
 from tests.helpers import DATA
 
 GENERATED = re.compile(r"[0-9a-f]{16}-(\d+)")

@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 import calibration as cal
 from calibration.power import Shift
@@ -19,6 +18,7 @@ from calibration_client import Client
 from calibration_client.cli import app
 from calibration_client.errors import InvalidInput, NotFound, PayloadTooLarge
 from tests.client.conftest import database, keyed_server
+from tests.client.runner import CliRunner
 
 LIMITS = {"CALIBRATION_POWER_MAX_STREAMS": "100", "CALIBRATION_POWER_MAX_LABELS": "20000",
           "CALIBRATION_POWER_MAX_ENTRIES": "10000000"}

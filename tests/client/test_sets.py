@@ -8,11 +8,11 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 import calibration as cal
 from calibration_client import InvalidInput, NotFound, PredictionSets
 from calibration_client.cli import app
+from tests.client.runner import CliRunner
 
 
 @pytest.fixture

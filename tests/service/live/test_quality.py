@@ -21,6 +21,18 @@ NAME = "resnet"
 METRICS = ("ece", "classwise_ece", "kde_ece", "nll", "brier", "accuracy", "mean_confidence")
 
 
+@pytest.fixture
+def client(database_url):
+    """The ``client`` fixture's app (tests/service/conftest.py), with the prediction log written by a
+    thread of the API process: these tests check quality, alarms and label shift over logged rows, not
+    the writer process (test_prediction_log_pipe's, and this module's live stream's), whose start
+    (~0.5 CPU-s, a Python process importing the app) each logging test paid."""
+    app = create_app(Settings(database_url=database_url, max_body_bytes=4 * 1024 * 1024, job_engine="embedded",
+                              log_writer="thread"))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
 @pytest.fixture(scope="module")
 def data():
     _, val, val_labels = load_split("cifar10_resnet50_cross_entropy", "val")

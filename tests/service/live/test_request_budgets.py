@@ -24,6 +24,21 @@ JSON_FIT = {"method": "temperature", "logits": [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3
             "labels": [0, 1, 2, 0]}
 
 
+@pytest.fixture
+def client(database_url):
+    """The ``client`` fixture's app (tests/service/conftest.py), with the prediction log written by a
+    thread of the API process: the label-shift and label tests check what a read loads, not the writer
+    process (test_prediction_log_pipe's), whose start (~0.5 CPU-s) each logging test paid."""
+    from starlette.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+    app = create_app(Settings(database_url=database_url, max_body_bytes=4 * 1024 * 1024, job_engine="embedded",
+                              log_writer="thread"))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
 def _count(value) -> int:
     if isinstance(value, dict):
         return sum(_count(v) for v in value.values())
@@ -269,7 +284,8 @@ def test_label_shift_over_the_read_budget_is_a_422_naming_the_setting_for_a_read
     from app.platform.migrate import upgrade
     from app.settings import Settings
     upgrade(sqlite_url)
-    settings = Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0)
+    settings = Settings(database_url=sqlite_url, api_keys_enabled=True, api_key_cache_seconds=0,
+                        log_writer="thread")  # as the client fixture's
     assert settings.max_read_entries == 1 << 23
     app = create_app(settings)
     write = keys.create_key(app.state.db, "writer", ["read", "write"])[1]
