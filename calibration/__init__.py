@@ -65,8 +65,10 @@ from .metrics.binned import (
     adaptive_ece,
     classwise_ece,
     ece,
+    ece_of_outcomes,
     mce,
     reliability_diagram,
+    top_label_outcomes,
 )
 from .metrics.bootstrap import Interval, bootstrap_interval
 from .metrics.kde import kde_ece
@@ -171,6 +173,7 @@ __all__ = [
     "ece",
     "ece_interval",
     "ece_interval_from_bins",
+    "ece_of_outcomes",
     "em_priors",
     "empirical_bernstein_cs",
     "expectation_consistency_gap",
@@ -199,6 +202,7 @@ __all__ = [
     "select",
     "softmax",
     "to_host",
+    "top_label_outcomes",
     "top_label_residuals",
     "top_n_accuracy",
     "validate_inputs",

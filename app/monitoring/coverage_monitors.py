@@ -41,8 +41,6 @@ from dataclasses import dataclass
 import numpy as np
 
 import calibration as cal
-from calibration.metrics._inputs import top_label_of
-from calibration.metrics.binned import _binned_error, equal_width_bin
 
 from ..conformal import adaptive
 from ..conformal.service import alpha_of
@@ -266,8 +264,8 @@ def recent_ece(service: Serving, name: str, calibrator_id: int, version: int, se
         probs, labels = residuals(service, name, version, session, missing)
         if len(labels) != sum(ref.n_rows - ref.skip for ref in missing):  # rows left out: the whole window, kept not
             probs, labels = residuals(service, name, version, session, index)
-            return (_ece(*top_label_of(probs, labels)), len(labels)) if len(labels) else (None, 0)
-        confidence, correct = top_label_of(probs, labels)
+            return (_ece(*cal.top_label_outcomes(probs, labels)), len(labels)) if len(labels) else (None, 0)
+        confidence, correct = cal.top_label_outcomes(probs, labels)
         at = 0
         for ref in missing:
             size = ref.n_rows - ref.skip
@@ -282,4 +280,4 @@ def recent_ece(service: Serving, name: str, calibrator_id: int, version: int, se
 
 def _ece(confidence: np.ndarray, correct: np.ndarray) -> float:
     """``calibration.ece`` (equal-width bins, L1) of top-label confidences and correctness."""
-    return _binned_error(equal_width_bin(confidence, N_BINS), confidence, correct, N_BINS, 1)
+    return cal.ece_of_outcomes(confidence, correct, N_BINS)

@@ -100,6 +100,25 @@ def ece(probs, labels, n_bins: int = 15, norm: int = 1) -> float:
     return _binned_error(equal_width_bin(confidence, n_bins), confidence, correct, n_bins, norm)
 
 
+def top_label_outcomes(probs, labels) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's top-label confidence and whether its argmax is the label (float64 n-vectors, on the
+    host): what ``ece`` bins, for a caller that keeps them per row (e.g. a sliding window)."""
+    return top_label_of(probs, labels)
+
+
+def ece_of_outcomes(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15, norm: int = 1) -> float:
+    """``ece`` of rows given by ``top_label_outcomes``: the same float as ``ece(probs, labels)`` on the
+    same rows in the same order."""
+    _check_bins(n_bins)
+    _check_norm(norm)
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    if confidence.ndim != 1 or confidence.shape != correct.shape:
+        raise ValueError(f"confidence and correct must be vectors of one length, got {confidence.shape} "
+                         f"and {correct.shape}")
+    return _binned_error(equal_width_bin(confidence, n_bins), confidence, correct, n_bins, norm)
+
+
 def validated_ece(p: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> float:
     """``ece(p, labels, n_bins)`` of a float64 numpy ``p`` and int64 labels that are already
     validated (rows summing to 1, labels in range): the kernel for a solver that evaluates the

@@ -8,7 +8,7 @@ from sklearn.metrics import brier_score_loss, log_loss
 
 import calibration as cal
 from calibration.metrics.binned import equal_width_bin
-from tests.helpers import synthetic_binary, true_binary_ece
+from tests.helpers import load_split, synthetic_binary, true_binary_ece
 
 BINNED = [cal.ece, cal.mce, cal.adaptive_ece, cal.classwise_ece]
 ALL = [*BINNED, cal.brier, cal.nll, cal.accuracy, cal.kde_ece, cal.expectation_consistency_gap]
@@ -294,3 +294,20 @@ def test_top_label_metrics_of_float32_probabilities_equal_those_of_their_float64
     bad[9, 1] += 0.5
     with pytest.raises(ValueError, match=r"row 9 sums to 1\.4"):
         cal.ece(bad, labels)
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_ece_of_kept_outcomes_is_the_ece_of_the_rows_to_the_bit(norm):
+    """A caller that keeps each row's top-label outcome (e.g. a sliding window of served rows) gets
+    exactly ``ece`` of the same rows, whether it took the outcomes in one batch or in pieces."""
+    _, probs, labels = load_split("cifar100_densenet-bc-100", "val")  # real probabilities
+    pieces = [cal.top_label_outcomes(probs[start:start + 700], labels[start:start + 700])
+              for start in range(0, len(labels), 700)]
+    confidence = np.concatenate([piece[0] for piece in pieces])
+    correct = np.concatenate([piece[1] for piece in pieces])
+    assert cal.ece_of_outcomes(confidence, correct, 15, norm) == cal.ece(probs, labels, 15, norm)
+    assert cal.ece_of_outcomes(*cal.top_label_outcomes(probs, labels), 10) == cal.ece(probs, labels, 10)
+    with pytest.raises(ValueError, match="one length"):
+        cal.ece_of_outcomes(confidence, correct[:-1])
+    with pytest.raises(ValueError):
+        cal.ece_of_outcomes(confidence, correct, n_bins=0)
