@@ -37,13 +37,23 @@ def _backend(database_url: str) -> str:
 
 
 def _run_one(name: str) -> None:
+    from procrastinate.exceptions import ConnectorException
+    from psycopg.errors import UndefinedFunction, UndefinedTable
+
     from .jobs.runner import PROCRASTINATE_QUEUE
     from .wiring import procrastinate_app  # every job kind with its handler
 
     allocator.fix_thresholds()  # as the API's workers: freed arrays go back to the system
     app = procrastinate_app()
-    app.run_worker(queues=[PROCRASTINATE_QUEUE], concurrency=1, name=name, install_signal_handlers=True,
-                   shutdown_graceful_timeout=get_settings().worker_shutdown_seconds)
+    try:
+        app.run_worker(queues=[PROCRASTINATE_QUEUE], concurrency=1, name=name, install_signal_handlers=True,
+                       shutdown_graceful_timeout=get_settings().worker_shutdown_seconds)
+    except ConnectorException as exc:
+        if not isinstance(exc.__cause__, UndefinedFunction | UndefinedTable):
+            raise
+        print("error: the database has no job queue (Procrastinate's schema): run `calibration-service migrate` "
+              f"first ({str(exc.__cause__).splitlines()[0]})", file=sys.stderr)
+        sys.exit(2)
 
 
 def run_workers(concurrency: int | None) -> int:

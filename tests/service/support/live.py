@@ -102,9 +102,6 @@ class LiveServer:
         self.process = subprocess.Popen([*self.command_prefix, sys.executable, "-m", "app.cli", "serve"], cwd=REPO,
                                         env=self.environment,
                                         stdout=self.output, stderr=subprocess.STDOUT)
-        if self.with_worker:
-            self.worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--concurrency", "1"], cwd=REPO,
-                                           env=self.environment, stdout=self.output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         # the server listens only once its start-up (migrations, the application, the lifespan) is
         # done: until then a bare connect is refused, at ~15 µs of CPU, where an HTTP poll costs ~0.3 ms;
@@ -116,6 +113,11 @@ class LiveServer:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server or worker not ready in 60 s: {self._said()}")
             time.sleep(0.05)
+        if self.with_worker:
+            # after the migrations, as docker-compose starts it (``depends_on: migrate``): a worker that
+            # finds no Procrastinate tables exits (its first query, the stalled workers' prune, fails)
+            self.worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--concurrency", "1"], cwd=REPO,
+                                           env=self.environment, stdout=self.output, stderr=subprocess.STDOUT)
         engine = database_engine(self.database_url) if self.worker is not None else None
         try:
             with httpx.Client(timeout=1) as http:

@@ -6,6 +6,7 @@ importers still get."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -64,3 +65,15 @@ def test_alembic_is_imported_without_mako_s_pygments_plugin_which_later_imports_
             "assert 'mako.ext.pygmentplugin' not in sys.modules; "
             "import mako.ext.pygmentplugin; assert 'pygments' in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+@pytest.mark.postgres
+def test_a_worker_on_a_database_not_migrated_says_to_migrate_and_exits_2(postgres_url):
+    """A worker started before ``calibration-service migrate`` (compose orders them; a hand-run start
+    may not) finds no job queue in the database: it says what to run instead of Procrastinate's bare
+    ``ConnectorException`` traceback, and exits 2, as it does on SQLite."""
+    env = {**os.environ, "DATABASE_URL": postgres_url, "CALIBRATION_JOB_ENGINE": "procrastinate"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "worker", "--concurrency", "1"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "calibration-service migrate" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
