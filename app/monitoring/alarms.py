@@ -275,7 +275,7 @@ def _save(db: Database, calibrator: tuple[str, int], version: int, signal: str, 
     try:
         with db.write() as session:
             row = alarm_store.monitor(session, calibrator_id, version, signal)
-            if row is not None and expected_last is not None and row.last_chunk_id != expected_last:
+            if row is not None and row.last_chunk_id != expected_last:  # None: it had no row, now it has one
                 return False
             if row is None:
                 row = DriftMonitorRow(calibrator_id=calibrator_id, version=version, signal=signal, **values)
