@@ -19,6 +19,7 @@ import calibration as cal
 from calibration.comparison import METRICS, Comparison, MethodResult, candidate, default_candidates
 from calibration.metrics.scores import tail_risk
 from calibration.selection import CLEAR_FACTOR, select
+from tests.helpers import sweep
 
 
 def separable_in_validation(seed=0, n_val=2000, n_test=10000, k=10, overlap_test=0.05):
@@ -56,7 +57,10 @@ def trap_test_nll(seed):
     return {c.name: held_out_nll(c.name, "logits", z, y, z_test, y_test) for c in default_candidates(len(y), 10)}
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# seed 0 in the default run (the trap, its cross-validation winner and the guard's refusal, each
+# asserted); seeds 1 and 2, the same trap drawn again (~4 s each, auto's 5-fold Dirichlet fits), with
+# --full-sweeps
+@pytest.mark.parametrize("seed", sweep([0, 1, 2], [0]))
 def test_auto_does_not_take_the_trap(seed):
     auto, z_test, y_test = trap_auto(seed)
     raw = cal.nll(cal.softmax(z_test), y_test)
