@@ -154,10 +154,12 @@ def auto_on(name: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sweep(DATASETS, ["cifar10_lenet5", "cifar100_wrn16-4", "cifar100_densenet-bc-100"]))
+@pytest.mark.parametrize("name", sweep(DATASETS, ["cifar10_lenet5", "cifar100_densenet-bc-100"]))
 def test_auto_is_within_two_percent_of_the_best_candidate_on_test(name):
     """Within 1% before issue #23 item 2; the simplicity guard keeps TS on cifar100_wrn16-4,
-    where vector scaling loses 3 folds of 5 and ends 1.05% better on test in hindsight."""
+    where vector scaling loses 3 folds of 5 and ends 1.05% better on test in hindsight.
+    The default run keeps one set of 10 classes and one of 100 (DenseNet, whose auto fit the
+    Mix-n-Match test shares); cifar100_wrn16-4 (~6 s) and the rest run with --full-sweeps."""
     auto = auto_on(name)
     kind, x, y = load_split(name, "val")
     _, x_test, y_test = load_split(name, "test")
