@@ -125,25 +125,34 @@ def paired_client(request):
         yield test_client
 
 
-# each method once, on one database each (the 20 000-row stream costs ~30 s a run): both methods and both
+# each method once, on one database each (the 10 000-row stream costs ~15 s a run): both methods and both
 # databases are covered, and the stored state's path is the same on both
 @pytest.mark.parametrize(("paired_client", "method"), [
     ("sqlite", "aci"), pytest.param("postgres", "dtaci", marks=pytest.mark.postgres)], indirect=["paired_client"])
 def test_adaptive_sets_keep_their_coverage_where_split_conformal_drops(paired_client, data, method):
-    """20 000 shifted rows (the test split four times, shuffled) served in batches of 250, each batch's
+    """10 000 shifted rows (the test split twice, shuffled) served in batches of 250, each batch's
     labels posted and the evaluation run before the next is served: the adaptive sets served cover
     0.9 +- 0.01 of the posted labels (the start, while the level moves from alpha to where the shift needs
-    it, costs ``(alpha - alpha_T) / (gamma T)``: 20 000 rows keep it well inside); the split-conformal sets
-    of the same rows about 0.79. The stored state applied each label once."""
+    it, costs ``(alpha - alpha_T) / (gamma T)``); the split-conformal sets of the same rows about 0.79.
+    The stored state applied each label once.
+
+    The tolerance at T = 10 000 (was 20 000; measured: ACI 0.8998 served, DtACI 0.8990, split 0.7925).
+    ACI's levels add up: ``alpha_final = alpha + gamma sum_t (alpha - err_t)``, batches or not, so its
+    coverage misses 0.9 by exactly ``|alpha - alpha_final| / (gamma T)``; 0.01 allows
+    ``|alpha - alpha_final| <= 0.01 * 0.005 * 10 000 = 0.5``, where the shift's level is about 0.03 and a
+    batch of 250 moves it by about ``gamma sqrt(250 * 0.09) = 0.024``. DtACI: even its slowest expert
+    alone (gamma 0.001) would cost ``(0.1 - 0.03) / 10 = 0.007``. Split conformal: binomial, sd
+    ``sqrt(0.79 * 0.21 / 10 000) = 0.004``, so 0.85 is 15 sd above it; an adaptive level that never moves
+    serves split's sets and fails the 0.01 band by 0.1."""
     client = paired_client
     _, _, test, test_labels = data
     fitted, stored = _setup(client, data, adaptive=method)
     assert stored["options"]["adaptive"] == method
     val, val_labels = data[0], data[1]
     split = cal.SetPredictor.fit(fitted.predict_proba(val[2500:]), val_labels[2500:], score="lac", alphas=[0.1])
-    order = np.random.default_rng(0).permutation(np.tile(np.arange(5000), 4))
+    order = np.random.default_rng(0).permutation(np.tile(np.arange(5000), 2))
     covered, split_covered = [], []
-    for start in range(0, 20_000, 250):
+    for start in range(0, 10_000, 250):
         rows = order[start:start + 250]
         probs, labels = doubled(test[rows]), test_labels[rows]
         mask = _serve_and_label(client, probs, labels, start)
@@ -155,7 +164,7 @@ def test_adaptive_sets_keep_their_coverage_where_split_conformal_drops(paired_cl
     assert fixed < 0.85, fixed
     _ok(client.post(f"/v1/calibrators/{NAME}/alarms/evaluate"))  # nothing new: nothing applied twice
     (state,) = _ok(client.get(f"{SETS}/{stored['id']}"))["adaptive"]
-    assert state["method"] == method and state["coverage"] == 0.9 and state["n_rows"] == 20_000
+    assert state["method"] == method and state["coverage"] == 0.9 and state["n_rows"] == 10_000
     assert abs(state["observed_coverage"] - 0.9) <= 0.01 and state["level"] < 0.1  # wider sets than split's
 
 
