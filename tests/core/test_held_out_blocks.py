@@ -44,8 +44,8 @@ def test_a_short_last_held_out_block_joins_the_one_before():
     labels = rng.integers(0, 200, 5622)
     logits = 2 * rng.standard_normal((5622, 200))
     logits[np.arange(5622), labels] += 3.0
-    fitted = cal.create("matrix", {"max_iterations": 5}).fit_batch(cal.validate_inputs(logits[:3000], "logits"),
-                                                                   labels[:3000], warn=False)
+    fitted = cal.create("matrix", {"max_iterations": 5}).fit_batch(cal.validate_inputs(logits[:600], "logits"),
+                                                                   labels[:600], warn=False)
     test = logits[3000:]  # 2622 rows: row blocks of 2621 and 1
     assert [b.stop - b.start for b in row_blocks(len(test), 200)] == [2621, 1]
     whole = fitted.predict_batch(InputBatch(logits=test))
