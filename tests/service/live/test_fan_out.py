@@ -158,11 +158,12 @@ def test_cancelling_a_fanned_out_comparison_cancels_its_parts(procrastinate):
 @pytest.mark.slow
 @pytest.mark.failed_jobs
 def test_a_part_whose_worker_is_killed_is_run_by_the_parent_and_the_auto_fit_stores_the_same_version(procrastinate):
-    """Half the validation rows: each part still runs for seconds, long enough to be found running
-    and killed (the test fails if no part is found running elsewhere)."""
+    """Half the validation rows, 5 folds: each part still runs for about two seconds (its half of
+    the folds of every candidate), long enough to be found running by a poll every 50 ms and killed
+    (the test fails if no part is found running elsewhere)."""
     url, http, workers = procrastinate
     kind, x, y = load_split("cifar100_densenet-bc-100", "val")
-    body = {"method": "auto", "options": {"folds": 10}, kind: x[:2500].tolist(), "labels": y[:2500].tolist()}
+    body = {"method": "auto", "options": {"folds": 5}, kind: x[:2500].tolist(), "labels": y[:2500].tolist()}
     workers(2)
     live_workers(url, 2)
     undisturbed = http.post("/v1/calibrators/all-parts/versions", json=body, headers={"Prefer": "respond-async"})
