@@ -173,10 +173,8 @@ class Client(_Methods):
     ``url`` and ``api_key`` default to ``$CALIBRATION_URL`` (else ``http://127.0.0.1:8000``) and
     ``$CALIBRATION_API_KEY``. ``retries`` more tries follow a 429, a 503 or a transport error,
     after the answer's ``Retry-After`` or an exponential backoff; every POST carries one
-    ``Idempotency-Key`` reused on its retries. Other keyword arguments go to ``httpx.Client``
-    (``verify``, ``transport``, ``event_hooks``, ...); an ``http://`` service without transport
-    options gets httpx's defaults with TLS set up only for an ``https://`` request
-    (``PlainHTTPTransport``). Use as a context manager or ``close()``."""
+    ``Idempotency-Key`` reused on its retries. Other keyword arguments go to ``httpx.Client`` (``verify``,
+    ``transport``, ...; none: ``PlainHTTPTransport`` for ``http://``). A context manager, or ``close()``."""
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_backoff: float = 30.0,
