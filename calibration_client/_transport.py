@@ -3,13 +3,15 @@ the async client: ``Call`` (send this request, give me the response), ``Sleep`` 
 ``Report`` (tell the caller's progress callback); ``prepare`` (the keyword arguments of every try
 of a call: one ``Idempotency-Key`` per POST, reused on its retries), ``RetryPolicy`` (which
 answers are retried, and after how long: ``Retry-After`` or exponential backoff with full
-jitter) and ``problem`` (an error answer as its typed exception)."""
+jitter), ``problem`` (an error answer as its typed exception) and ``PlainHTTPTransport`` (a
+service at an ``http://`` address without the cost of TLS set-up)."""
 
 from __future__ import annotations
 
 import email.utils
 import json
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Generator
@@ -124,3 +126,43 @@ def problem(response: httpx.Response) -> CalibrationError:
         type=fields.get("type") or "about:blank", instance=fields.get("instance") or response.request.url.path,
         request_id=fields.get("request_id") or response.headers.get("x-request-id"),
         headers=dict(response.headers), body=body)
+
+
+# -- a plain-HTTP service -------------------------------------------------------------------
+
+
+class PlainHTTPTransport(httpx.BaseTransport):
+    """httpx's default transport for a service at an ``http://`` address, without reading the CA
+    bundle: httpx makes an SSL context with every transport, certificates loaded (~70 ms of CPU,
+    as much as a short ``calibration`` command's own work), which plain-HTTP connections never use.
+    The plain connections get a context with no trusted certificate (nothing in TLS would verify,
+    so nothing would connect), and the first ``https://`` request (an absolute URL, a redirect
+    followed) makes httpx's default transport, certificates and all, for itself and later ones."""
+
+    def __init__(self) -> None:
+        self._plain = httpx.HTTPTransport(verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+        self._tls: httpx.HTTPTransport | None = None
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme == "http":
+            return self._plain.handle_request(request)
+        if self._tls is None:
+            self._tls = httpx.HTTPTransport()
+        return self._tls.handle_request(request)
+
+    def close(self) -> None:
+        self._plain.close()
+        if self._tls is not None:
+            self._tls.close()
+
+
+#: ``httpx.Client`` options that set up its transport: given any, the client leaves it to httpx
+TRANSPORT_OPTIONS = frozenset({"transport", "verify", "cert", "http1", "http2", "limits", "proxy", "mounts"})
+
+
+def plain_http_transport(url: str, options: dict) -> dict:
+    """``options`` with a ``PlainHTTPTransport`` for an ``http://`` service where they leave the
+    transport to httpx's defaults (else ``options`` as they are)."""
+    if not url.startswith("http://") or TRANSPORT_OPTIONS & options.keys():
+        return options
+    return {**options, "transport": PlainHTTPTransport()}

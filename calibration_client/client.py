@@ -173,15 +173,16 @@ class Client(_Methods):
     ``url`` and ``api_key`` default to ``$CALIBRATION_URL`` (else ``http://127.0.0.1:8000``) and
     ``$CALIBRATION_API_KEY``. ``retries`` more tries follow a 429, a 503 or a transport error,
     after the answer's ``Retry-After`` or an exponential backoff; every POST carries one
-    ``Idempotency-Key`` reused on its retries. Other keyword arguments go to ``httpx.Client``
-    (``verify``, ``transport``, ``event_hooks``, ...). Use as a context manager or ``close()``."""
+    ``Idempotency-Key`` reused on its retries. Other keyword arguments go to ``httpx.Client`` (``verify``,
+    ``transport``, ...; none: ``PlainHTTPTransport`` for ``http://``). A context manager, or ``close()``."""
 
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_backoff: float = 30.0,
                  max_retry_after: float = 120.0, headers: dict[str, str] | None = None, **httpx_options):
         self.url, sent, self.retry = _settings(url, api_key, retries, backoff, max_backoff, max_retry_after,
                                                headers)
-        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=sent, **httpx_options)
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=sent,
+                                  **transport.plain_http_transport(self.url, httpx_options))
 
     def __enter__(self) -> Client:
         return self

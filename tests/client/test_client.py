@@ -5,9 +5,12 @@ with the server's detail, and a compare job reports increasing progress."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import subprocess
 import sys
 
+import httpx
 import numpy as np
 import pytest
 
@@ -25,6 +28,7 @@ from calibration_client import (
     Unauthorized,
     Version,
 )
+from calibration_client._transport import PlainHTTPTransport
 from tests.client.conftest import MAX_BODY_BYTES
 from tests.helpers import REPO
 
@@ -56,6 +60,31 @@ def test_the_command_line_does_not_import_httpx_s_own_command_line():
             "assert not loaded, loaded")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+def test_a_client_of_an_http_service_reads_no_certificates_and_its_https_requests_verify():
+    """A client of an ``http://`` service makes no SSL context with the trusted certificates (the CA
+    bundle read, ~70 ms of CPU in every ``calibration`` command); its plain connections' context
+    trusts no certificate (TLS through it could verify nothing), and an ``https://`` request gets
+    httpx's default transport, whose context has the CA bundle and checks host names. Transport
+    options, or an ``https://`` service, leave the transport to httpx."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens: each request is refused
+    with Client(f"http://127.0.0.1:{port}", retries=0) as client:
+        transport = client._http._transport
+        assert isinstance(transport, PlainHTTPTransport)
+        plain = transport._plain._pool._ssl_context
+        assert plain.cert_store_stats()["x509_ca"] == 0 and plain.verify_mode == ssl.CERT_REQUIRED
+        assert transport._tls is None
+        with pytest.raises(httpx.ConnectError):
+            client._http.get(f"https://127.0.0.1:{port}/v1/methods")
+        assert transport._tls is not None
+        tls = transport._tls._pool._ssl_context
+        assert tls.cert_store_stats()["x509_ca"] > 0 and tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname
+    for url, options in ((f"https://127.0.0.1:{port}", {}), (f"http://127.0.0.1:{port}", {"verify": False})):
+        with Client(url, retries=0, **options) as client:
+            assert type(client._http._transport) is httpx.HTTPTransport
+
 
 def test_fit_and_calibrate_equal_the_core_in_process(client, cifar):
     logits, labels = cifar

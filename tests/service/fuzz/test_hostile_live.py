@@ -115,8 +115,8 @@ def _cases() -> list[tuple[str, str, str, dict, int, str]]:
                     reason="needs /proc and prlimit")
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_hostile_requests_against_a_memory_capped_server(kind, request, tmp_path):
-    url = request.getfixturevalue(f"{kind}_url")
-    server = LiveServer(url, env=SETTINGS, log_file=tmp_path / "server.log", worker=kind == "postgres",
+    url = request.getfixturevalue(f"migrated_{kind}_url")
+    server = LiveServer(url, env=SETTINGS, log_file=tmp_path / "server.log", worker=kind == "postgres", migrated=True,
                         command_prefix=["prlimit", f"--as={ADDRESS_SPACE}", "--"])
     base = server.start()
     slowest, probing = [0.0], threading.Event()

@@ -91,7 +91,7 @@ def test_fit_auto_stores_the_choice_and_its_comparison(client):
 
 
 @pytest.mark.slow
-def test_a_long_comparison_does_not_block_other_requests(sqlite_url):
+def test_a_long_comparison_does_not_block_other_requests(migrated_sqlite_url):
     """One worker: a comparison of several seconds is in flight while other requests are served,
     and its job reports intermediate progress."""
     kind, x, y = load_split("cifar100_lenet5", "val")
@@ -99,7 +99,7 @@ def test_a_long_comparison_does_not_block_other_requests(sqlite_url):
     np.savez(buffer, **{kind: x, "labels": y})
     archive = buffer.getvalue()
     # a sync budget no comparison exceeds: the first one runs in its request, as asked
-    with live_server(sqlite_url, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "1e9"}) as base, \
+    with live_server(migrated_sqlite_url, migrated=True, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "1e9"}) as base, \
             httpx.Client(base_url=base, timeout=300) as http:
         done = threading.Event()
 

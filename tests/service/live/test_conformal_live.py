@@ -53,10 +53,11 @@ def test_sets_served_labels_late_coverage_adaptive_threshold_and_alarm(kind, req
     _, val, val_labels = load_split("cifar10_lenet5", "val")
     _, test, test_labels = load_split("cifar10_lenet5", "test")
     hook = receiver([200])
-    url = request.getfixturevalue(f"{kind}_url")
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     rng = np.random.default_rng(5)
     env = {"CALIBRATION_LOG_FLUSH_SECONDS": "0.2", "CALIBRATION_ALARM_WEBHOOK_URL": hook.url}
-    with live_server(url, env=env, log_file=tmp_path / "server.log", worker=kind == "postgres") as base, \
+    with live_server(url, env=env, log_file=tmp_path / "server.log", worker=kind == "postgres",
+                     migrated=True) as base, \
             httpx.Client(base_url=base, timeout=120) as client:
         _ok(client.post(f"/v1/calibrators/{NAME}/versions", json={
             "method": "temperature", "probabilities": val[:2500].tolist(), "labels": val_labels[:2500].tolist()}), 201)

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import calibration as cal
-from app.platform.migrate import upgrade
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import make_reference_input
 from tests.service.support.browser import Isolated, not_blank
+from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.live import live_server
 
 NAME = "dash-demo"
@@ -30,16 +30,16 @@ SHOWN = {"calibrators": "/ui", "versions": f"/ui/calibrators/{NAME}", "version-1
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, sqlite_head):
     """A live server with two versions of one calibrator: v1 temperature scaling fitted in the
     request, v2 ``auto`` fitted as a job (so the jobs page has one and v2 a comparison), alias
     ``production`` on v1; and a comparison run as a job."""
     folder = tmp_path_factory.mktemp("dashboard")
-    url = f"sqlite:///{folder / 'calibration.db'}"
-    upgrade(url)
+    url = copy_sqlite_database(sqlite_head, folder / "calibration.db")
     logits, labels = make_reference_input(n=1500, k=4, seed=2)
     fit = {"logits": logits.tolist(), "labels": labels.tolist()}
-    with live_server(url, log_file=folder / "server.log") as base, httpx.Client(base_url=base, timeout=60) as api:
+    with live_server(url, log_file=folder / "server.log", migrated=True) as base, \
+            httpx.Client(base_url=base, timeout=60) as api:
         assert api.post(f"/v1/calibrators/{NAME}/versions", json={**fit, "method": "temperature",
                                                                  "description": DESCRIPTION}).status_code == 201
         job = api.post(f"/v1/calibrators/{NAME}/versions", json={**fit, "method": "auto"},
@@ -231,21 +231,21 @@ def test_try_it_out_fits_then_calibrates_from_the_docs(page, server, shots):
     assert page.elsewhere == [] and page.errors == []
 
 
-def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, tmp_path, shots):
+def test_with_keys_on_a_browser_signs_in_once_and_reads_every_page(browser, migrated_sqlite_url, tmp_path, shots):
     """A server with API keys on: the dashboard answers the sign-in form, a read key typed into
     it is kept in the cookie, the pages then show, and signing out ends it."""
     from app.access import keys
     from app.platform.db import Database
 
-    url = f"sqlite:///{tmp_path / 'calibration.db'}"
-    upgrade(url)
+    url = migrated_sqlite_url
     database = Database(url)
     try:
         read_key = keys.create_key(database, "dashboard reader", ["read"])[1]
         write_key = keys.create_key(database, "fitter", ["write"])[1]
     finally:
         database.dispose()
-    with live_server(url, env={"CALIBRATION_API_KEYS_ENABLED": "true"}, log_file=tmp_path / "server.log") as base:
+    with live_server(url, env={"CALIBRATION_API_KEYS_ENABLED": "true"}, log_file=tmp_path / "server.log",
+                     migrated=True) as base:
         fitted = httpx.post(f"{base}/v1/calibrators/keyed/versions", headers={"X-API-Key": write_key}, timeout=30,
                             json={"method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS})
         assert fitted.status_code == 201

@@ -14,9 +14,9 @@ import time
 import httpx
 import pytest
 
-from app.platform.migrate import upgrade
 from tests.helpers import load_split
 from tests.service.support.browser import Isolated, not_blank
+from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.live import live_server
 
 NAME = "resnet"
@@ -39,18 +39,18 @@ def _serve_and_label(api: httpx.Client, logits, labels, prefix: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, sqlite_head):
     """v1 fitted on 2000 CIFAR-10 validation rows and served as ``production`` with logging; 1500
     test rows served as fitted and labelled, then 1500 with logits x4; the monitors evaluated
     (the labelled one alarms); v2 refitted on the labelled rows, 600 more rows observed, v2
     evaluated against v1 and promoted with that evaluation as evidence. The scheduler is off so
     that only these evaluations run."""
     folder = tmp_path_factory.mktemp("dashboard-health")
-    url = f"sqlite:///{folder / 'calibration.db'}"
-    upgrade(url)
+    url = copy_sqlite_database(sqlite_head, folder / "calibration.db")
     _, val, val_labels = load_split("cifar10_resnet50_cross_entropy", "val")
     _, test, test_labels = load_split("cifar10_resnet50_cross_entropy", "test")
-    with live_server(url, env={"CALIBRATION_SCHEDULE_SECONDS": "0"}, log_file=folder / "server.log") as base, \
+    with live_server(url, env={"CALIBRATION_SCHEDULE_SECONDS": "0"}, log_file=folder / "server.log",
+                     migrated=True) as base, \
             httpx.Client(base_url=base, timeout=60) as api:
         _ok(api.post(f"/v1/calibrators/{NAME}/versions", json={"method": "temperature", "logits": val[:2000].tolist(),
                                                                "labels": val_labels[:2000].tolist()}), 201)

@@ -17,9 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from app.platform.db import make_engine
-from app.platform.migrate import upgrade
 from tests.helpers import load_split
-from tests.service.support.databases import create_postgres_database
+from tests.service.support.databases import create_postgres_database_from
 from tests.service.support.jobs import KIND, Workers, X, Y, wait_for
 from tests.service.support.live import live_server
 
@@ -104,8 +103,10 @@ def check_fanned_out_auto_fit(http: httpx.Client, database_url: str, parts: int)
     return found
 
 
-def test_the_embedded_pool_runs_the_parts_itself_with_fan_out_on(sqlite_url):
-    with live_server(sqlite_url, env={"CALIBRATION_JOB_ENGINE": "embedded", "CALIBRATION_JOB_FAN_OUT": "on"}) as base, \
+def test_the_embedded_pool_runs_the_parts_itself_with_fan_out_on(migrated_sqlite_url):
+    sqlite_url = migrated_sqlite_url
+    with live_server(sqlite_url, env={"CALIBRATION_JOB_ENGINE": "embedded", "CALIBRATION_JOB_FAN_OUT": "on"},
+                     migrated=True) as base, \
             httpx.Client(base_url=base, timeout=120) as http:
         parts = check_fanned_out_comparison(http, 1)  # one process runs them: one part, no fold's work twice
         parts += check_fanned_out_auto_fit(http, sqlite_url, 1)
@@ -157,11 +158,12 @@ def test_cancelling_a_fanned_out_comparison_cancels_its_parts(procrastinate):
 @pytest.mark.slow
 @pytest.mark.failed_jobs
 def test_a_part_whose_worker_is_killed_is_run_by_the_parent_and_the_auto_fit_stores_the_same_version(procrastinate):
-    """Half the validation rows: each part still runs for seconds, long enough to be found running
-    and killed (the test fails if no part is found running elsewhere)."""
+    """Half the validation rows, 5 folds: each part still runs for about two seconds (its half of
+    the folds of every candidate), long enough to be found running by a poll every 50 ms and killed
+    (the test fails if no part is found running elsewhere)."""
     url, http, workers = procrastinate
     kind, x, y = load_split("cifar100_densenet-bc-100", "val")
-    body = {"method": "auto", "options": {"folds": 10}, kind: x[:2500].tolist(), "labels": y[:2500].tolist()}
+    body = {"method": "auto", "options": {"folds": 5}, kind: x[:2500].tolist(), "labels": y[:2500].tolist()}
     workers(2)
     live_workers(url, 2)
     undisturbed = http.post("/v1/calibrators/all-parts/versions", json=body, headers={"Prefer": "respond-async"})
@@ -191,15 +193,14 @@ def test_a_part_whose_worker_is_killed_is_run_by_the_parent_and_the_auto_fit_sto
 # settings), started once instead of once a test: each reads only its own job's parts (a comparison's
 # have no calibrator, an ``auto`` fit's its calibrator's name) and none kills a worker
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory):
-    url, drop = create_postgres_database()
+def two_workers(tmp_path_factory, request):
+    url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
     folder = tmp_path_factory.mktemp("fan-out")
     try:
-        upgrade(url)
         env = {"CALIBRATION_JOB_ENGINE": "procrastinate", "CALIBRATION_JOB_STALE_SECONDS": "3"}
         started = []
         try:
-            with live_server(url, env=env, log_file=folder / "server.log") as base, \
+            with live_server(url, env=env, log_file=folder / "server.log", migrated=True) as base, \
                     httpx.Client(base_url=base, timeout=120) as http:
                 started.append(Workers(url, 2, env, open(folder / "workers.log", "ab")))  # noqa: SIM115
                 live_workers(url, 2)

@@ -44,9 +44,10 @@ def _fit(base: str, name: str, method: str = "temperature", timeout: float = 60)
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, request, tmp_path):
-    url = request.getfixturevalue(f"{kind}_url")
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     # no sync budget: the slow fit runs in its request, which the kill cuts off
-    server = LiveServer(url, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "1e9"}, log_file=tmp_path / "server.log")
+    server = LiveServer(url, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "1e9"}, log_file=tmp_path / "server.log",
+                        migrated=True)
     base = server.start()
     committed = {}
     for name in ("kept", "other"):
@@ -96,9 +97,9 @@ def test_a_server_killed_mid_fit_loses_only_what_was_not_acknowledged(kind, requ
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_job_whose_process_died_is_reported_failed_not_running_for_ever(kind, request, tmp_path):
-    url = request.getfixturevalue(f"{kind}_url")
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     server = LiveServer(url, env={"CALIBRATION_JOB_STALE_SECONDS": "2", "CALIBRATION_JOB_ENGINE": "embedded"},
-                        log_file=tmp_path / "server.log", expect_failed_jobs=True)  # the killed one
+                        log_file=tmp_path / "server.log", expect_failed_jobs=True, migrated=True)  # the killed one
     base = server.start()
     input_kind, x_val, y_val = load_split("cifar100_densenet-bc-100", "val")
     # 20 folds: about 11 s of work on a fast CPU (5 folds took 2.2 s, and the job could end

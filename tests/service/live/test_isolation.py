@@ -31,11 +31,12 @@ IN_REQUEST = {"CALIBRATION_SYNC_BUDGET_SECONDS": "1e9"}  # slow fits stay in the
 
 
 @pytest.mark.slow
-def test_heavy_requests_past_the_work_queue_get_503_while_readiness_answers(sqlite_url):
+def test_heavy_requests_past_the_work_queue_get_503_while_readiness_answers(migrated_sqlite_url):
     env = {**IN_REQUEST, "CALIBRATION_WORK_THREADS": "1", "CALIBRATION_WORK_QUEUE": "1"}
     body = json.dumps(SLOW_FIT).encode()  # encoded once, before the clock: 500000 floats take seconds under load
     headers = {"Content-Type": "application/json"}
-    with live_server(sqlite_url, env=env) as base, concurrent.futures.ThreadPoolExecutor(3) as pool:
+    with live_server(migrated_sqlite_url, migrated=True, env=env) as base, \
+            concurrent.futures.ThreadPoolExecutor(3) as pool:
         fits = [pool.submit(httpx.post, f"{base}/v1/calibrators/slow-{i}/versions", content=body, headers=headers,
                             timeout=120) for i in range(2)]
         time.sleep(1.5)  # both admitted: one computing, one waiting
@@ -56,8 +57,8 @@ def test_heavy_requests_past_the_work_queue_get_503_while_readiness_answers(sqli
 
 
 @pytest.mark.slow
-def test_sigterm_during_a_long_fit_stops_the_process_within_the_shutdown_bound(sqlite_url, tmp_path):
-    server = LiveServer(sqlite_url, env={**IN_REQUEST, "CALIBRATION_SHUTDOWN_SECONDS": "1"},
+def test_sigterm_during_a_long_fit_stops_the_process_within_the_shutdown_bound(migrated_sqlite_url, tmp_path):
+    server = LiveServer(migrated_sqlite_url, migrated=True, env={**IN_REQUEST, "CALIBRATION_SHUTDOWN_SECONDS": "1"},
                         log_file=tmp_path / "server.log")
     base = server.start()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -75,11 +76,11 @@ def test_sigterm_during_a_long_fit_stops_the_process_within_the_shutdown_bound(s
     assert stopped < 5, f"took {stopped:.1f} s to stop"
 
 
-def test_an_oversized_request_head_is_refused_and_the_server_serves_on(sqlite_url):
+def test_an_oversized_request_head_is_refused_and_the_server_serves_on(migrated_sqlite_url):
     import socket
     from urllib.parse import urlsplit
 
-    with live_server(sqlite_url, env={"CALIBRATION_MAX_HEADER_BYTES": "16384"}) as base:
+    with live_server(migrated_sqlite_url, migrated=True, env={"CALIBRATION_MAX_HEADER_BYTES": "16384"}) as base:
         address = urlsplit(base)
         with socket.create_connection((address.hostname, address.port), timeout=10) as connection:
             connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n")
@@ -94,11 +95,11 @@ def test_an_oversized_request_head_is_refused_and_the_server_serves_on(sqlite_ur
         assert HTTP.get(f"{base}/healthz").status_code == 200
 
 
-def test_bodies_sent_too_slowly_get_408_and_free_their_connections(sqlite_url):
+def test_bodies_sent_too_slowly_get_408_and_free_their_connections(migrated_sqlite_url):
     import socket
     from urllib.parse import urlsplit
 
-    with live_server(sqlite_url, env={"CALIBRATION_BODY_SECONDS": "1"}) as base:
+    with live_server(migrated_sqlite_url, migrated=True, env={"CALIBRATION_BODY_SECONDS": "1"}) as base:
         address = urlsplit(base)
         head = (b"POST /v1/metrics HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
                 b"Content-Length: 1000\r\n\r\n{\"probabilities\": ")
@@ -118,7 +119,7 @@ def test_bodies_sent_too_slowly_get_408_and_free_their_connections(sqlite_url):
 
 
 @pytest.mark.slow
-def test_half_sent_heads_are_closed_and_the_server_serves_again(sqlite_url, tmp_path):
+def test_half_sent_heads_are_closed_and_the_server_serves_again(migrated_sqlite_url, tmp_path):
     """1100 connections (more than CALIBRATION_MAX_CONNECTIONS) that each send half a request head:
     while they are held every good request gets 503; after CALIBRATION_HEADER_SECONDS they are
     closed, their file descriptors come back and good requests are served. A kept-alive connection
@@ -126,7 +127,8 @@ def test_half_sent_heads_are_closed_and_the_server_serves_again(sqlite_url, tmp_
     import os
     import socket
 
-    server = LiveServer(sqlite_url, env={"CALIBRATION_HEADER_SECONDS": "2"}, log_file=tmp_path / "server.log")
+    server = LiveServer(migrated_sqlite_url, migrated=True, env={"CALIBRATION_HEADER_SECONDS": "2"},
+                        log_file=tmp_path / "server.log")
     base = server.start()
     try:
         descriptors = len(os.listdir(f"/proc/{server.process.pid}/fd"))

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from app.platform.db import make_engine
 from app.platform.migrate import upgrade
 from tests.helpers import load_split
-from tests.service.support.databases import create_postgres_database
+from tests.service.support.databases import copy_sqlite_database, create_postgres_database_from
 from tests.service.support.jobs import KIND, X, Y, wait_for
 from tests.service.support.live import live_server
 
@@ -66,11 +66,12 @@ def embedded(request, tmp_path_factory):
     """One server with the embedded pool per database for the module's tests (each uses its own
     calibrator names)."""
     if request.param == "sqlite":
-        url, drop = f"sqlite:///{tmp_path_factory.mktemp('embedded') / 'calibration.db'}", None
+        url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
+                                         tmp_path_factory.mktemp("embedded") / "calibration.db"), None
     else:
-        url, drop = create_postgres_database()
+        url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
     try:
-        with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}) as base, \
+        with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}, migrated=True) as base, \
                 httpx.Client(base_url=base, timeout=120) as http:
             yield url, http
     finally:

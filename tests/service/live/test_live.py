@@ -105,8 +105,8 @@ def _example_fit(base: str, name: str) -> int:
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_concurrent_fits_of_one_name_get_distinct_versions(kind, request):
-    url = request.getfixturevalue(f"{kind}_url")
-    with live_server(url, workers=2) as base, concurrent.futures.ThreadPoolExecutor(16) as pool:
+    url = request.getfixturevalue(f"migrated_{kind}_url")
+    with live_server(url, workers=2, migrated=True) as base, concurrent.futures.ThreadPoolExecutor(16) as pool:
         versions = list(pool.map(lambda _: _example_fit(base, "contended"), range(50)))
         assert sorted(versions) == list(range(1, 51))
         listed = HTTP.get(f"{base}/v1/calibrators/contended/versions?page_size=100").json()["versions"]
@@ -124,8 +124,8 @@ def test_concurrent_fits_of_one_name_get_distinct_versions(kind, request):
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_two_instances_on_one_database_agree(kind, request):
-    url = request.getfixturevalue(f"{kind}_url")
-    with live_server(url) as a, live_server(url) as b:
+    url = request.getfixturevalue(f"migrated_{kind}_url")
+    with live_server(url, migrated=True) as a, live_server(url, migrated=True) as b:
         batch = {"logits": EXAMPLE_LOGITS}
         assert _example_fit(a, "shared") == 1
         assert HTTP.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 1
@@ -151,9 +151,9 @@ def test_scheduled_drift_monitoring_succeeds_as_deployed(kind, request, tmp_path
     Before the fix in app/jobs/tasks.py every such job ended failed (its result held datetimes the JSON
     column refused) while the monitors were saved, so only the job's state shows it; the live
     server's stop also fails the test on any failed job."""
-    url = request.getfixturevalue(f"{kind}_url")
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
-    with live_server(url, log_file=tmp_path / "server.log", worker=kind == "postgres") as base, \
+    with live_server(url, log_file=tmp_path / "server.log", worker=kind == "postgres", migrated=True) as base, \
             httpx.Client(base_url=base, timeout=120) as client:
         _post(client, "/v1/calibrators/watched/versions",
               {"method": "temperature", "logits": val[:2000].tolist(), "labels": labels[:2000].tolist()})

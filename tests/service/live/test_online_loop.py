@@ -14,7 +14,7 @@ import pytest
 
 import calibration as cal
 from tests.helpers import load_split
-from tests.service.support.databases import create_postgres_database
+from tests.service.support.databases import copy_sqlite_database, create_postgres_database_from
 from tests.service.support.live import live_server
 
 NAME = "resnet"
@@ -73,12 +73,13 @@ def served(request, tmp_path_factory):
     """One server per database for the two tests below (the scheduler's tests start their own):
     each uses calibrator names of its own."""
     if request.param == "sqlite":
-        url, drop = f"sqlite:///{tmp_path_factory.mktemp('online') / 'calibration.db'}", None
+        url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
+                                         tmp_path_factory.mktemp("online") / "calibration.db"), None
     else:
-        url, drop = create_postgres_database()
+        url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
     env = {"CALIBRATION_LOG_FLUSH_SECONDS": "0.2", "CALIBRATION_MAX_BODY_BYTES": str(16 << 20)}
     try:
-        with live_server(url, env=env, log_file=tmp_path_factory.mktemp("log") / "server.log") as base:
+        with live_server(url, env=env, log_file=tmp_path_factory.mktemp("log") / "server.log", migrated=True) as base:
             yield base
     finally:
         if drop:
@@ -180,10 +181,10 @@ def test_a_refit_policy_fires_on_its_own_once_across_two_processes(kind, request
     """With CALIBRATION_SCHEDULE_SECONDS each API process checks the refit policies; two processes
     checking the same policy submit one refit job when its trigger fires, and the refit stores a
     version fitted on the newest observations."""
-    url = request.getfixturevalue(f"{kind}_url")
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
     env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_JOB_ENGINE": "embedded"}  # no worker here
-    with live_server(url, workers=2, env=env, log_file=tmp_path / "server.log") as base, \
+    with live_server(url, workers=2, env=env, log_file=tmp_path / "server.log", migrated=True) as base, \
             httpx.Client(base_url=base, timeout=120) as client:
         _ok(client.post("/v1/calibrators/sched/versions", json={"method": "temperature", "logits": val[:500].tolist(),
                                                                 "labels": labels[:500].tolist()}), 201)
@@ -211,13 +212,13 @@ def test_a_refit_policy_fires_on_its_own_once_across_two_processes(kind, request
         assert newest["parameters"]["temperature"] == direct.temperature_
 
 
-def test_drift_monitors_are_evaluated_as_jobs_when_labels_arrive(sqlite_url, tmp_path):
+def test_drift_monitors_are_evaluated_as_jobs_when_labels_arrive(migrated_sqlite_url, tmp_path):
     """With CALIBRATION_SCHEDULE_SECONDS the API submits an ``alarms`` job once labels or logged
     predictions arrive: the monitors are up to date without anyone calling alarms/evaluate, and
     they hold what an explicit evaluation computes."""
     _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
     env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_LOG_FLUSH_SECONDS": "0.2"}
-    with live_server(sqlite_url, env=env, log_file=tmp_path / "server.log") as base, \
+    with live_server(migrated_sqlite_url, env=env, log_file=tmp_path / "server.log", migrated=True) as base, \
             httpx.Client(base_url=base, timeout=120) as client:
         _ok(client.post("/v1/calibrators/watched/versions", json={"method": "temperature",
                                                                   "logits": val[:2000].tolist(),
@@ -240,7 +241,7 @@ def test_drift_monitors_are_evaluated_as_jobs_when_labels_arrive(sqlite_url, tmp
             labelled[0]["log_e_value"]]
 
 
-def test_a_drift_alarm_is_posted_to_the_webhook(sqlite_url, tmp_path):
+def test_a_drift_alarm_is_posted_to_the_webhook(migrated_sqlite_url, tmp_path):
     """Predictions served over-confident (CIFAR-100 logits scaled by 4 after a fit on the plain ones),
     labelled later: the scheduled monitor raises an alarm and POSTs it, once, to
     CALIBRATION_ALARM_WEBHOOK_URL (a real HTTP server here)."""
@@ -265,7 +266,7 @@ def test_a_drift_alarm_is_posted_to_the_webhook(sqlite_url, tmp_path):
     env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_LOG_FLUSH_SECONDS": "0.2",
            "CALIBRATION_ALARM_WEBHOOK_URL": f"http://127.0.0.1:{hook.server_port}/alarms"}
     try:
-        with live_server(sqlite_url, env=env, log_file=tmp_path / "server.log") as base, \
+        with live_server(migrated_sqlite_url, env=env, log_file=tmp_path / "server.log", migrated=True) as base, \
                 httpx.Client(base_url=base, timeout=120) as client:
             _ok(client.post("/v1/calibrators/drifty/versions", json={"method": "temperature",
                                                                      "logits": val[:2000].tolist(),

@@ -286,14 +286,14 @@ def _serve_and_label(client, logits, labels, start: int, stop: int, expected_ver
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_the_loop_drift_refit_evaluate_promote_rollback(kind, request, tmp_path):
-    url = request.getfixturevalue(f"{kind}_url")
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     _, val, val_labels = load_split("cifar10_resnet50_cross_entropy", "val")
     _, test, test_labels = load_split("cifar10_resnet50_cross_entropy", "test")
     drifted = (DRIFT * test[:5000]).astype(np.float32)
     env = {"CALIBRATION_LOG_FLUSH_SECONDS": "0.1", "CALIBRATION_MAX_BODY_BYTES": str(16 << 20),
            "CALIBRATION_JOB_ENGINE": "embedded",  # the refit job in the server's own pool, on Postgres too
            "CALIBRATION_SCHEDULE_SECONDS": "0"}  # the test runs the policy itself (the scheduler would first)
-    with live_server(url, env=env, log_file=tmp_path / "server.log") as base, \
+    with live_server(url, env=env, log_file=tmp_path / "server.log", migrated=True) as base, \
             httpx.Client(base_url=base, timeout=120) as client:
         _ok(client.post(f"/v1/calibrators/{NAME}/versions",
                         json={"method": "temperature", "logits": val.tolist(), "labels": val_labels.tolist()}), 201)

@@ -265,10 +265,11 @@ def test_live_stream_with_late_labels_and_a_shift(kind, request, tmp_path, data)
 
     from tests.service.support.live import live_server
 
-    url = request.getfixturevalue(f"{kind}_url")
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     val, val_labels, test, test_labels = data
     rng = np.random.default_rng(2)
-    with live_server(url, env={"CALIBRATION_LOG_FLUSH_SECONDS": "0.2"}, log_file=tmp_path / "server.log") as base, \
+    with live_server(url, env={"CALIBRATION_LOG_FLUSH_SECONDS": "0.2"}, log_file=tmp_path / "server.log",
+                     migrated=True) as base, \
             httpx.Client(base_url=base, timeout=120) as client:
         _ok(client.post(f"/v1/calibrators/{NAME}/versions", json={"method": "temperature", "logits": val.tolist(),
                                                                  "labels": val_labels.tolist()}), 201)

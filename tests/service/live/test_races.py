@@ -23,7 +23,6 @@ from starlette.testclient import TestClient
 
 from app.main import create_app
 from app.platform.errors import NotFound
-from app.platform.migrate import upgrade
 from app.registry import store, version_records
 from app.registry.names import Reference
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
@@ -54,9 +53,8 @@ def _read(client: httpx.Client, number: int, version: int) -> tuple[str, httpx.R
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_deleting_and_refitting_while_serving_gives_200_or_404_never_5xx(kind, request):
-    url = request.getfixturevalue(f"{kind}_url")
-    upgrade(url)
-    with live_server(url, workers=2) as base:
+    url = request.getfixturevalue(f"migrated_{kind}_url")
+    with live_server(url, workers=2, migrated=True) as base:
         current = {"version": 1}
         with httpx.Client(base_url=base, timeout=60) as client:
             created = client.post("/v1/calibrators/raced/versions", json=FIT)
@@ -117,8 +115,7 @@ def test_deleting_and_refitting_while_serving_gives_200_or_404_never_5xx(kind, r
 def test_a_resolved_version_whose_row_id_was_reused_is_not_found(kind, request):
     """Resolve version 1, delete it, fit version 2 (on SQLite it takes version 1's row id): the
     resolved version is gone, so loading it is a 404, never version 2's row."""
-    url = request.getfixturevalue(f"{kind}_url")
-    upgrade(url)
+    url = request.getfixturevalue(f"migrated_{kind}_url")
     with TestClient(create_app(Settings(database_url=url))) as client:
         assert client.post("/v1/calibrators/raced/versions", json=FIT).status_code == 201
         database = client.app.state.db

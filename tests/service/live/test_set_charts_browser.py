@@ -9,9 +9,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.platform.migrate import upgrade
 from tests.helpers import load_split
 from tests.service.support.browser import Isolated, not_blank
+from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.live import live_server
 
 NAME = "lenet-sets"
@@ -23,14 +23,14 @@ def _ok(response, status: int = 200) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, sqlite_head):
     folder = tmp_path_factory.mktemp("dashboard-sets")
-    url = f"sqlite:///{folder / 'calibration.db'}"
-    upgrade(url)
+    url = copy_sqlite_database(sqlite_head, folder / "calibration.db")
     _, val, val_labels = load_split("cifar10_lenet5", "val")
     _, test, test_labels = load_split("cifar10_lenet5", "test")
     with live_server(url, env={"CALIBRATION_SCHEDULE_SECONDS": "0", "CALIBRATION_LOG_WRITER": "thread"},
-                     log_file=folder / "server.log") as base, httpx.Client(base_url=base, timeout=60) as api:
+                     log_file=folder / "server.log", migrated=True) as base, \
+            httpx.Client(base_url=base, timeout=60) as api:
         _ok(api.post(f"/v1/calibrators/{NAME}/versions", json={
             "method": "temperature", "probabilities": val[:2500].tolist(), "labels": val_labels[:2500].tolist()}), 201)
         _ok(api.post(f"/v1/calibrators/{NAME}/versions/1/set-predictors", json={

@@ -10,8 +10,8 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 import calibration as cal
-from app.platform.migrate import upgrade
 from tests.helpers import load_split
+from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.live import live_server
 
 # one client for this module's plain calls, keeping no connection between them (a fresh connection
@@ -25,10 +25,9 @@ BATCH = X_TEST[:64]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    url = f"sqlite:///{tmp_path_factory.mktemp('v2') / 'v2.db'}"
-    upgrade(url)
-    with live_server(url) as base:
+def server(tmp_path_factory, sqlite_head):
+    url = copy_sqlite_database(sqlite_head, tmp_path_factory.mktemp("v2") / "v2.db")
+    with live_server(url, migrated=True) as base:
         fits = [("resnet", "temperature", None), ("resnet", "ensemble_temperature", None),
                 ("named", "temperature", {"inputs": ["upstream_output"], "probabilities": "calibrated"})]
         for name, method, tensor_names in fits:

@@ -28,12 +28,14 @@ def seed_calibrator(base: str, headers: dict | None = None) -> None:
 
 
 def fuzz(base: str, max_examples: int, seed: int, headers: dict | None = None,
-         phases: str | None = None) -> tuple[int, str]:
+         phases: str | None = None, mode: str | None = None) -> tuple[int, str]:
     """Run schemathesis twice (everything but DELETE, then DELETE); the exit code and its output.
-    ``phases`` (e.g. ``"examples,coverage"``) limits the phases run; all four by default."""
+    ``phases`` (e.g. ``"examples,coverage"``) limits the phases run; all four by default. ``mode``
+    (``"positive"``: valid requests only, ``"negative"``) limits the cases generated; both by default."""
     executable = Path(sys.executable).with_name("schemathesis")
     extra = [arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")]
     extra += ["--phases", phases] if phases else []
+    extra += ["--mode", mode] if mode else []
     output, code = [], 0
     for selection in (["--exclude-method", "DELETE"], ["--include-method", "DELETE"]):
         with tempfile.TemporaryDirectory() as scratch:  # schemathesis writes a cache where it runs

@@ -25,7 +25,11 @@ from app.platform.db import normalise_url
 from tests.helpers import REPO
 
 # the defaults have the scheduler and retention on (every 60 s and every hour); here every 1 s and 5 s
-DEPLOYED = {"CALIBRATION_SCHEDULE_SECONDS": "1", "CALIBRATION_RETENTION_INTERVAL_SECONDS": "5"}
+# one process in the embedded job pool, not the default two: each process of it imports the job code
+# (~1.2 CPU-s) and two overlapping jobs (a scheduler's alarms jobs) start the second; a test that needs
+# two jobs at once sets CALIBRATION_JOB_PROCESSES itself
+DEPLOYED = {"CALIBRATION_SCHEDULE_SECONDS": "1", "CALIBRATION_RETENTION_INTERVAL_SECONDS": "5",
+            "CALIBRATION_JOB_PROCESSES": "1"}
 
 
 def free_port() -> int:
@@ -80,17 +84,22 @@ def queue_report(database_url: str, log_file=None) -> str:
 
 class LiveServer:
     """``calibration-service serve`` (migrations applied) in a subprocess on a free port, with a
-    ``worker`` beside it when asked; their output goes to ``log_file`` when given."""
+    ``worker`` beside it when asked; their output goes to ``log_file`` when given. ``migrated``: the
+    database is already at head (``calibration-service migrate`` ran first, as docker-compose orders
+    it), and the server starts with ``CALIBRATION_MIGRATE_ON_START=false``, as docker-compose starts it
+    (~0.5 CPU-s less a start: no Alembic import, no revision walk)."""
 
     def __init__(self, database_url: str, workers: int = 1, env: dict | None = None, log_file=None,
-                 command_prefix: list[str] | None = None, worker: bool = False, expect_failed_jobs: bool = False):
+                 command_prefix: list[str] | None = None, worker: bool = False, expect_failed_jobs: bool = False,
+                 migrated: bool = False):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_file = log_file
         self.database_url = database_url
         self.environment = {**os.environ, "DATABASE_URL": database_url, "CALIBRATION_PORT": str(self.port),
                             "CALIBRATION_WORKERS": str(workers), "CALIBRATION_LOG_LEVEL": "warning",
-                            **DEPLOYED, **(env or {})}
+                            **DEPLOYED, **({"CALIBRATION_MIGRATE_ON_START": "false"} if migrated else {}),
+                            **(env or {})}
         self.process: subprocess.Popen | None = None
         self.worker: subprocess.Popen | None = None
         self.with_worker = worker
@@ -186,9 +195,10 @@ class LiveServer:
 
 @contextmanager
 def live_server(database_url: str, workers: int = 1, env: dict | None = None, log_file=None, *,
-                worker: bool = False, expect_failed_jobs: bool = False):
+                worker: bool = False, expect_failed_jobs: bool = False, migrated: bool = False):
     """A started ``LiveServer``'s base URL, stopped on exit."""
-    server = LiveServer(database_url, workers, env, log_file, worker=worker, expect_failed_jobs=expect_failed_jobs)
+    server = LiveServer(database_url, workers, env, log_file, worker=worker, expect_failed_jobs=expect_failed_jobs,
+                        migrated=migrated)
     try:
         yield server.start()
     finally:
