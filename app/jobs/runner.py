@@ -39,7 +39,7 @@ from ..platform.db import Database, libpq_url, normalise_url
 from ..platform.errors import NotFound, Unavailable
 from ..platform.logs import first_line
 from ..platform.rows import utcnow
-from ..platform.threads import BLAS_VARIABLES, limit_blas_threads  # noqa: F401 (the job engines' names)
+from ..platform.threads import limit_blas_threads
 from . import store as job_store
 from .status import JobStatus
 

@@ -264,7 +264,7 @@ def recent_ece(service: Serving, name: str, calibrator_id: int, version: int, se
         probs, labels = residuals(service, name, version, session, missing)
         if len(labels) != sum(ref.n_rows - ref.skip for ref in missing):  # rows left out: the whole window, kept not
             probs, labels = residuals(service, name, version, session, index)
-            return (_ece(*cal.top_label_outcomes(probs, labels)), len(labels)) if len(labels) else (None, 0)
+            return _window_ece(*cal.top_label_outcomes(probs, labels))
         confidence, correct = cal.top_label_outcomes(probs, labels)
         at = 0
         for ref in missing:
@@ -275,9 +275,10 @@ def recent_ece(service: Serving, name: str, calibrator_id: int, version: int, se
     _put(service.db, key, Window(window, parts))
     confidence = np.concatenate([part.confidence for part in ordered])
     correct = np.concatenate([part.correct for part in ordered])
-    return (_ece(confidence, correct), len(confidence)) if len(confidence) else (None, 0)
+    return _window_ece(confidence, correct)
 
 
-def _ece(confidence: np.ndarray, correct: np.ndarray) -> float:
-    """``calibration.ece`` (equal-width bins, L1) of top-label confidences and correctness."""
-    return cal.ece_of_outcomes(confidence, correct, N_BINS)
+def _window_ece(confidence: np.ndarray, correct: np.ndarray) -> tuple[float | None, int]:
+    """``calibration.ece`` (equal-width bins, L1) of a window's top-label confidences and correctness,
+    and its number of rows (``None`` and 0 for an empty window)."""
+    return (cal.ece_of_outcomes(confidence, correct, N_BINS), len(confidence)) if len(confidence) else (None, 0)
