@@ -84,3 +84,46 @@ def test_ets_floor_counts_without_a_prediction_pass_equal_those_of_the_predictio
     assert ets._floor_counts(batch, labels[:20]) == Calibrator._floor_counts(ets, batch, labels[:20]) == (0, 0)
     ets.weights_ = np.array([0.5, 0.5, 0.0])  # no uniform weight: the predictions are read
     assert ets._floor_counts(batch, labels[:20]) == (20, 0)
+
+
+def counting_predictions(ets):
+    """``ets`` with its ``_predict`` wrapped to record how many rows each call predicts."""
+    predicted = []
+    original = ets._predict
+    ets._predict = lambda scores: (predicted.append(scores.n), original(scores))[1]
+    return predicted
+
+
+def test_ets_floor_counts_predict_only_the_rows_the_bound_does_not_clear(vocabulary, vocabulary_ets):
+    """Without a uniform weight, the rows whose smallest prediction is bounded above the floor by
+    their smallest and largest logits are not predicted: here 5 of 40 rows are."""
+    logits, labels = vocabulary
+    ets = copy.deepcopy(vocabulary_ets)
+    ets.weights_ = np.array([0.5, 0.5, 0.0])
+    rows = logits[:40].copy()
+    rows[:5, 0] = -1e4  # an entry far below the floor in 5 rows
+    batch = validate_inputs(rows, "logits")
+    assert Calibrator._floor_counts(ets, batch, labels[:40]) == (5, 0)
+    predicted = counting_predictions(ets)
+    assert ets._floor_counts(batch, labels[:40]) == (5, 0)
+    assert sum(predicted) == 5
+
+
+@pytest.mark.parametrize("weights", [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.3, 0.7, 0.0)])
+def test_ets_floor_counts_equal_the_predictions_across_the_floor(weights):
+    """Rows with one low logit ``c`` (the others 0, ``k = 1000``, ``t = 1.5``) whose smallest
+    prediction runs from below the floor to above it: the counts equal those of the predictions."""
+    k, t = 1000, 1.5
+    ets = cal.EnsembleTemperatureScaling()
+    ets.temperature_, ets.weights_ = t, np.array(weights)
+    threshold = np.log(EPSILON * k)  # exp(c) / k at the floor: c ~ -29
+    low = threshold * np.linspace(0.9, 1.8, 400)
+    rows = np.zeros((len(low), k))
+    rows[:, 0] = low
+    labels = np.arange(len(low)) % k
+    batch = validate_inputs(rows, "logits")
+    exact = Calibrator._floor_counts(ets, batch, labels)
+    assert 0 < exact[0] < len(low)  # some rows on each side of the floor
+    predicted = counting_predictions(ets)
+    assert ets._floor_counts(batch, labels) == exact
+    assert 0 < sum(predicted) < len(low)
