@@ -81,3 +81,24 @@ def fit_floor_counts(probabilities, labels) -> tuple[int, int]:
     low = xp.min(probabilities, axis=1) < EPSILON
     zero = label_entries(probabilities, labels) == 0
     return int(xp.sum(xp.astype(low, xp.int64))), int(xp.sum(xp.astype(zero, xp.int64)))
+
+
+# the margin of ``rows_not_cleared``'s bound over the rounding of the row sums, exp and weights
+FLOOR_SAFETY = 1.0 + 1e-9
+
+
+def rows_not_cleared(logits: np.ndarray, terms: list[tuple[float, float]], offset: float) -> np.ndarray:
+    """The rows (indices) of a numpy batch of logits whose prediction
+    ``sum_(w, t) w softmax(z / t) + offset / k`` may have an entry below ``EPSILON`` or a label
+    entry of 0. Each step of that prediction is monotone in a row's logit (rounding is monotone),
+    so the row's smallest entry is at its smallest logit ``z_min``, and a softmax's denominator is
+    a sum of ``k`` terms ``<= 1``: the entry is at least
+    ``(sum w exp(z_min/t - z_max/t) + offset) / k`` (to a few ulps, ``FLOOR_SAFETY``). Rows where
+    that clears ``EPSILON`` are neither floored nor give their label 0."""
+    top = np.asarray(logits.max(axis=1), dtype=np.float64)
+    least = np.asarray(logits.min(axis=1), dtype=np.float64)
+    bound = np.full(len(top), float(offset))
+    with np.errstate(under="ignore", invalid="ignore"):
+        for weight, temperature in terms:
+            bound += weight * np.exp(least / temperature - top / temperature)
+    return np.flatnonzero(~(bound / logits.shape[1] >= EPSILON * FLOOR_SAFETY))  # NaN is not cleared

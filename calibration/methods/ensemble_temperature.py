@@ -46,7 +46,7 @@ from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import InputBatch
 from ..metrics.validated import row_blocks
 from ..options import INPUT_OPTION, Option
-from ..probability_floor import EPSILON
+from ..probability_floor import EPSILON, rows_not_cleared
 from ..softmax import softmax
 from .brier_temperature import BrierSums, fit_brier_temperature
 from .shifted_logits import ShiftedLogits, shifted_logits
@@ -54,7 +54,6 @@ from .temperature import solve_nll_temperature
 
 COMPONENTS = ("temperature_scaled", "identity", "uniform")
 EPS = float(np.finfo(np.float64).eps)  # the float64 resolution of the weight solves
-FLOOR_SAFETY = 1.0 + 1e-9  # the floor bound's margin over the rounding of the sums, exp and weights
 
 
 def label_probabilities(shifted: ShiftedLogits, beta: float) -> list[np.ndarray]:
@@ -213,27 +212,17 @@ class EnsembleTemperatureScaling(Calibrator):
         return out
 
     def _floor_counts(self, scores: InputBatch, labels: np.ndarray) -> tuple[int, int]:
-        """The base class's counts, with the predictions read only for rows that a bound does not
-        clear. Every step of ``_predict`` is monotone in a row's logit (rounding is monotone), so a
-        row's smallest prediction is at its smallest logit ``z_min``; each softmax's denominator is
-        a sum of ``k`` terms ``<= 1``, so that entry is at least
-        ``(w1 exp(z_min/t - z_max/t) + w2 exp(z_min - z_max) + w3) / k`` (to a few ulps,
-        ``FLOOR_SAFETY``). Where that is ``>= EPSILON`` the row is not floored and its label's
-        entry is not 0; only the other rows are predicted (none where ``w3 / k >= EPSILON``)."""
-        k, (w1, w2, w3) = scores.k, (float(w) for w in self.weights_)
-        if w3 / k >= EPSILON:
+        """The base class's counts, predicting only the rows that ``rows_not_cleared``'s bound does
+        not clear (none where ``w3 / k >= EPSILON``: every entry is at least ``w3 / k``)."""
+        w1, w2, w3 = (float(w) for w in self.weights_)
+        if w3 / scores.k >= EPSILON:
             return 0, 0
         if scores.xp is not np or scores.source != "logits":
             return super()._floor_counts(scores, labels)
-        z = scores.given
-        top, least = (np.asarray(z.max(axis=1), dtype=np.float64), np.asarray(z.min(axis=1), dtype=np.float64))
-        t = self.temperature_
-        with np.errstate(under="ignore", invalid="ignore"):
-            bound = (w1 * np.exp(least / t - top / t) + w2 * np.exp(least - top) + w3) / k
-        unsure = np.flatnonzero(~(bound >= EPSILON * FLOOR_SAFETY))  # NaN is unsure
+        unsure = rows_not_cleared(scores.given, [(w1, self.temperature_), (w2, 1.0)], w3)
         if not len(unsure):
             return 0, 0
-        return super()._floor_counts(InputBatch(logits=z[unsure]), labels[unsure])
+        return super()._floor_counts(InputBatch(logits=scores.given[unsure]), labels[unsure])
 
     def _params(self) -> dict:
         return {"temperature": self.temperature_, "weights": self.weights_.tolist()}

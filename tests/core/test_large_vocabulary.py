@@ -127,3 +127,22 @@ def test_ets_floor_counts_equal_the_predictions_across_the_floor(weights):
     predicted = counting_predictions(ets)
     assert ets._floor_counts(batch, labels) == exact
     assert 0 < sum(predicted) < len(low)
+
+
+@pytest.mark.parametrize("method", [cal.TemperatureScaling, cal.ExpectationConsistency])
+def test_temperature_floor_counts_equal_the_predictions_across_the_floor(method):
+    """As for ETS: rows with one low logit ``c`` (the others 0, ``k = 1000``, ``T = 1.5``) on both
+    sides of the floor, float32 as served; only rows the bound does not clear are predicted."""
+    k, t = 1000, 1.5
+    fitted = method()
+    fitted.temperature_ = t
+    low = t * np.log(EPSILON * k) * np.linspace(0.9, 1.2, 300)  # exp(c / T) / k at the floor: c ~ -43
+    rows = np.zeros((len(low), k), dtype=np.float32)
+    rows[:, 0] = low
+    labels = np.arange(len(low)) % k
+    batch = validate_inputs(rows, "logits")
+    exact = Calibrator._floor_counts(fitted, batch, labels)
+    assert 0 < exact[0] < len(low)
+    predicted = counting_predictions(fitted)
+    assert fitted._floor_counts(batch, labels) == exact
+    assert 0 < sum(predicted) < len(low)
