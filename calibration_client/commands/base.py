@@ -224,8 +224,8 @@ def _before_after(report: dict) -> Table:
 
 
 def _parameters(parameters: dict) -> str:
-    import numpy as np
-
+    """A version's parameters on one line: numbers, short strings, and the shape of each list (numpy
+    is loaded only for a list: `refit` of a temperature, say, needs none)."""
     shown = []
     for key, value in parameters.items():
         if isinstance(value, bool) or value is None:
@@ -236,20 +236,20 @@ def _parameters(parameters: dict) -> str:
             if len(value) <= 40:
                 shown.append(f"{key}={value}")
         elif isinstance(value, list):
-            shown.append(f"{key}=[{np.shape(value) if _rectangular(value) else len(value)}]")
+            shown.append(f"{key}=[{_shape(value)}]")
         else:
             shown.append(f"{key}={{…}}")
     return ", ".join(shown) or "—"
 
 
-def _rectangular(value: list) -> bool:
+def _shape(value: list) -> tuple[int, ...] | int:
+    """A numeric nested list's shape, or (ragged or not numeric) its length."""
     import numpy as np
 
     try:
-        np.asarray(value, dtype=float)
+        return np.asarray(value, dtype=float).shape
     except (TypeError, ValueError):
-        return False
-    return True
+        return len(value)
 
 
 def examples(*lines: str) -> str:
