@@ -5,8 +5,9 @@ it elsewhere (``postgres_unavailable``). Databases migrated to head are copies o
 template per test process (a SQLite file copied, ``CREATE DATABASE ... TEMPLATE`` on Postgres), the
 same schema ``upgrade`` makes, without running every migration for every test.
 
-On Postgres a copy costs the server ~0.3 CPU-s (the template's ~1 000 pages written through the WAL,
-and the drop's checkpoint), so a test process keeps the copies its tests handed back
+On Postgres a copy costs the server far more than emptying one (``CREATE DATABASE`` writes every page
+of the template through the WAL, ``DROP DATABASE`` forces a checkpoint; figures in
+docs/benchmarks.md), so a test process keeps the copies its tests handed back
 (``MigratedPostgres``): a copy whose schema is still the template's (``SCHEMA``, taken with no test
 connected) is emptied as the template is (its other sessions ended, its non-empty tables truncated,
 the template's rows and sequence positions put back) and renamed, so that the next test gets an
@@ -94,14 +95,6 @@ def copy_sqlite_database(template: Path, path: Path) -> str:
     """A copy of the migrated ``template`` at ``path``: the database ``upgrade`` would have made there."""
     shutil.copyfile(template, path)
     return f"sqlite:///{path}"
-
-
-def create_postgres_database_from(template_url: str) -> tuple[str, callable]:
-    """A new uniquely named Postgres database made by ``CREATE DATABASE ... TEMPLATE``: a copy of the
-    database at ``template_url`` (which nobody may be connected to), and a function that drops it."""
-    name = new_name()
-    admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{make_url(template_url).database}"')
-    return database_url(name), lambda: drop_postgres_database(name)
 
 
 # the schema of the connected database, as one hash: every relation, column, default, constraint,
