@@ -64,6 +64,7 @@ def test_a_copy_handed_back_is_emptied_and_renamed_and_its_sessions_end(database
         lingering.execute("SELECT 1")
     with app_client(again) as client:  # and the app numbers from 1 again
         assert fit(client).json()["version"] == 1
+    databases.give_back(again)
 
 
 @pytest.mark.parametrize("change", ["ALTER TABLE calibrators ADD COLUMN extra integer",
