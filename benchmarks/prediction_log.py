@@ -28,7 +28,8 @@ and a fourth, whose writer closes its id index's epochs after 16384 ids instead 
 (``CALIBRATION_LOG_EPOCH_IDS``), off and 100% with random client ids. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
-Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100]``.
+Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100 --servers
+process,thread,default cache,small epochs]`` (``--servers process``: the default writer's rows alone).
 """
 
 from __future__ import annotations
@@ -187,22 +188,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--servers", default=",".join(SERVERS),
+                        help=f"comma-separated, of {', '.join(SERVERS)}: the servers (and their settings) to run")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     k = args.classes
+    chosen = args.servers.split(",")
+    settings = [setting for setting in SETTINGS if setting[3] in chosen]
     fit_logits = rng.standard_normal((2000, k)) * 3
     fit_labels = rng.integers(0, k, 2000)
     batch = rng.standard_normal((64, k)).astype(np.float32)
     with tempfile.TemporaryDirectory() as directory:
         body = Path(directory) / "batch.npy"
         np.save(body, batch)
-        servers = {name: _fitted_server(directory, name, fit_logits, fit_labels) for name in SERVERS}
+        servers = {name: _fitted_server(directory, name, fit_logits, fit_labels) for name in chosen}
         try:
-            results: dict[str, list[dict]] = {label: [] for label, *_ in SETTINGS}
+            results: dict[str, list[dict]] = {label: [] for label, *_ in settings}
             for _, _, url in servers.values():  # warm-up
                 run_wrk(url, body, "application/x-npy", "application/x-npy", 2)
             for _ in range(args.rounds):
-                for label, rate, client_ids, server_name, _ in SETTINGS:
+                for label, rate, client_ids, server_name, _ in settings:
                     server, client, url = servers[server_name]
                     client.put("/v1/calibrators/bench/logging", json={"sample_rate": rate})
                     before = logged_rows(client)
@@ -212,7 +217,7 @@ def main() -> None:
                     run = results[label][-1]
                     run["logged"] = (logged_rows(client) - before) / (64 * run["requests"])
             time.sleep(2)  # the log's last flush
-            client = servers["process"][1]
+            client = servers[chosen[0]][1]
             summary = client.get("/v1/calibrators/bench/observations").json()
 
             chunk = 10000
@@ -231,7 +236,8 @@ def main() -> None:
                 server.stop()
     rows = []
     # and the client ids' whole cost against requests without them: their parsing and checks as well
-    comparisons = [(label, baseline) for label, *_, baseline in SETTINGS] + [("100%, client ids", "0%")]
+    comparisons = [(label, baseline) for label, *_, baseline in settings]
+    comparisons += [("100%, client ids", "0%")] if "process" in chosen else []
     for label, baseline in comparisons:
         runs, off = results[label], results[baseline]
         rps = [r["rps"] for r in runs]

@@ -127,24 +127,36 @@ def test_a_retried_fit_with_the_same_idempotency_key_gets_the_same_version(embed
     assert len(stored_params(url, "keyed")) == 2
 
 
-def test_the_job_queue_is_bounded(sqlite_url):
-    env = {"CALIBRATION_JOB_QUEUE_LIMIT": "1", "CALIBRATION_JOB_PROCESSES": "1"}
-    with live_server(sqlite_url, env=env) as base, httpx.Client(base_url=base, timeout=60) as http:
-        first = fit(http, "a", "auto", 3000, Prefer="respond-async")
-        second = fit(http, "b", "temperature", 500, Prefer="respond-async")
-        assert first.status_code == 202 and second.status_code == 503, second.text
-        assert second.headers["Retry-After"] == "30" and "CALIBRATION_JOB_QUEUE_LIMIT" in second.json()["detail"]
-        assert wait_for(http, first.headers["Location"], 300)["status"] == "succeeded"
-        assert fit(http, "b", "temperature", 500, Prefer="respond-async").status_code == 202
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory):
+    """One server for the two tests below, on an empty SQLite file that it migrates as it starts (the
+    one-command deployment): a queue of one job, and a sync budget that sends any fit but a tiny one
+    to it. Each test leaves no job queued or running."""
+    env = {"CALIBRATION_JOB_QUEUE_LIMIT": "1", "CALIBRATION_JOB_PROCESSES": "1",
+           "CALIBRATION_SYNC_BUDGET_SECONDS": "0.01"}
+    url = f"sqlite:///{tmp_path_factory.mktemp('bounded') / 'calibration.db'}"
+    with live_server(url, env=env) as base, httpx.Client(base_url=base, timeout=60) as http:
+        yield http
 
 
-def test_a_fit_estimated_past_the_sync_budget_runs_as_a_job(sqlite_url):
-    with live_server(sqlite_url, env={"CALIBRATION_SYNC_BUDGET_SECONDS": "0.01"}) as base, \
-            httpx.Client(base_url=base, timeout=60) as http:
-        quick = fit(http, "small", "temperature", 100)
-        long = fit(http, "large", "vector", 3000)  # estimated 0.12 s (temperature on 100 rows: 0.0002 s)
-        assert quick.status_code == 201 and long.status_code == 202, long.text
-        assert wait_for(http, long.headers["Location"], 300)["result"]["method"] == "vector"
+def test_the_job_queue_is_bounded(bounded):
+    http = bounded
+    first = fit(http, "a", "auto", 3000, Prefer="respond-async")
+    second = fit(http, "b", "temperature", 500, Prefer="respond-async")
+    assert first.status_code == 202 and second.status_code == 503, second.text
+    assert second.headers["Retry-After"] == "30" and "CALIBRATION_JOB_QUEUE_LIMIT" in second.json()["detail"]
+    assert wait_for(http, first.headers["Location"], 300)["status"] == "succeeded"
+    third = fit(http, "b", "temperature", 500, Prefer="respond-async")
+    assert third.status_code == 202
+    assert wait_for(http, third.headers["Location"], 300)["status"] == "succeeded"
+
+
+def test_a_fit_estimated_past_the_sync_budget_runs_as_a_job(bounded):
+    http = bounded
+    quick = fit(http, "small", "temperature", 100)
+    long = fit(http, "large", "vector", 3000)  # estimated 0.12 s (temperature on 100 rows: 0.0002 s)
+    assert quick.status_code == 201 and long.status_code == 202, long.text
+    assert wait_for(http, long.headers["Location"], 300)["result"]["method"] == "vector"
 
 
 # -- Procrastinate on Postgres, with real worker processes (the fixture: live/conftest.py) ----------

@@ -15,6 +15,7 @@ import pytest
 import calibration as cal
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
+from tests.service.support.databases import copy_sqlite_database, create_postgres_database_from
 from tests.service.support.live import live_server
 
 # one client for this module's plain calls, keeping no connection between them (a fresh connection
@@ -103,10 +104,27 @@ def _example_fit(base: str, name: str) -> int:
     return response.json()["version"]
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_concurrent_fits_of_one_name_get_distinct_versions(kind, request):
-    url = request.getfixturevalue(f"migrated_{kind}_url")
-    with live_server(url, workers=2, migrated=True) as base, concurrent.futures.ThreadPoolExecutor(16) as pool:
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def instances(request, tmp_path_factory):
+    """Two servers on one migrated database of each kind, shared by the two tests below (each fits a
+    calibrator name of its own): the first with two uvicorn workers (concurrent fits land on either,
+    each with its own cache), the second with one."""
+    if request.param == "sqlite":
+        url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
+                                         tmp_path_factory.mktemp("instances") / "calibration.db"), None
+    else:
+        url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
+    try:
+        with live_server(url, workers=2, migrated=True) as a, live_server(url, migrated=True) as b:
+            yield a, b
+    finally:
+        if drop:
+            drop()
+
+
+def test_concurrent_fits_of_one_name_get_distinct_versions(instances):
+    base, _ = instances
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
         versions = list(pool.map(lambda _: _example_fit(base, "contended"), range(50)))
         assert sorted(versions) == list(range(1, 51))
         listed = HTTP.get(f"{base}/v1/calibrators/contended/versions?page_size=100").json()["versions"]
@@ -122,25 +140,23 @@ def test_concurrent_fits_of_one_name_get_distinct_versions(kind, request):
         assert served["version"] == final
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_two_instances_on_one_database_agree(kind, request):
-    url = request.getfixturevalue(f"migrated_{kind}_url")
-    with live_server(url, migrated=True) as a, live_server(url, migrated=True) as b:
-        batch = {"logits": EXAMPLE_LOGITS}
-        assert _example_fit(a, "shared") == 1
-        assert HTTP.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 1
-        body = {"method": "ensemble_temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}
-        assert HTTP.post(f"{a}/v1/calibrators/shared/versions", json=body).json()["version"] == 2
-        assert HTTP.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 2
-        HTTP.put(f"{a}/v1/calibrators/shared/aliases/production", json={"version": 1})
-        assert HTTP.post(f"{b}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 1
-        HTTP.put(f"{b}/v1/calibrators/shared/aliases/production", json={"version": 2})
-        assert HTTP.post(f"{a}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 2
-        # a version deleted through one instance is gone from the other, cache or not
-        HTTP.delete(f"{a}/v1/calibrators/shared/aliases/production")
-        assert HTTP.delete(f"{a}/v1/calibrators/shared/versions/1").status_code == 204
-        gone = HTTP.post(f"{b}/v1/calibrators/shared/versions/1/calibrate", json=batch)
-        assert gone.status_code == 404
+def test_two_instances_on_one_database_agree(instances):
+    a, b = instances
+    batch = {"logits": EXAMPLE_LOGITS}
+    assert _example_fit(a, "shared") == 1
+    assert HTTP.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 1
+    body = {"method": "ensemble_temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}
+    assert HTTP.post(f"{a}/v1/calibrators/shared/versions", json=body).json()["version"] == 2
+    assert HTTP.post(f"{b}/v1/calibrators/shared/calibrate", json=batch).json()["version"] == 2
+    HTTP.put(f"{a}/v1/calibrators/shared/aliases/production", json={"version": 1})
+    assert HTTP.post(f"{b}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 1
+    HTTP.put(f"{b}/v1/calibrators/shared/aliases/production", json={"version": 2})
+    assert HTTP.post(f"{a}/v1/calibrators/shared@production/calibrate", json=batch).json()["version"] == 2
+    # a version deleted through one instance is gone from the other, cache or not
+    HTTP.delete(f"{a}/v1/calibrators/shared/aliases/production")
+    assert HTTP.delete(f"{a}/v1/calibrators/shared/versions/1").status_code == 204
+    gone = HTTP.post(f"{b}/v1/calibrators/shared/versions/1/calibrate", json=batch)
+    assert gone.status_code == 404
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -5,8 +5,10 @@ labels posted later in a shuffled order, and fits on the stored observations."""
 from __future__ import annotations
 
 import functools
+import http.server
 import io
 import json
+import threading
 import time
 
 import httpx
@@ -215,79 +217,97 @@ def test_a_refit_policy_fires_on_its_own_once_across_two_processes(kind, request
         assert newest["parameters"]["temperature"] == direct.temperature_
 
 
-def test_drift_monitors_are_evaluated_as_jobs_when_labels_arrive(migrated_sqlite_url, tmp_path):
+class _Hook:
+    """A real HTTP server on a free port that keeps the JSON bodies POSTed to it (``received``)."""
+
+    def __init__(self):
+        received = self.received = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/alarms"
+
+
+@pytest.fixture(scope="module")
+def scheduled(sqlite_head, tmp_path_factory):
+    """One server for the two drift tests below, its scheduler checking every 0.3 s and its alarms
+    POSTed to a webhook (a real HTTP server here); each test uses a calibrator of its own, and reads
+    only that calibrator's jobs, and all the webhook's messages but those about the other's."""
+    hook = _Hook()
+    folder = tmp_path_factory.mktemp("scheduled")
+    env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_LOG_FLUSH_SECONDS": "0.2",
+           "CALIBRATION_ALARM_WEBHOOK_URL": hook.url}
+    try:
+        with live_server(copy_sqlite_database(sqlite_head, folder / "calibration.db"), env=env,
+                         log_file=folder / "server.log", migrated=True) as base, \
+                httpx.Client(base_url=base, timeout=120) as client:
+            yield client, hook
+    finally:
+        hook.server.shutdown()
+
+
+def test_drift_monitors_are_evaluated_as_jobs_when_labels_arrive(scheduled):
     """With CALIBRATION_SCHEDULE_SECONDS the API submits an ``alarms`` job once labels or logged
     predictions arrive: the monitors are up to date without anyone calling alarms/evaluate, and
     they hold what an explicit evaluation computes."""
+    client, _ = scheduled
     _, val, labels = load_split("cifar10_resnet50_cross_entropy", "val")
-    env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_LOG_FLUSH_SECONDS": "0.2"}
-    with live_server(migrated_sqlite_url, env=env, log_file=tmp_path / "server.log", migrated=True) as base, \
-            httpx.Client(base_url=base, timeout=120) as client:
-        _ok(client.post("/v1/calibrators/watched/versions", json={"method": "temperature",
-                                                                  "logits": val[:2000].tolist(),
-                                                                  "labels": labels[:2000].tolist()}), 201)
-        _ok(client.put("/v1/calibrators/watched/logging", json={"sample_rate": 1}))
-        ids = _ok(client.post("/v1/calibrators/watched/calibrate", json={"logits": val[2000:3000].tolist()}))["ids"]
-        _ok(client.post("/v1/calibrators/watched/labels", json={"ids": ids, "labels": labels[2000:3000].tolist()}))
-        deadline = time.monotonic() + 60
-        while True:
-            monitors = _ok(client.get("/v1/calibrators/watched/alarms"))["monitors"]
-            labelled = [m for m in monitors if m["signal"] == "labelled"]
-            if labelled and labelled[0]["n_rows"] == 1000:
-                break
-            assert time.monotonic() < deadline, monitors
-            time.sleep(0.2)
-        jobs = [j for j in _ok(client.get("/v1/jobs"))["jobs"] if j["kind"] == "alarms"]
-        assert jobs and all(j["calibrator"] == "watched" for j in jobs)
-        again = _ok(client.post("/v1/calibrators/watched/alarms/evaluate"))  # nothing new: the same state
-        assert [m["log_e_value"] for m in again["monitors"] if m["signal"] == "labelled"] == [
-            labelled[0]["log_e_value"]]
+    _ok(client.post("/v1/calibrators/watched/versions", json={"method": "temperature",
+                                                              "logits": val[:2000].tolist(),
+                                                              "labels": labels[:2000].tolist()}), 201)
+    _ok(client.put("/v1/calibrators/watched/logging", json={"sample_rate": 1}))
+    ids = _ok(client.post("/v1/calibrators/watched/calibrate", json={"logits": val[2000:3000].tolist()}))["ids"]
+    _ok(client.post("/v1/calibrators/watched/labels", json={"ids": ids, "labels": labels[2000:3000].tolist()}))
+    deadline = time.monotonic() + 60
+    while True:
+        monitors = _ok(client.get("/v1/calibrators/watched/alarms"))["monitors"]
+        labelled = [m for m in monitors if m["signal"] == "labelled"]
+        if labelled and labelled[0]["n_rows"] == 1000:
+            break
+        assert time.monotonic() < deadline, monitors
+        time.sleep(0.2)
+    jobs = [j for j in _ok(client.get("/v1/jobs", params={"calibrator": "watched"}))["jobs"] if j["kind"] == "alarms"]
+    assert jobs and all(j["calibrator"] == "watched" for j in jobs)
+    again = _ok(client.post("/v1/calibrators/watched/alarms/evaluate"))  # nothing new: the same state
+    assert [m["log_e_value"] for m in again["monitors"] if m["signal"] == "labelled"] == [
+        labelled[0]["log_e_value"]]
 
 
-def test_a_drift_alarm_is_posted_to_the_webhook(migrated_sqlite_url, tmp_path):
+def test_a_drift_alarm_is_posted_to_the_webhook(scheduled):
     """Predictions served over-confident (CIFAR-100 logits scaled by 4 after a fit on the plain ones),
     labelled later: the scheduled monitor raises an alarm and POSTs it, once, to
-    CALIBRATION_ALARM_WEBHOOK_URL (a real HTTP server here)."""
-    import http.server
-    import threading
+    CALIBRATION_ALARM_WEBHOOK_URL."""
+    client, hook = scheduled
 
-    received = []
+    def received():  # all but the other test's calibrator's messages
+        return [message for message in hook.received if message.get("calibrator") != "watched"]
 
-    class Hook(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    hook = http.server.HTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=hook.serve_forever, daemon=True).start()
     _, probabilities, labels = load_split("cifar100_densenet-bc-100", "val")  # 76% accurate: over-confidence shows
     val = np.log(np.maximum(probabilities.astype(np.float64), 1e-12))  # its logits, up to a constant per row
-    env = {"CALIBRATION_SCHEDULE_SECONDS": "0.3", "CALIBRATION_LOG_FLUSH_SECONDS": "0.2",
-           "CALIBRATION_ALARM_WEBHOOK_URL": f"http://127.0.0.1:{hook.server_port}/alarms"}
-    try:
-        with live_server(migrated_sqlite_url, env=env, log_file=tmp_path / "server.log", migrated=True) as base, \
-                httpx.Client(base_url=base, timeout=120) as client:
-            _ok(client.post("/v1/calibrators/drifty/versions", json={"method": "temperature",
-                                                                     "logits": val[:2000].tolist(),
-                                                                     "labels": labels[:2000].tolist()}), 201)
-            _ok(client.put("/v1/calibrators/drifty/logging", json={"sample_rate": 1}))
-            shifted = (val[2000:5000] * 4).tolist()
-            ids = _ok(client.post("/v1/calibrators/drifty/calibrate", json={"logits": shifted}))["ids"]
-            _ok(client.post("/v1/calibrators/drifty/labels", json={"ids": ids, "labels": labels[2000:5000].tolist()}))
-            deadline = time.monotonic() + 60
-            while not received:
-                assert time.monotonic() < deadline, _ok(client.get("/v1/calibrators/drifty/alarms"))
-                time.sleep(0.2)
-            time.sleep(1.5)  # later evaluations find no new alarm: nothing more is posted
-            alarms = _ok(client.get("/v1/calibrators/drifty/alarms"))["alarms"]
-    finally:
-        hook.shutdown()
-    assert len(received) == 1, received
-    message = received[0]
+    _ok(client.post("/v1/calibrators/drifty/versions", json={"method": "temperature",
+                                                             "logits": val[:2000].tolist(),
+                                                             "labels": labels[:2000].tolist()}), 201)
+    _ok(client.put("/v1/calibrators/drifty/logging", json={"sample_rate": 1}))
+    shifted = (val[2000:5000] * 4).tolist()
+    ids = _ok(client.post("/v1/calibrators/drifty/calibrate", json={"logits": shifted}))["ids"]
+    _ok(client.post("/v1/calibrators/drifty/labels", json={"ids": ids, "labels": labels[2000:5000].tolist()}))
+    deadline = time.monotonic() + 60
+    while not received():
+        assert time.monotonic() < deadline, _ok(client.get("/v1/calibrators/drifty/alarms"))
+        time.sleep(0.2)
+    time.sleep(1.5)  # later evaluations find no new alarm: nothing more is posted
+    alarms = _ok(client.get("/v1/calibrators/drifty/alarms"))["alarms"]
+    assert len(received()) == 1, received()
+    message = received()[0]
     assert message["calibrator"] == "drifty" and "drift alarm on drifty" in message["text"]
     assert {(a["version"], a["signal"]) for a in message["alarms"]} <= {(a["version"], a["signal"]) for a in alarms}
     assert all(a["e_value"] >= 1 / a["alpha"] for a in message["alarms"])
