@@ -30,13 +30,14 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .arrays import Calibrated, PredictionSets
     from .client import AsyncClient, Client
-    from .models import Calibrated, Calibrator, Job, PredictionSets, Version
+    from .models import Calibrator, Job, Version
 
-# the clients and their models (httpx and numpy) load on first use (PEP 562), so that the command
-# line's `--help` and usage errors, which need neither, do not load them
-_LAZY = {"AsyncClient": "client", "Client": "client", "Calibrated": "models", "Calibrator": "models", "Job": "models",
-         "PredictionSets": "models", "Version": "models"}
+# the clients (httpx), their models and their arrays (numpy) load on first use (PEP 562), so that the
+# command line's `--help` and usage errors need neither, and its commands that send no array no numpy
+_LAZY = {"AsyncClient": "client", "Client": "client", "Calibrated": "arrays", "Calibrator": "models", "Job": "models",
+         "PredictionSets": "arrays", "Version": "models"}
 
 
 def __getattr__(name: str) -> Any:

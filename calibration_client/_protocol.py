@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
-import numpy as np
 
 from ._transport import Call, Operation, Report, Sleep
 from .codec import INPUT_KINDS, NPY, NPZ, as_array, decode_npy, encode_npy, encode_npz
 from .errors import JobFailed
-from .models import Calibrated, Calibrator, Job, Version
+from .models import Calibrator, Job, Version
+
+if TYPE_CHECKING:  # numpy (and the arrays the client returns) load with the first array sent (codec)
+    import numpy as np
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -140,6 +143,10 @@ def calibrate(ref, values, version, input, with_version, binary, ids=None, dtype
     The ids the service used come back as ``ids`` in JSON, or for a binary answer as the
     ``Prediction-Logged`` count with, for generated ids, the ``Prediction-Id-Prefix`` (row ``i``'s
     id is the prefix and ``i``); neither when the calibrator does not log."""
+    import numpy as np
+
+    from .arrays import Calibrated
+
     kind = _kind(input)
     array = as_array(values, kind)
     sent = _prediction_ids(ids, len(array))

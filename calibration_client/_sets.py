@@ -3,8 +3,6 @@ fit a set predictor of a version, list, get and delete them, and calibrate with 
 
 from __future__ import annotations
 
-import numpy as np
-
 from ._protocol import (
     _json_body,
     _kind,
@@ -16,7 +14,6 @@ from ._protocol import (
 )
 from ._transport import Call, Operation
 from .codec import NPY, NPZ, as_array, decode_npy, encode_npy, encode_npz
-from .models import PredictionSets
 
 
 def calibrate_sets(ref, values, version, input, outputs, coverage, set_predictor, binary, ids=None) -> Operation:
@@ -24,6 +21,10 @@ def calibrate_sets(ref, values, version, input, outputs, coverage, set_predictor
     batch travels as ``.npy`` and the answer is the service's ``(n, k)`` uint8 mask (the set
     predictor named by ``X-Set-Predictor``); else one JSON call whose ``set`` lists (and
     probabilities, when asked) make the ``PredictionSets``."""
+    import numpy as np
+
+    from .arrays import PredictionSets
+
     outputs = list(outputs)
     if "set" not in outputs or coverage is None:
         raise ValueError("prediction sets need outputs with 'set' and a coverage level (e.g. coverage=0.9)")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 import os
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -17,11 +17,12 @@ from . import _transport as transport
 from ._defaults import DEFAULT_URL
 from ._transport import Call, Operation, Report, RetryPolicy, Sleep
 from .errors import ConnectionFailed
-from .models import Calibrated, Calibrator, Job, PredictionSets, Version
-from .online_methods import OnlineLoop
+from .models import Calibrator, Job, Version
+from .online_methods import OnlineLoop, Progress
 from .set_methods import SetMethods
 
-Progress = Callable[[float], Any]
+if TYPE_CHECKING:  # numpy's arrays, loaded with the first array sent
+    from .arrays import Calibrated, PredictionSets
 
 
 class _Methods(OnlineLoop, SetMethods):
@@ -179,8 +180,7 @@ class Client(_Methods):
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_backoff: float = 30.0,
                  max_retry_after: float = 120.0, headers: dict[str, str] | None = None, **httpx_options):
-        self.url, sent, self.retry = _settings(url, api_key, retries, backoff, max_backoff, max_retry_after,
-                                               headers)
+        self.url, sent, self.retry = _settings(url, api_key, retries, backoff, max_backoff, max_retry_after, headers)
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=sent,
                                   **transport.plain_http_transport(self.url, httpx_options))
 
@@ -240,8 +240,7 @@ class AsyncClient(_Methods):
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_backoff: float = 30.0,
                  max_retry_after: float = 120.0, headers: dict[str, str] | None = None, **httpx_options):
-        self.url, sent, self.retry = _settings(url, api_key, retries, backoff, max_backoff, max_retry_after,
-                                               headers)
+        self.url, sent, self.retry = _settings(url, api_key, retries, backoff, max_backoff, max_retry_after, headers)
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, headers=sent, **httpx_options)
 
     async def __aenter__(self) -> AsyncClient:

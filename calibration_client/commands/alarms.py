@@ -5,8 +5,6 @@ Anytime-valid drift monitors: an e-value that reaches ``1/alpha`` alarms, with f
 probability at most ``alpha`` over the monitor's life; the label-shift test is a likelihood-ratio
 test (Wilks)."""
 
-from __future__ import annotations
-
 import math
 from typing import Annotated
 

@@ -3,8 +3,6 @@ statuses (``EXIT_CODES``), reading arrays from files, and the printing helpers (
 progress).
 """
 
-from __future__ import annotations
-
 import functools
 import json
 from collections.abc import Callable
@@ -55,7 +53,7 @@ class Settings:
     def __init__(self, url: str, api_key: str | None, timeout: float, retries: int):
         self.url, self.api_key, self.timeout, self.retries = url, api_key, timeout, retries
 
-    def client(self) -> Client:
+    def client(self) -> "Client":
         from ..client import Client
 
         return Client(self.url, self.api_key or None, timeout=self.timeout, retries=self.retries)
@@ -109,7 +107,7 @@ ArrayFile = typer.Argument(metavar="FILE", exists=True, dir_okay=False, readable
                            help="An .npy array, or an .npz holding logits (or probabilities or scores).")
 
 
-def _arrays(path: Path) -> dict[str, np.ndarray]:
+def _arrays(path: Path) -> dict[str, "np.ndarray"]:
     from ..codec import load_arrays
 
     try:
@@ -119,7 +117,7 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
     return {MEMBER_ALIASES.get(name, name): array for name, array in arrays.items()}
 
 
-def _input_of(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> str:
+def _input_of(arrays: dict[str, "np.ndarray"], path: Path, input: str | None) -> str:
     from ..codec import INPUT_KINDS
 
     present = [kind for kind in INPUT_KINDS if kind in arrays]
@@ -133,7 +131,7 @@ def _input_of(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> s
     return present[0]
 
 
-def _values(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> tuple[str, np.ndarray]:
+def _values(arrays: dict[str, "np.ndarray"], path: Path, input: str | None) -> tuple[str, "np.ndarray"]:
     """The input kind and array to send of a read FILE: an .npy's one array (``input``, default
     logits), or the .npz member ``_input_of`` names."""
     if "" in arrays:
@@ -142,7 +140,7 @@ def _values(arrays: dict[str, np.ndarray], path: Path, input: str | None) -> tup
     return kind, arrays[kind]
 
 
-def _labelled(path: Path, input: str | None) -> tuple[str, np.ndarray, np.ndarray]:
+def _labelled(path: Path, input: str | None) -> tuple[str, "np.ndarray", "np.ndarray"]:
     arrays = _arrays(path)
     if "" in arrays:
         raise typer.BadParameter(f"{path} is one .npy array; this command needs an .npz with "
@@ -179,14 +177,14 @@ Name = Annotated[str, typer.Argument(metavar="NAME", help="Calibrator name.", sh
 # -- progress ----------------------------------------------------------------------------------
 
 
-def _spinner(text: str) -> Progress:
+def _spinner(text: str) -> "Progress":
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                     transient=True)
 
 
-def _bar() -> Progress:
+def _bar() -> "Progress":
     from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
@@ -226,8 +224,8 @@ def _before_after(report: dict) -> Table:
 
 
 def _parameters(parameters: dict) -> str:
-    import numpy as np
-
+    """A version's parameters on one line: numbers, short strings, and the shape of each list (numpy
+    is loaded only for a list: `refit` of a temperature, say, needs none)."""
     shown = []
     for key, value in parameters.items():
         if isinstance(value, bool) or value is None:
@@ -238,20 +236,20 @@ def _parameters(parameters: dict) -> str:
             if len(value) <= 40:
                 shown.append(f"{key}={value}")
         elif isinstance(value, list):
-            shown.append(f"{key}=[{np.shape(value) if _rectangular(value) else len(value)}]")
+            shown.append(f"{key}=[{_shape(value)}]")
         else:
             shown.append(f"{key}={{…}}")
     return ", ".join(shown) or "—"
 
 
-def _rectangular(value: list) -> bool:
+def _shape(value: list) -> tuple[int, ...] | int:
+    """A numeric nested list's shape, or (ragged or not numeric) its length."""
     import numpy as np
 
     try:
-        np.asarray(value, dtype=float)
+        return np.asarray(value, dtype=float).shape
     except (TypeError, ValueError):
-        return False
-    return True
+        return len(value)
 
 
 def examples(*lines: str) -> str:

@@ -2,8 +2,6 @@
 progress bar when it is large), and serve calibrated probabilities from it, written with their
 prediction ids."""
 
-from __future__ import annotations
-
 import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -92,7 +90,7 @@ def fit(
         out.print(f"auto: {comparison['selection'].get('reason', '')}", soft_wrap=True)
 
 
-def _resolve(client: Client, ref: str, version: int | None) -> tuple[str, int]:
+def _resolve(client: "Client", ref: str, version: int | None) -> tuple[str, int]:
     """The version ``ref`` serves now, so that a binary call can be pinned to it (and say which)."""
     name, _, alias = ref.partition("@")
     if version is not None:
@@ -129,7 +127,7 @@ def _ids_from_file(path: Path, column: str | None) -> list[str]:
         return [row[column] for row in reader]
 
 
-def _given_ids(arrays: dict[str, np.ndarray], file: Path, ids_file: Path | None, column: str | None,
+def _given_ids(arrays: dict[str, "np.ndarray"], file: Path, ids_file: Path | None, column: str | None,
                n: int) -> list[str] | None:
     """The ids ``calibrate`` sends: from ``--ids FILE``, or the input .npz's ``--id-column`` member."""
     if ids_file is not None:
@@ -145,7 +143,7 @@ def _given_ids(arrays: dict[str, np.ndarray], file: Path, ids_file: Path | None,
     return ids
 
 
-def _write_calibrated(path: Path, probabilities: np.ndarray, ids: list[str] | None,
+def _write_calibrated(path: Path, probabilities: "np.ndarray", ids: list[str] | None,
                       class_names: list[str] | None) -> str:
     """``--out``: ``.npz`` (probabilities, and ids), ``.csv`` (an id column, then one column a
     class) or ``.npy`` (the probabilities only). Returns what was written."""

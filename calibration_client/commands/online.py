@@ -1,8 +1,6 @@
 """``calibration observe | logging | label | observations | refit``: the online loop from a
 terminal, registered on ``calibration_client.cli``'s app."""
 
-from __future__ import annotations
-
 import csv
 from pathlib import Path
 from typing import Annotated

@@ -1,8 +1,6 @@
 """``calibration policy show | set | run``: a calibrator's refit policy (when to refit on its
 labelled observations, and where the refitted version goes)."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

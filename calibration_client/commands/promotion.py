@@ -3,8 +3,6 @@ decisions from a terminal: the paired evaluation's verdict and its confidence se
 difference (challenger minus champion: below zero favours the challenger), and where an alias
 points, with ``--json`` the service's answer for scripts."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

@@ -1,8 +1,6 @@
 """``calibration versions | calibrators | alias | jobs | methods``: what the service holds and where
 its aliases point, its jobs, and the methods it offers."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -2,8 +2,6 @@
 the calibration metrics of raw outputs with their bootstrap intervals, and a cross-validated
 comparison of methods."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

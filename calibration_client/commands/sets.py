@@ -2,8 +2,6 @@
 (fit a set predictor of a version on held-out rows, list or delete them, and serve sets),
 registered on ``calibration_client.cli``'s app."""
 
-from __future__ import annotations
-
 import csv
 from pathlib import Path
 from typing import Annotated

@@ -35,20 +35,23 @@ from tests.helpers import REPO
 
 def test_the_client_imports_neither_the_service_nor_the_core_and_its_command_line_loads_numpy_and_httpx_on_use():
     """``--help`` and usage errors need neither numpy nor httpx (nor rich's progress bars): the
-    package's clients and models, and the commands' arrays, are loaded when first used."""
+    package's clients and models, and the commands' arrays, are loaded when first used; the client
+    (httpx) loads numpy with its arrays (``Calibrated``), not before."""
     code = ("import sys, calibration_client, calibration_client.cli; from calibration_client import NotFound; "
             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'calibration', 'numpy', 'httpx') "
             "or m == 'rich.progress'); "
             "assert not loaded, loaded; "
-            "from calibration_client import Client; assert 'httpx' in sys.modules and 'numpy' in sys.modules")
+            "from calibration_client import Client; assert 'httpx' in sys.modules and 'numpy' not in sys.modules; "
+            "from calibration_client import Calibrated; assert 'numpy' in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
 
-def test_the_command_line_does_not_import_httpx_s_own_command_line():
+def test_the_command_line_does_not_import_httpx_s_own_command_line_nor_numpy_for_a_command_without_arrays():
     """httpx's package imports its command line (``httpx._main``: click, pygments, rich's syntax
     highlighting) whenever click is installed; ``calibration`` needs none of it, so a command that
-    talks to a server loads httpx without it (a start-up cost paid by every command)."""
+    talks to a server loads httpx without it (a start-up cost paid by every command). A command
+    that sends and reads no array (``calibrators``) does not load numpy either."""
     code = ("import socket, sys; from calibration_client.cli import main\n"
             "with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
             "sys.argv = ['calibration', '--url', f'http://127.0.0.1:{port}', 'calibrators']\n"
@@ -57,7 +60,8 @@ def test_the_command_line_does_not_import_httpx_s_own_command_line():
             "loaded = sorted(m for m, module in sys.modules.items() if module is not None\n"
             "                and (m.split('.')[0] in ('click', 'pygments') or m == 'httpx._main'))\n"
             "assert 'httpx' in sys.modules and 'calibration_client.client' in sys.modules, 'no client made'\n"
-            "assert not loaded, loaded")
+            "assert not loaded, loaded\n"
+            "assert 'numpy' not in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 

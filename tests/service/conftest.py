@@ -1,7 +1,8 @@
 """The fixtures of every service test, in every folder (unit, api, live, migrations, fuzz): real
-databases, a fresh SQLite file and a fresh Postgres database per test (``support/databases.py``,
-dropped afterwards; Postgres unreachable fails the tests in CI and skips them elsewhere), migrated
-or not, an in-process client of the app on each, and the browser fixtures of ``support/browser.py``."""
+databases, a fresh SQLite file and an empty Postgres database per test (``support/databases.py``:
+a new one, dropped afterwards, or a migrated copy emptied afterwards for the process's next test;
+Postgres unreachable fails the tests in CI and skips them elsewhere), migrated or not, an in-process
+client of the app on each, and the browser fixtures of ``support/browser.py``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from app.platform.migrate import upgrade
 from tests.service.support.browser import browser, shots  # noqa: F401  (fixtures for the browser tests)
 from tests.service.support.clients import app_client
 from tests.service.support.databases import (
+    MigratedPostgres,
     copy_sqlite_database,
     create_postgres_database,
-    create_postgres_database_from,
     migrated_sqlite_template,
 )
 from tests.service.support.webhooks import receiver  # noqa: F401  (the webhook receiver fixture)
@@ -52,16 +53,24 @@ def postgres_head():
     drop()
 
 
+@pytest.fixture(scope="session")
+def migrated_postgres(postgres_head):
+    """The process's copies of ``postgres_head``, emptied between tests (``MigratedPostgres``)."""
+    databases = MigratedPostgres(postgres_head)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
 def migrated_sqlite_url(sqlite_head, tmp_path) -> str:
     return copy_sqlite_database(sqlite_head, tmp_path / "calibration.db")
 
 
 @pytest.fixture
-def migrated_postgres_url(request):
-    url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
+def migrated_postgres_url(migrated_postgres):
+    url = migrated_postgres.take()
     yield url
-    drop()
+    migrated_postgres.give_back(url)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

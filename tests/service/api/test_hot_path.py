@@ -196,10 +196,9 @@ def test_a_call_learns_its_cpu_time_unless_it_waited_far_longer_than_it_worked()
 
 
 @pytest.mark.postgres
-def test_on_postgres_calibrate_never_runs_on_the_event_loop(postgres_url):
+def test_on_postgres_calibrate_never_runs_on_the_event_loop(migrated_postgres_url):
     """The version lookup is a network round trip there, which may wait for a pooled connection."""
-    upgrade(postgres_url)
-    app = create_app(Settings(database_url=postgres_url, serve_threads=1, inline_seconds=0.05))
+    app = create_app(Settings(database_url=migrated_postgres_url, serve_threads=1, inline_seconds=0.05))
     with TestClient(app) as client:
         fit(client)
         threads = record_serving_threads(app)

@@ -328,7 +328,7 @@ def test_a_full_prediction_log_stops_logging_counts_the_rest_and_serving_goes_on
 
 
 @pytest.mark.postgres
-def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(postgres_url):
+def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(migrated_postgres_url):
     """Two replicas apply retention at the same time (Postgres, READ COMMITTED): the second's
     delete waits for the first's row locks, then finds the chunks gone. Its ``logged_rows``
     decrement must be what it deleted (nothing), not the sum it read before waiting, or the count
@@ -340,13 +340,11 @@ def test_two_retention_runs_at_once_take_the_deleted_rows_off_the_count_once(pos
     from sqlalchemy import select, text, update
     from sqlalchemy.orm import Session
 
-    from app.platform.migrate import upgrade
     from app.prediction_log import store as prediction_log_store
     from app.prediction_log.rows import PredictionChunkRow
     from app.registry.rows import CalibratorRow
 
-    upgrade(postgres_url)
-    with TestClient(_app(postgres_url, max_logged_rows=100)) as client:
+    with TestClient(_app(migrated_postgres_url, max_logged_rows=100)) as client:
         client.post("/v1/calibrators/m/versions", json={"method": "temperature", "logits": LOGITS.tolist(),
                                                         "labels": LABELS.tolist()})
         client.put("/v1/calibrators/m/logging", json={"sample_rate": 1})

@@ -7,6 +7,7 @@ worker is killed is marked "Worker lost" and run by the parent itself, which sto
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -18,7 +19,6 @@ from sqlalchemy import text
 
 from app.platform.db import make_engine
 from tests.helpers import load_split
-from tests.service.support.databases import create_postgres_database_from
 from tests.service.support.jobs import KIND, Workers, X, Y, wait_for
 from tests.service.support.live import live_server
 
@@ -194,7 +194,9 @@ def test_a_part_whose_worker_is_killed_is_run_by_the_parent_and_the_auto_fit_sto
 # have no calibrator, an ``auto`` fit's its calibrator's name) and none kills a worker
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory, request):
-    url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
+    databases = request.getfixturevalue("migrated_postgres")  # emptied afterwards for the next test
+    url = databases.take()
+    drop = functools.partial(databases.give_back, url)
     folder = tmp_path_factory.mktemp("fan-out")
     try:
         env = {"CALIBRATION_JOB_ENGINE": "procrastinate", "CALIBRATION_JOB_STALE_SECONDS": "3"}

@@ -238,7 +238,7 @@ def test_a_database_outage_is_503_and_the_service_recovers_without_a_restart(clu
 
 
 @pytest.mark.postgres
-def test_connections_the_server_dropped_are_replaced_without_a_failed_request(postgres_url):
+def test_connections_the_server_dropped_are_replaced_without_a_failed_request(migrated_postgres_url):
     """Every backend of the service's database is terminated (as a Postgres restart or an idle
     timeout in a proxy would): the next requests, reads on the hot path and writes, succeed."""
     from starlette.testclient import TestClient
@@ -246,12 +246,11 @@ def test_connections_the_server_dropped_are_replaced_without_a_failed_request(po
     from app.main import create_app
     from app.settings import Settings
 
-    upgrade(postgres_url)
-    with TestClient(create_app(Settings(database_url=postgres_url))) as client:
+    with TestClient(create_app(Settings(database_url=migrated_postgres_url))) as client:
         assert _fit_with(client, "temperature") == 1
         before = client.post("/v1/calibrators/demo/calibrate", json=BATCH)
         assert before.status_code == 200, before.text
-        admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+        admin = create_engine(migrated_postgres_url, isolation_level="AUTOCOMMIT")
         with admin.connect() as connection:
             terminated = connection.execute(text(
                 "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -80,14 +80,11 @@ def test_a_claim_of_a_process_killed_with_sigkill_is_taken_over_after_its_lease(
 
 
 @pytest.mark.postgres
-def test_a_claim_whose_request_still_runs_is_renewed_past_its_lease(postgres_url):
+def test_a_claim_whose_request_still_runs_is_renewed_past_its_lease(migrated_postgres_url):
     """A request held (by a row lock) for several leases keeps its claim: retries get 409 all along,
     and the appended rows count once."""
-    from app.platform.migrate import upgrade
-
-    upgrade(postgres_url)
-    app = create_app(Settings(database_url=postgres_url, job_engine="embedded", idempotency_lease_seconds=1))
-    locker = Database(postgres_url)
+    app = create_app(Settings(database_url=migrated_postgres_url, job_engine="embedded", idempotency_lease_seconds=1))
+    locker = Database(migrated_postgres_url)
     with TestClient(app) as client:
         assert _append(client, _body(1), key="first").status_code == 201  # the calibrator exists
         held = threading.Event()
@@ -136,16 +133,14 @@ def _wait_for_claim(db: Database) -> None:
 
 
 @pytest.mark.postgres
-def test_a_server_killed_mid_append_leaves_a_claim_that_a_retry_takes_over(postgres_url, tmp_path):
+def test_a_server_killed_mid_append_leaves_a_claim_that_a_retry_takes_over(migrated_postgres_url, tmp_path):
     """SIGKILL while an append sent with an Idempotency-Key waits for the calibrator's row lock
     (the key claimed, nothing appended): after the lease, the retry to a restarted server appends."""
-    from app.platform.migrate import upgrade
-
-    upgrade(postgres_url)
-    server = LiveServer(postgres_url, env={"CALIBRATION_IDEMPOTENCY_LEASE_SECONDS": "1",
-                                           "CALIBRATION_SCHEDULE_SECONDS": "0"}, log_file=tmp_path / "server.log")
+    server = LiveServer(migrated_postgres_url, env={"CALIBRATION_IDEMPOTENCY_LEASE_SECONDS": "1",
+                                                    "CALIBRATION_SCHEDULE_SECONDS": "0"},
+                        log_file=tmp_path / "server.log")
     base = server.start()
-    locker = Database(postgres_url)
+    locker = Database(migrated_postgres_url)
     try:
         with httpx.Client(base_url=base, timeout=60) as client:
             assert _append(client, _body(1), key="first").status_code == 201  # the calibrator exists

@@ -6,6 +6,7 @@ the queue is bounded."""
 
 from __future__ import annotations
 
+import functools
 import io
 import time
 
@@ -18,7 +19,7 @@ from sqlalchemy import text
 from app.platform.db import make_engine
 from app.platform.migrate import upgrade
 from tests.helpers import load_split
-from tests.service.support.databases import copy_sqlite_database, create_postgres_database_from
+from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.jobs import KIND, X, Y, wait_for
 from tests.service.support.live import live_server
 
@@ -69,7 +70,9 @@ def embedded(request, tmp_path_factory):
         url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
                                          tmp_path_factory.mktemp("embedded") / "calibration.db"), None
     else:
-        url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
+        databases = request.getfixturevalue("migrated_postgres")  # emptied afterwards for the next test
+        url = databases.take()
+        drop = functools.partial(databases.give_back, url)
     try:
         with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}, migrated=True) as base, \
                 httpx.Client(base_url=base, timeout=120) as http:

@@ -15,7 +15,7 @@ import pytest
 import calibration as cal
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
-from tests.service.support.databases import copy_sqlite_database, create_postgres_database_from
+from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.live import live_server
 
 # one client for this module's plain calls, keeping no connection between them (a fresh connection
@@ -113,7 +113,9 @@ def instances(request, tmp_path_factory):
         url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
                                          tmp_path_factory.mktemp("instances") / "calibration.db"), None
     else:
-        url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
+        databases = request.getfixturevalue("migrated_postgres")  # emptied afterwards for the next test
+        url = databases.take()
+        drop = functools.partial(databases.give_back, url)
     try:
         with live_server(url, workers=2, migrated=True) as a, live_server(url, migrated=True) as b:
             yield a, b

@@ -4,6 +4,7 @@ labels posted later in a shuffled order, and fits on the stored observations."""
 
 from __future__ import annotations
 
+import functools
 import http.server
 import io
 import json
@@ -16,7 +17,7 @@ import pytest
 
 import calibration as cal
 from tests.helpers import load_split
-from tests.service.support.databases import copy_sqlite_database, create_postgres_database_from
+from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.live import live_server
 
 NAME = "resnet"
@@ -78,7 +79,9 @@ def served(request, tmp_path_factory):
         url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
                                          tmp_path_factory.mktemp("online") / "calibration.db"), None
     else:
-        url, drop = create_postgres_database_from(request.getfixturevalue("postgres_head"))
+        databases = request.getfixturevalue("migrated_postgres")  # emptied afterwards for the next test
+        url = databases.take()
+        drop = functools.partial(databases.give_back, url)
     env = {"CALIBRATION_LOG_FLUSH_SECONDS": "0.2", "CALIBRATION_MAX_BODY_BYTES": str(16 << 20)}
     try:
         with live_server(url, env=env, log_file=tmp_path_factory.mktemp("log") / "server.log", migrated=True) as base:

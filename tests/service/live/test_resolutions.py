@@ -114,17 +114,16 @@ def test_sqlite_files_and_migrated_postgres_databases_have_a_change_counter(sqli
     in_memory.dispose()
 
 
-def test_postgres_generation_moves_with_every_writer_in_its_own_transaction(postgres_url):
+def test_postgres_generation_moves_with_every_writer_in_its_own_transaction(migrated_postgres_url):
     """The triggers count any writer's commit (here plain SQL, not the service), only at its commit,
     and not the prediction log's counters in the calibrators' rows."""
-    upgrade(postgres_url)
-    service = replica(postgres_url)
+    service = replica(migrated_postgres_url)
     service.fit("demo", ArrayBatch(FitSpec(method="temperature"), KIND, X, Y))
     service.fit("demo", ArrayBatch(FitSpec(method="temperature", options={"objective": "brier"}), KIND, X, Y))
     service.set_alias("demo", "production", 1)
     alias = Reference.parse("demo@production")
     assert served_version(service, alias) == 1
-    writer = make_engine(postgres_url)
+    writer = make_engine(migrated_postgres_url)
     with writer.connect() as connection:
         before = service.db.data_version()
         connection.execute(text("UPDATE calibrators SET logged_rows = logged_rows + 5"))

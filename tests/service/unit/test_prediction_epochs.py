@@ -218,11 +218,10 @@ def test_stopping_closes_the_open_epochs_and_retention_closes_stale_ones_and_del
 
 
 @pytest.mark.postgres
-def test_a_close_waits_for_the_write_in_progress_and_holds_its_ids(postgres_url):
+def test_a_close_waits_for_the_write_in_progress_and_holds_its_ids(migrated_postgres_url):
     """On Postgres a writer's transaction holds its epoch's row lock (``mark_written``): a close
     started meanwhile waits for it and its filter holds the ids that transaction wrote."""
-    upgrade(postgres_url)
-    db = Database(postgres_url)
+    db = Database(migrated_postgres_url)
     try:
         with db.write() as session:
             session.execute(insert(CalibratorRow), [{"name": "locked"}])
@@ -250,12 +249,11 @@ def test_a_close_waits_for_the_write_in_progress_and_holds_its_ids(postgres_url)
 
 
 @pytest.mark.postgres
-def test_an_id_whose_first_chunk_commits_after_its_label_is_not_labelled_again(postgres_url):
+def test_an_id_whose_first_chunk_commits_after_its_label_is_not_labelled_again(migrated_postgres_url):
     """On Postgres a chunk's id is taken at insert: writer A takes the lower one for ``x`` but
     commits after writer B. A label between the two commits claims B's row; once A's row is
     visible, ``x`` joins it (the first chunk) and reads labelled: a second label claims nothing."""
-    upgrade(postgres_url)
-    db = Database(postgres_url)
+    db = Database(migrated_postgres_url)
     try:
         with db.write() as session:
             session.execute(insert(CalibratorRow), [{"name": "race"}])
