@@ -42,6 +42,19 @@ CLASSES = 1000
 STRETCH = {64: 1.0, 512: 1.0, 4096: 1.5, 16384: 2.0}
 
 
+def fit_bench_calibrator(base: str, rng: np.random.Generator) -> None:
+    """Fit the temperature-scaling calibrator ``bench`` that the throughput benchmarks call: 2000 rows
+    of float32 logits, 600 of them labelled with their argmax (so that T moves away from 1)."""
+    logits = (3 * rng.standard_normal((2000, CLASSES))).astype(np.float32)
+    labels = rng.integers(0, CLASSES, 2000)
+    labels[:600] = logits[:600].argmax(axis=1)
+    archive = io.BytesIO()
+    np.savez(archive, logits=logits, labels=labels)
+    fitted = httpx.post(f"{base}/v1/calibrators/bench/versions?method=temperature", timeout=300,
+                        content=archive.getvalue(), headers={"content-type": "application/x-npz"})
+    assert fitted.status_code == 201, fitted.text
+
+
 def arg(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
@@ -121,14 +134,7 @@ def run(database_url: str | None):
     try:
         wait(f"{base}/readyz")
         wait(f"{floor_base}/docs")
-        fit_logits = (3 * rng.standard_normal((2000, CLASSES))).astype(np.float32)
-        fit_labels = rng.integers(0, CLASSES, 2000)
-        fit_labels[:600] = fit_logits[:600].argmax(axis=1)
-        archive = io.BytesIO()
-        np.savez(archive, logits=fit_logits, labels=fit_labels)
-        fitted = httpx.post(f"{base}/v1/calibrators/bench/versions?method=temperature", timeout=300,
-                            content=archive.getvalue(), headers={"content-type": "application/x-npz"})
-        assert fitted.status_code == 201, fitted.text
+        fit_bench_calibrator(base, rng)
         for rows in sizes:
             check_answers(base, floor_base, files[rows], rows)
         targets = {"npy": (f"{base}/v1/calibrators/bench/calibrate", f"{floor_base}/npy32"),

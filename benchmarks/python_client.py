@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import cpu_seconds, environment, machine, save  # noqa: E402
+from benchmarks.calibrate_batch_sizes import fit_bench_calibrator  # noqa: E402
 from benchmarks.service_latency import start, wait  # noqa: E402
 from calibration_client import Client  # noqa: E402
 from tests.service.support.live import free_port  # noqa: E402
@@ -170,14 +171,7 @@ def main() -> None:
     try:
         wait(f"{base}/readyz")
         wait(f"{floor_base}/docs")
-        fit_logits = (3 * rng.standard_normal((2000, CLASSES))).astype(np.float32)
-        fit_labels = rng.integers(0, CLASSES, 2000)
-        fit_labels[:600] = fit_logits[:600].argmax(axis=1)
-        archive = io.BytesIO()
-        np.savez(archive, logits=fit_logits, labels=fit_labels)
-        fitted = httpx.post(f"{base}/v1/calibrators/bench/versions?method=temperature", timeout=300,
-                            content=archive.getvalue(), headers={"content-type": "application/x-npz"})
-        assert fitted.status_code == 201, fitted.text
+        fit_bench_calibrator(base, rng)
         check_answers(base, floor_base, body)
 
         def driver(url: str, conns: int, name: str):

@@ -12,7 +12,6 @@ Run: ``flock /tmp/cpu.lock python benchmarks/v2_perf.py [--rows 64] [--seconds 3
 
 from __future__ import annotations
 
-import io
 import re
 import shutil
 import subprocess
@@ -21,13 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.calibrate_batch_sizes import CLASSES, arg, bodies, wrk  # noqa: E402
+from benchmarks.calibrate_batch_sizes import arg, bodies, fit_bench_calibrator, wrk  # noqa: E402
 from benchmarks.service_latency import start, wait  # noqa: E402
 from tests.service.support.live import free_port  # noqa: E402
 
@@ -64,14 +62,7 @@ def main():
     try:
         wait(f"{base}/readyz")
         wait(f"{floor_base}/docs")
-        logits = (3 * rng.standard_normal((2000, CLASSES))).astype(np.float32)
-        labels = rng.integers(0, CLASSES, 2000)
-        labels[:600] = logits[:600].argmax(axis=1)
-        archive = io.BytesIO()
-        np.savez(archive, logits=logits, labels=labels)
-        fitted = httpx.post(f"{base}/v1/calibrators/bench/versions?method=temperature", timeout=300,
-                            content=archive.getvalue(), headers={"content-type": "application/x-npz"})
-        assert fitted.status_code == 201, fitted.text
+        fit_bench_calibrator(base, rng)
         for who, url, pid in (("service", f"{base}/v2/models/bench/infer", service.pid),
                               ("floor", f"{floor_base}/oip32", floor.pid)):
             wrk(url, path, media, 1, connections, length, pid)  # warm: the hot path learns its cost
