@@ -79,6 +79,21 @@ def database_url(request) -> str:
     return request.getfixturevalue(f"migrated_{request.param}_url")
 
 
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def module_database_url(request, tmp_path_factory):
+    """An empty database of each kind migrated to head for one module's tests (the live server they
+    share): a copy of the process's SQLite template, or a Postgres copy emptied afterwards for the
+    process's next test. A fixture using it is torn down first, so its server has stopped by then."""
+    if request.param == "sqlite":
+        yield copy_sqlite_database(request.getfixturevalue("sqlite_head"),
+                                   tmp_path_factory.mktemp("module") / "calibration.db")
+        return
+    databases = request.getfixturevalue("migrated_postgres")
+    url = databases.take()
+    yield url
+    databases.give_back(url)
+
+
 @pytest.fixture
 def client(database_url):
     with app_client(database_url) as test_client:

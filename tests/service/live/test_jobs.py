@@ -6,7 +6,6 @@ the queue is bounded."""
 
 from __future__ import annotations
 
-import functools
 import io
 import time
 
@@ -19,7 +18,6 @@ from sqlalchemy import text
 from app.platform.db import make_engine
 from app.platform.migrate import upgrade
 from tests.helpers import load_split
-from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.jobs import KIND, X, Y, wait_for
 from tests.service.support.live import live_server
 
@@ -62,24 +60,14 @@ def check_fit_as_job_equals_a_synchronous_fit(http: httpx.Client, database_url: 
     return job
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def embedded(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def embedded(module_database_url):
     """One server with the embedded pool per database for the module's tests (each uses its own
     calibrator names)."""
-    if request.param == "sqlite":
-        url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
-                                         tmp_path_factory.mktemp("embedded") / "calibration.db"), None
-    else:
-        databases = request.getfixturevalue("migrated_postgres")  # emptied afterwards for the next test
-        url = databases.take()
-        drop = functools.partial(databases.give_back, url)
-    try:
-        with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}, migrated=True) as base, \
-                httpx.Client(base_url=base, timeout=120) as http:
-            yield url, http
-    finally:
-        if drop:
-            drop()
+    url = module_database_url
+    with live_server(url, env={"CALIBRATION_JOB_ENGINE": "embedded"}, migrated=True) as base, \
+            httpx.Client(base_url=base, timeout=120) as http:
+        yield url, http
 
 
 def test_embedded_fit_job_equals_the_synchronous_fit_and_is_listed(embedded):

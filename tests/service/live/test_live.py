@@ -15,7 +15,6 @@ import pytest
 import calibration as cal
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from tests.helpers import load_split
-from tests.service.support.databases import copy_sqlite_database
 from tests.service.support.live import live_server
 
 # one client for this module's plain calls, keeping no connection between them (a fresh connection
@@ -104,24 +103,14 @@ def _example_fit(base: str, name: str) -> int:
     return response.json()["version"]
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def instances(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def instances(module_database_url):
     """Two servers on one migrated database of each kind, shared by the two tests below (each fits a
     calibrator name of its own): the first with two uvicorn workers (concurrent fits land on either,
     each with its own cache), the second with one."""
-    if request.param == "sqlite":
-        url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
-                                         tmp_path_factory.mktemp("instances") / "calibration.db"), None
-    else:
-        databases = request.getfixturevalue("migrated_postgres")  # emptied afterwards for the next test
-        url = databases.take()
-        drop = functools.partial(databases.give_back, url)
-    try:
-        with live_server(url, workers=2, migrated=True) as a, live_server(url, migrated=True) as b:
-            yield a, b
-    finally:
-        if drop:
-            drop()
+    url = module_database_url
+    with live_server(url, workers=2, migrated=True) as a, live_server(url, migrated=True) as b:
+        yield a, b
 
 
 def test_concurrent_fits_of_one_name_get_distinct_versions(instances):

@@ -4,7 +4,6 @@ labels posted later in a shuffled order, and fits on the stored observations."""
 
 from __future__ import annotations
 
-import functools
 import http.server
 import io
 import json
@@ -71,24 +70,14 @@ def _serve(client: httpx.Client, logits: np.ndarray, start: int, route: str) -> 
     return ids
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def served(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def served(module_database_url, tmp_path_factory):
     """One server per database for the two tests below (the scheduler's tests start their own):
     each uses calibrator names of its own."""
-    if request.param == "sqlite":
-        url, drop = copy_sqlite_database(request.getfixturevalue("sqlite_head"),
-                                         tmp_path_factory.mktemp("online") / "calibration.db"), None
-    else:
-        databases = request.getfixturevalue("migrated_postgres")  # emptied afterwards for the next test
-        url = databases.take()
-        drop = functools.partial(databases.give_back, url)
+    url = module_database_url
     env = {"CALIBRATION_LOG_FLUSH_SECONDS": "0.2", "CALIBRATION_MAX_BODY_BYTES": str(16 << 20)}
-    try:
-        with live_server(url, env=env, log_file=tmp_path_factory.mktemp("log") / "server.log", migrated=True) as base:
-            yield base
-    finally:
-        if drop:
-            drop()
+    with live_server(url, env=env, log_file=tmp_path_factory.mktemp("log") / "server.log", migrated=True) as base:
+        yield base
 
 
 def test_logged_predictions_labelled_later_carry_their_serving_version(served):
