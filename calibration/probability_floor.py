@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from .backend import label_entries, namespace
+from .inputs import InputBatch
 
 EPSILON = float(np.finfo(np.float64).eps)
 LOG_BOUND = -math.log(EPSILON)
@@ -102,3 +103,16 @@ def rows_not_cleared(logits: np.ndarray, terms: list[tuple[float, float]], offse
         for weight, temperature in terms:
             bound += weight * np.exp(least / temperature - top / temperature)
     return np.flatnonzero(~(bound / logits.shape[1] >= EPSILON * FLOOR_SAFETY))  # NaN is not cleared
+
+
+def floor_counts_of_uncleared(count, scores: InputBatch, labels: np.ndarray, terms: list[tuple[float, float]],
+                              offset: float) -> tuple[int, int]:
+    """``count(scores, labels)`` (a calibrator's floor counts over a fit's rows) of only the rows that
+    ``rows_not_cleared``'s bound for the prediction ``terms``, ``offset`` does not clear; of every
+    row off numpy or from probabilities, where the bound is not taken."""
+    if scores.xp is not np or scores.source != "logits":
+        return count(scores, labels)
+    unsure = rows_not_cleared(scores.given, terms, offset)
+    if not len(unsure):
+        return 0, 0
+    return count(InputBatch(logits=scores.given[unsure]), labels[unsure])

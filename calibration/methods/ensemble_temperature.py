@@ -46,7 +46,7 @@ from ..base import Calibrator, FitDiagnostics, param_array, param_float
 from ..inputs import InputBatch
 from ..metrics.validated import row_blocks
 from ..options import INPUT_OPTION, Option
-from ..probability_floor import EPSILON, rows_not_cleared
+from ..probability_floor import EPSILON, floor_counts_of_uncleared
 from ..softmax import softmax
 from .brier_temperature import BrierSums, fit_brier_temperature
 from .shifted_logits import ShiftedLogits, shifted_logits
@@ -217,12 +217,8 @@ class EnsembleTemperatureScaling(Calibrator):
         w1, w2, w3 = (float(w) for w in self.weights_)
         if w3 / scores.k >= EPSILON:
             return 0, 0
-        if scores.xp is not np or scores.source != "logits":
-            return super()._floor_counts(scores, labels)
-        unsure = rows_not_cleared(scores.given, [(w1, self.temperature_), (w2, 1.0)], w3)
-        if not len(unsure):
-            return 0, 0
-        return super()._floor_counts(InputBatch(logits=scores.given[unsure]), labels[unsure])
+        return floor_counts_of_uncleared(super()._floor_counts, scores, labels,
+                                         [(w1, self.temperature_), (w2, 1.0)], w3)
 
     def _params(self) -> dict:
         return {"temperature": self.temperature_, "weights": self.weights_.tolist()}

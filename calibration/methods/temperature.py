@@ -39,7 +39,7 @@ from ..base import Calibrator, FitDiagnostics, param_float
 from ..inputs import InputBatch
 from ..metrics.binned import validated_ece
 from ..options import INPUT_OPTION, Option
-from ..probability_floor import EPSILON, rows_not_cleared
+from ..probability_floor import EPSILON, floor_counts_of_uncleared
 from ..softmax import scaled_softmax_as, softmax
 from ..solvers import increasing_root
 from .shifted_logits import DeviceShiftedLogits, ShiftedLogits, shifted_logits
@@ -178,12 +178,7 @@ class TemperatureCalibrator(Calibrator):
     def _floor_counts(self, scores: InputBatch, labels: np.ndarray) -> tuple[int, int]:
         """The base class's counts, predicting only the rows that ``rows_not_cleared``'s bound
         does not clear."""
-        if scores.xp is not np or scores.source != "logits":
-            return super()._floor_counts(scores, labels)
-        unsure = rows_not_cleared(scores.given, [(1.0, self.temperature_)], 0.0)
-        if not len(unsure):
-            return 0, 0
-        return super()._floor_counts(InputBatch(logits=scores.given[unsure]), labels[unsure])
+        return floor_counts_of_uncleared(super()._floor_counts, scores, labels, [(1.0, self.temperature_)], 0.0)
 
     def _params(self) -> dict:
         return {"temperature": self.temperature_}
