@@ -232,10 +232,10 @@ def test_problems_are_typed_exceptions_with_the_servers_fields(service, client, 
 def test_a_compare_job_reports_increasing_progress_and_the_cores_result(client, cifar):
     logits, labels = cifar
     seen: list[float] = []
-    result = client.compare(logits, labels, folds=10, progress=seen.append, poll=0.01)
+    result = client.compare(logits, labels, folds=5, progress=seen.append, poll=0.01)
     assert seen == sorted(seen) and len(set(seen)) == len(seen) and seen[-1] == 100.0
     assert any(0 < p < 100 for p in seen), seen  # a percent from the running job, not just start and end
-    local = cal.compare(logits, labels, folds=10, seed=0)
+    local = cal.compare(logits, labels, folds=5, seed=0)
     chosen = cal.select(local).to_dict()["chosen"]
     assert result["selection"]["chosen"] == chosen
     assert [m["name"] for m in result["methods"]] == [r.candidate.name for r in local.results]
