@@ -65,7 +65,7 @@ from ..wire.decoding import JSON_TYPE, RequestBody, media_type
 
 WINDOW = 8  # runs a kind of call remembers
 MAX_KINDS = 4096  # kinds remembered (paths name calibrators): forgotten all at once beyond it
-DEFAULT_INLINE_SECONDS = 0.002
+DEFAULT_INLINE_SECONDS = 0.003
 STALL = 10  # a call whose wall time is this many times its CPU time (and the budget) waited on something
 JSON_BUDGET = 5  # JSON calls' budget, in CALIBRATION_INLINE_SECONDS (module docstring)
 OVERRUN = 4  # two calls on the loop whose CPU time is this many times the budget...
