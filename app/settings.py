@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     serve_threads: int | None = Field(None, ge=1, le=64, description="Threads per process for calibrate "
                                       "and /v2 inference (other work uses anyio's default pool); by default 2 "
                                       "when there are at least 2 cores per worker, else 1.")
-    inline_seconds: float = Field(0.002, ge=0, le=0.05, description="Calibrate and /v2 inference calls "
+    inline_seconds: float = Field(0.003, ge=0, le=0.05, description="Calibrate and /v2 inference calls "
                                   "estimated to take at most this long (JSON ones five times this) run on the event "
                                   "loop instead of a thread (app/http/hot_path.py), on SQLite only (on Postgres "
                                   "the version lookup is a network round trip); 0: always on a thread.")

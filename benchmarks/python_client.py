@@ -6,9 +6,13 @@ Both servers get the same driver: a 64 x 1000 float32 ``.npy`` body with ``Conte
 ``Accept: application/x-npy`` and httpx's own default headers (``Accept-Encoding``,
 ``User-Agent``, keep-alive). With 1 connection one ``httpx.Client`` sends requests back to back;
 with 8 and 32, ``httpx.AsyncClient`` (a pool of that many connections) keeps that many requests in
-flight on one asyncio loop. At 1 connection the project's own ``calibration_client.Client.calibrate``
-(what users call: it encodes the array and decodes the answer) runs against the service too; its
-ratio is to the floor driven by plain httpx, so it also counts the client's own encode and decode.
+flight on one asyncio loop. The project's own client (what users call: it encodes the array and
+decodes the answer) runs against the service too, with the same drivers: ``Client.calibrate`` back
+to back at 1 connection, 8 and 32 threads with a ``Client`` each, one ``AsyncClient`` with 8 and 32
+calls in flight; its ratio is to the floor driven by plain httpx with the same driver, so it also
+counts the client's own encode and decode. ``--baseline DIR`` adds the same rows for the
+``calibration_client`` of another checkout (e.g. ``git worktree add /tmp/base main``), loaded as a
+package of its own, in the same interleaved rounds: old and new client side by side.
 The service runs a temperature-scaling calibrator on SQLite, one uvicorn worker and its default
 hot-path threads; the floor one uvicorn worker; both with the same fixed glibc allocator
 thresholds (``service_latency.ALLOCATOR``). Service and floor alternate (order swapped every
@@ -19,15 +23,20 @@ server's CPU ms a request (its process tree, from /proc) and the client's (this 
 The client is Python and runs on the same machine as the server: at 1 connection its time is
 part of every request's round trip, and with many connections it competes for the cores.
 
+Each run's table is appended to ``benchmarks/results/python_client.md`` (earlier runs are kept).
+
 Run: ``flock /tmp/cpu.lock python benchmarks/python_client.py [--seconds 3] [--rounds 3]
-[--connections 1,8,32]``.
+[--connections 1,8,32] [--drivers threads,async] [--baseline DIR]``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import importlib.util
 import io
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,10 +49,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import cpu_seconds, environment, machine, save  # noqa: E402
+import calibration_client  # noqa: E402
+from benchmarks._common import RESULTS, cpu_seconds, environment, machine, save  # noqa: E402
 from benchmarks.calibrate_batch_sizes import fit_bench_calibrator  # noqa: E402
 from benchmarks.service_latency import start, wait  # noqa: E402
-from calibration_client import Client  # noqa: E402
 from tests.service.support.live import free_port  # noqa: E402
 
 CLASSES = 1000
@@ -110,10 +119,22 @@ def threads(url: str, body: bytes, seconds: float, connections: int) -> tuple[in
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
-def project_client(base: str, batch: np.ndarray, seconds: float) -> tuple[int, int]:
-    """``calibration_client.Client.calibrate`` back to back for ``seconds`` (float32 answers)."""
+def client_package(checkout: str):
+    """The ``calibration_client`` package of another checkout, imported under a name of its own."""
+    name = "baseline_calibration_client"
+    folder = Path(checkout).resolve() / "calibration_client"
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    return package
+
+
+def project_client(package, base: str, batch: np.ndarray, seconds: float) -> tuple[int, int]:
+    """``package.Client.calibrate`` back to back for ``seconds`` (float32 answers)."""
     done = 0
-    with Client(base) as client:
+    with package.Client(base) as client:
         client.calibrate("bench", batch)
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
@@ -121,6 +142,48 @@ def project_client(base: str, batch: np.ndarray, seconds: float) -> tuple[int, i
             done += 1
     assert answer.dtype == np.float32 and answer.shape == batch.shape
     return done, 0
+
+
+def project_threads(package, base: str, batch: np.ndarray, seconds: float, connections: int) -> tuple[int, int]:
+    """``connections`` threads, each calling ``Client.calibrate`` back to back on its own ``Client``."""
+    counts = [0] * connections
+    clients = [package.Client(base) for _ in range(connections)]
+    for client in clients:
+        client.calibrate("bench", batch)  # the connections, before the clock
+    end = time.perf_counter() + seconds
+
+    def worker(index: int) -> None:
+        while time.perf_counter() < end:
+            answer = clients[index].calibrate("bench", batch)
+            counts[index] += 1
+        assert answer.dtype == np.float32 and answer.shape == batch.shape
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(connections)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    for client in clients:
+        client.close()
+    return sum(counts), 0
+
+
+def project_async(package, base: str, batch: np.ndarray, seconds: float, connections: int) -> tuple[int, int]:
+    """One ``AsyncClient`` (a pool of ``connections``) with ``connections`` calibrate calls in flight."""
+    async def drive() -> int:
+        done = [0]
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        async with package.AsyncClient(base, limits=limits) as client:
+            await asyncio.gather(*(client.calibrate("bench", batch) for _ in range(connections)))
+            end = time.perf_counter() + seconds
+
+            async def worker():
+                while time.perf_counter() < end:
+                    answer = await client.calibrate("bench", batch)
+                    done[0] += 1
+                assert answer.dtype == np.float32 and answer.shape == batch.shape
+            await asyncio.gather(*(worker() for _ in range(connections)))
+        return done[0]
+    return asyncio.run(drive()), 0
 
 
 def timed(pid: int, drive) -> dict:
@@ -153,6 +216,7 @@ def main() -> None:
     rounds = int(arg("--rounds", "3"))
     connections = [int(c) for c in arg("--connections", "1,8,32").split(",")]
     drivers = arg("--drivers", "threads,async").split(",")
+    baseline = arg("--baseline", "")
     rng = np.random.default_rng(0)
     batch = (3 * rng.standard_normal((64, CLASSES))).astype(np.float32)
     buffer = io.BytesIO()
@@ -184,10 +248,20 @@ def main() -> None:
         cases = [(f"{labels[name] if c > 1 else 'httpx.Client'}, {c}",
                   [("service", service.pid, driver(ours, c, name)), ("floor", floor.pid, driver(bare, c, name))])
                  for c in connections for name in (drivers if c > 1 else drivers[:1])]
-        if 1 in connections:
-            cases.append(("Client.calibrate, 1", [
-                ("service", service.pid, lambda: project_client(base, batch, seconds)),
-                ("floor", floor.pid, driver(bare, 1, ""))]))
+        packages = [("", calibration_client)] + ([(" (baseline)", client_package(baseline))] if baseline else [])
+        for suffix, package in packages:
+            for c in connections:
+                for name in drivers if c > 1 else drivers[:1]:
+                    if c == 1:
+                        case, drive = "Client.calibrate", (lambda p=package: project_client(p, base, batch, seconds))
+                    elif name == "threads":
+                        case, drive = "Client.calibrate a thread", (
+                            lambda p=package, c=c: project_threads(p, base, batch, seconds, c))
+                    else:
+                        case, drive = "AsyncClient.calibrate", (
+                            lambda p=package, c=c: project_async(p, base, batch, seconds, c))
+                    cases.append((f"{case}{suffix}, {c}",
+                                  [("service", service.pid, drive), ("floor", floor.pid, driver(bare, c, name))]))
         for round_ in range(rounds):
             for case, order in cases:
                 for who, pid, drive in order if round_ % 2 == 0 else order[::-1]:
@@ -198,17 +272,23 @@ def main() -> None:
         for process in (service, floor):
             process.terminate()
             process.wait(timeout=30)
-    report(results, seconds, rounds)
+    report(results, seconds, rounds, baseline)
 
 
-def report(results: dict, seconds: float, rounds: int) -> None:
+def report(results: dict, seconds: float, rounds: int, baseline: str) -> None:
     packages = ["httpx", "httpcore", "fastapi", "uvicorn", "starlette", "numpy"]
     env = environment(packages)
-    lines = ["# /calibrate with a Python client (httpx): the service against a bare FastAPI app", "",
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    if baseline:
+        commit += (", baseline: " + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
+                                                   capture_output=True, text=True).stdout.strip())
+    lines = [f"## {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit {commit}", "",
              machine(env, packages),
              f"64 x 1000 float32 .npy in, float32 .npy out; the service on SQLite, 1 worker each; {seconds:g} s a run, "
              f"{rounds} interleaved rounds; medians [ranges]; ratio = median of the per-round service/floor ratios. "
-             "The client (this Python process) shares the machine's cores with the servers.", "",
+             "The client (this Python process) shares the machine's cores with the servers. Client.calibrate rows: "
+             "the project's client against the service, the floor driven by plain httpx with the same driver.", "",
              "| client, connections | service req/s | floor req/s | ratio [range] | service CPU ms/req | "
              "floor CPU ms/req | client CPU ms/req (service / floor) | non-200 |",
              "|---|---|---|---|---|---|---|---|"]
@@ -226,7 +306,10 @@ def report(results: dict, seconds: float, rounds: int) -> None:
             f"{statistics.median(r['client_ms'] for r in ours):.2f} / "
             f"{statistics.median(r['client_ms'] for r in floor):.2f} | "
             f"{sum(r['errors'] for r in ours + floor)} |")
-    save("python_client.md", lines)
+    kept = RESULTS / "python_client.md"
+    earlier = (kept.read_text().rstrip("\n").split("\n") if kept.exists()
+               else ["# /calibrate with a Python client (httpx): the service against a bare FastAPI app"])
+    save("python_client.md", [*earlier, "", *lines])
 
 
 if __name__ == "__main__":

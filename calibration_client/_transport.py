@@ -1,7 +1,7 @@
 """The instructions an operation yields and what the runners do with them, once for the sync and
 the async client: ``Call`` (send this request, give me the response), ``Sleep`` (wait) and
-``Report`` (tell the caller's progress callback); ``prepare`` (the keyword arguments of every try
-of a call: one ``Idempotency-Key`` per POST, reused on its retries), ``RetryPolicy`` (which
+``Report`` (tell the caller's progress callback); ``request`` (the request every try of a call
+sends, built once: one ``Idempotency-Key`` per POST, reused on its retries), ``RetryPolicy`` (which
 answers are retried, and after how long: ``Retry-After`` or exponential backoff with full
 jitter), ``problem`` (an error answer as its typed exception) and ``PlainHTTPTransport`` (a
 service at an ``http://`` address without the cost of TLS set-up)."""
@@ -9,6 +9,7 @@ service at an ``http://`` address without the cost of TLS set-up)."""
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import random
 import ssl
@@ -92,19 +93,26 @@ def parse_retry_after(value: str) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def prepare(call: Call) -> dict[str, Any]:
-    """The keyword arguments of every try of ``call``: a POST gets one ``Idempotency-Key``,
-    reused on its retries."""
+def request(http: httpx.Client | httpx.AsyncClient, base: str, call: Call) -> httpx.Request:
+    """The request every try of ``call`` sends: to ``absolute_url`` (what httpx makes of the client's
+    ``base_url``, the path and ``params``, parsed once), with the client's headers and ``call``'s; a
+    POST gets one ``Idempotency-Key``, reused on its retries."""
     headers = dict(call.headers)
     if call.method == "POST":
         headers.setdefault("Idempotency-Key", str(uuid.uuid4()))
-    kwargs: dict[str, Any] = {"params": call.params, "headers": headers}
-    if call.content is not None:
-        kwargs["content"] = call.content
-    elif call.json is not None:
-        kwargs["content"] = json.dumps(call.json, allow_nan=False).encode()
+    content = call.content
+    if content is None and call.json is not None:
+        content = json.dumps(call.json, allow_nan=False).encode()
         headers.setdefault("Content-Type", JSON)
-    return kwargs
+    query = str(httpx.QueryParams(call.params)) if call.params else ""
+    return http.build_request(call.method, absolute_url(base, call.path, query), headers=headers, content=content)
+
+
+@functools.lru_cache(maxsize=256)
+def absolute_url(base: str, path: str, query: str) -> httpx.URL:
+    """``base`` (no trailing ``/``) + ``path`` (from ``/``) + ``?query`` (where not empty) as one
+    parsed URL, the one httpx merges from ``base_url``, a path and ``params``."""
+    return httpx.URL(f"{base}{path}?{query}" if query else f"{base}{path}")
 
 
 def problem(response: httpx.Response) -> CalibrationError:

@@ -197,11 +197,11 @@ class Client(_Methods):
         time.sleep(seconds)
 
     def _send(self, call: Call) -> httpx.Response:
-        kwargs = transport.prepare(call)
+        request = transport.request(self._http, self.url, call)
         attempt = 0
         while True:
             try:
-                response = self._http.request(call.method, call.path, **kwargs)
+                response = self._http.send(request)
             except httpx.TransportError as exc:
                 wait = self.retry.delay(attempt, None)
                 if wait is None:
@@ -258,11 +258,11 @@ class AsyncClient(_Methods):
         await asyncio.sleep(seconds)
 
     async def _send(self, call: Call) -> httpx.Response:
-        kwargs = transport.prepare(call)
+        request = transport.request(self._http, self.url, call)
         attempt = 0
         while True:
             try:
-                response = await self._http.request(call.method, call.path, **kwargs)
+                response = await self._http.send(request)
             except httpx.TransportError as exc:
                 wait = self.retry.delay(attempt, None)
                 if wait is None:

@@ -95,5 +95,5 @@ def create_app(settings: Settings, edge: Edge) -> FastAPI:
                                     if isinstance(route, APIRoute) and route.path.endswith(("/calibrate", "/infer"))])
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,
                        registry=app.state.registry, max_header_bytes=settings.max_header_bytes,
-                       body_seconds=settings.body_seconds)
+                       body_seconds=settings.body_seconds, hot_path=app.state.hot_path)
     return app

@@ -1,6 +1,7 @@
 """One ASGI middleware for every request: a request id, the body size limit (413 from the
-Content-Length header, or while the body streams in), an access log line and Prometheus
-metrics. Written as plain ASGI so it adds no buffering to the hot path."""
+Content-Length header, or while the body streams in), an access log line, Prometheus metrics, and
+the count of requests in flight that ``app.http.hot_path`` reads (``HotPath.requests``). Written as
+plain ASGI so it adds no buffering to the hot path."""
 
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ async def _within(receive, seconds: float, limit: float):
 
 class RequestMiddleware:
     def __init__(self, app, max_body_bytes: int, registry: CollectorRegistry, max_header_bytes: int = 65536,
-                 body_seconds: float = 60.0):
+                 body_seconds: float = 60.0, hot_path=None):
         self.app = app
+        self.hot_path = hot_path  # counts the requests in flight, where given
         self.body_seconds = body_seconds
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
@@ -150,9 +152,14 @@ class RequestMiddleware:
                 body_done = not message.get("more_body", False)
             return message
 
+        hot_path = self.hot_path
+        if hot_path is not None:
+            hot_path.requests += 1
         try:
             await self.app(scope, limited_receive, send_with_id)
         finally:
+            if hot_path is not None:
+                hot_path.requests -= 1
             self._record(scope, status_holder["status"], start, request_id)
 
     def _record(self, scope, status: int, start: float, request_id: str) -> None:

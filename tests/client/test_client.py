@@ -13,6 +13,8 @@ import sys
 import httpx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import calibration as cal
 from calibration_client import (
@@ -28,7 +30,9 @@ from calibration_client import (
     Unauthorized,
     Version,
 )
-from calibration_client._transport import PlainHTTPTransport
+from calibration_client import _protocol as protocol
+from calibration_client import _transport as transport
+from calibration_client._transport import Call, PlainHTTPTransport
 from tests.client.conftest import MAX_BODY_BYTES
 from tests.helpers import REPO
 
@@ -157,6 +161,60 @@ def test_calibrate_answers_in_the_precision_sent_or_asked(client, cifar):
     assert asked.dtype == np.float64 and np.array_equal(asked, expected) and asked.version == 1
     narrowed = client.calibrate("precise", logits[300:].astype(np.float64), dtype="float32")
     assert narrowed.dtype == np.float32 and np.array_equal(narrowed, expected.astype(np.float32))
+
+
+def test_each_call_goes_to_the_url_and_query_it_names(service, cifar):
+    """The URL every request is sent to, as the server receives it: the service's address, the
+    path (names quoted, ``@`` kept) and the query in the order the call gives it (``+`` for spaces,
+    the rest percent-encoded), seen by httpx's own request hook, of both clients; the server reads
+    the same values back."""
+    logits, labels = cifar
+    base, sent = service.url, []
+
+    def record(request: httpx.Request) -> None:
+        sent.append((request.method, str(request.url)))
+
+    async def arecord(request: httpx.Request) -> None:
+        record(request)
+
+    with Client(base, api_key=service.keys["admin"], retries=0, event_hooks={"request": [record]}) as client:
+        version = client.fit("urls", logits[:300], labels[:300], description="a b&c=d+\u00e9",
+                             tags={"team": "vision x"}, class_names=[f"c{i}" for i in range(10)])
+        client.set_alias("urls", "prod", 1)
+        client.calibrate("urls@prod", logits[300:305])
+        client.calibrate("urls", logits[300:305], version=1, dtype="float64")
+        assert len(client.versions("urls")) == 1
+    assert (version.description, version.tags) == ("a b&c=d+\u00e9", {"team": "vision x"})
+
+    async def scenario():
+        async with AsyncClient(base, api_key=service.keys["admin"], retries=0,
+                               event_hooks={"request": [arecord]}) as client:
+            await client.calibrate("urls", logits[300:305], input="logits")
+    asyncio.run(scenario())
+    names = ",".join(f"c{i}" for i in range(10)).replace(",", "%2C")
+    assert sent == [
+        ("POST", f"{base}/v1/calibrators/urls/versions?method=temperature&description=a+b%26c%3Dd%2B%C3%A9"
+                 f"&tags=%7B%22team%22%3A+%22vision+x%22%7D&class_names={names}"),
+        ("PUT", f"{base}/v1/calibrators/urls/aliases/prod"),
+        ("POST", f"{base}/v1/calibrators/urls@prod/calibrate?input=logits"),
+        ("POST", f"{base}/v1/calibrators/urls/versions/1/calibrate?input=logits&dtype=float64"),
+        ("GET", f"{base}/v1/calibrators/urls/versions?page_size=1000"),
+        ("POST", f"{base}/v1/calibrators/urls/calibrate?input=logits"),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3),
+       st.dictionaries(st.text(max_size=8), st.text(max_size=12) | st.integers() | st.booleans(), max_size=4),
+       st.sampled_from(["http://127.0.0.1:8000", "http://example.com/prefix", "https://h.example:8443/a%20b"]))
+def test_a_calls_url_is_the_one_httpx_merges_from_base_url_path_and_params(segments, params, base):
+    """``_transport.request``'s URL is the one ``httpx.Client(base_url=...)`` makes of the same
+    path and ``params``: the query is encoded by httpx, the whole URL parsed once."""
+    path = "/v1/" + "/".join(protocol._segment(segment) for segment in segments)
+    with httpx.Client(base_url=base) as http:
+        ours = transport.request(http, base, Call("GET", path, params=params))
+        assert ours.url == http.build_request("GET", path, params=params).url
+        assert str(ours.url) == str(http.build_request("GET", path, params=params).url)
 
 
 def test_report_and_metrics_equal_the_core(client, cifar):
