@@ -69,6 +69,26 @@ def test_the_command_line_does_not_import_httpx_s_own_command_line_nor_numpy_for
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
+
+def test_the_command_line_parses_its_arguments_without_pydantic():
+    """The client never uses pydantic, and neither does the command line's parsing of a command's
+    arguments (a string, an int, floats, a file that must exist: typer before 0.29, which builds a
+    pydantic ``TypeAdapter`` for each, pydantic's import included, in every ``calibration`` process);
+    the values still arrive checked and converted: a timeout under its minimum is a usage error."""
+    code = ("import socket, sys; from calibration_client.cli import main\n"
+            "with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
+            "def run(*args):\n"
+            "    sys.argv = ['calibration', '--url', f'http://127.0.0.1:{port}', *args]\n"
+            "    try: main()\n"
+            "    except SystemExit as exit: return exit.code\n"
+            "assert run('--timeout', '0.05', 'calibrators') == 2  # under the option's minimum, 0.1\n"
+            "assert run('--timeout', '5', '--retries', '0', 'report', 'resnet50', 'examples/val.npz', '--version',\n"
+            "           '1', '--bins', '10') == 4  # parsed, then the server cannot be reached\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')]")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_client_of_an_http_service_reads_no_certificates_and_its_https_requests_verify():
     """A client of an ``http://`` service makes no SSL context with the trusted certificates (the CA
     bundle read, ~70 ms of CPU in every ``calibration`` command); its plain connections' context
@@ -270,10 +290,10 @@ def test_problems_are_typed_exceptions_with_the_servers_fields(service, client, 
 def test_a_compare_job_reports_increasing_progress_and_the_cores_result(client, cifar):
     logits, labels = cifar
     seen: list[float] = []
-    result = client.compare(logits, labels, folds=10, progress=seen.append, poll=0.01)
+    result = client.compare(logits, labels, folds=5, progress=seen.append, poll=0.01)
     assert seen == sorted(seen) and len(set(seen)) == len(seen) and seen[-1] == 100.0
     assert any(0 < p < 100 for p in seen), seen  # a percent from the running job, not just start and end
-    local = cal.compare(logits, labels, folds=10, seed=0)
+    local = cal.compare(logits, labels, folds=5, seed=0)
     chosen = cal.select(local).to_dict()["chosen"]
     assert result["selection"]["chosen"] == chosen
     assert [m["name"] for m in result["methods"]] == [r.candidate.name for r in local.results]
