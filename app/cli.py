@@ -16,15 +16,15 @@ def serve(args: argparse.Namespace) -> int:
     gc.disable()
     import uvicorn
 
-    from .platform.migrate import upgrade
-
     # the worker processes read their settings from the environment: pass the flags on
     for key, value in (("HOST", args.host), ("PORT", args.port), ("WORKERS", args.workers)):
         if value is not None:
             os.environ[f"CALIBRATION_{key}"] = str(value)
     get_settings.cache_clear()
     settings = get_settings()
-    if settings.migrate_on_start and not args.no_migrate:
+    if settings.migrate_on_start and not args.no_migrate:  # Alembic is imported only to run them
+        from .platform.migrate import upgrade
+
         upgrade(settings.database_url)
     from .platform.server_protocol import HeadDeadlineProtocol
 

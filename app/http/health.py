@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..monitoring.schemas import HealthOut, ReadyOut
 from ..platform.logs import first_line
+from ..platform.revision import HEAD, current_revision
 
 router = APIRouter(tags=["operations"])
 
@@ -22,18 +23,15 @@ async def healthz():
 
 
 def readiness(engine) -> tuple[int, dict]:
-    from ..platform.migrate import current_revision, head_revision  # alembic: imported on the first probe
-
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         revision = current_revision(engine)
     except SQLAlchemyError as exc:
         return 503, {"status": "unavailable", "database": f"unreachable: {first_line(exc)}"}
-    head = head_revision()
-    if revision != head:
+    if revision != HEAD:
         return 503, {"status": "unavailable", "database": "ok",
-                     "schema": f"at revision {revision}, head is {head}: run `calibration-service migrate`"}
+                     "schema": f"at revision {revision}, head is {HEAD}: run `calibration-service migrate`"}
     return 200, {"status": "ready", "database": "ok", "schema": revision}
 
 

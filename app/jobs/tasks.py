@@ -45,27 +45,41 @@ def _heartbeat(db: Database, job_id: str, every: float, done: threading.Event) -
             logger.warning("job %s heartbeat failed: %s", job_id, first_line(exc))
 
 
+_DATABASES: dict[tuple[int, str, float], Database] = {}
+_DATABASES_LOCK = threading.Lock()
+
+
+def job_database(database_url: str, timeout: float) -> Database:
+    """The ``Database`` on ``database_url`` of this process's jobs: one per process, URL and
+    timeout, made by the first job and kept, so each later job reuses its engines and pooled
+    connections. Keyed by process id: a forked child makes its own, never using its parent's
+    connections."""
+    key = (os.getpid(), database_url, timeout)
+    with _DATABASES_LOCK:
+        db = _DATABASES.get(key)
+        if db is None:
+            db = _DATABASES[key] = Database(database_url, timeout)
+        return db
+
+
 def run_job(database_url: str, job_id: str, heartbeat_seconds: float | None = None) -> None:
     """Claim and run one job to its end, beating its heartbeat every ``heartbeat_seconds``
-    (default: a tenth of ``CALIBRATION_JOB_STALE_SECONDS``)."""
+    (default: a tenth of ``CALIBRATION_JOB_STALE_SECONDS``), on the process's ``job_database``."""
     settings = get_settings()
     heartbeat_seconds = heartbeat_seconds or settings.job_stale_seconds / 10
-    db = Database(database_url, settings.db_timeout_seconds)
+    db = job_database(database_url, settings.db_timeout_seconds)
+    with db.write() as session:
+        if not job_store.claim(session, job_id, f"{socket.gethostname()}:{os.getpid()}"):
+            return
+    done = threading.Event()
+    beating = threading.Thread(target=_heartbeat, args=(db, job_id, heartbeat_seconds, done),
+                               name=f"job-{job_id[:8]}-heartbeat", daemon=True)
+    beating.start()
     try:
-        with db.write() as session:
-            if not job_store.claim(session, job_id, f"{socket.gethostname()}:{os.getpid()}"):
-                return
-        done = threading.Event()
-        beating = threading.Thread(target=_heartbeat, args=(db, job_id, heartbeat_seconds, done),
-                                   name=f"job-{job_id[:8]}-heartbeat", daemon=True)
-        beating.start()
-        try:
-            _run_claimed(db, job_id)
-        finally:
-            done.set()
-            beating.join()
+        _run_claimed(db, job_id)
     finally:
-        db.dispose()
+        done.set()
+        beating.join()
 
 
 def _run_claimed(db: Database, job_id: str) -> None:

@@ -10,6 +10,8 @@ from importlib.resources import files
 from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import Engine
 
+from .revision import current_revision
+
 # Alembic imports Mako, whose HTML error pages highlight source with Pygments where it is installed
 # (~0.03 CPU-s of every server start, docs/benchmarks.md, "Process start-up"); migrations render no
 # such page: while Alembic is imported, Mako's import of its Pygments plugin fails and Mako falls back
@@ -21,7 +23,6 @@ if _blocked:
 try:
     from alembic import command
     from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
     from alembic.script.revision import ResolutionError
     from alembic.util import CommandError
@@ -56,11 +57,6 @@ def head_revision() -> str:
     if head is None:  # the package ships its migrations: only a broken install has none
         raise CommandError("no migrations found")
     return head
-
-
-def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
 
 
 # what a downgrade would lose, by table, in the order the message names them

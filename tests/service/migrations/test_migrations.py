@@ -9,6 +9,7 @@ from starlette.testclient import TestClient
 
 from app.all_rows import Base
 from app.main import create_app
+from app.platform import revision
 from app.platform.db import make_engine
 from app.platform.migrate import current_revision, downgrade, head_revision, include_name, upgrade
 from app.settings import Settings
@@ -38,6 +39,23 @@ def test_upgrade_downgrade_upgrade(empty_url):
     engine = make_engine(empty_url)
     assert current_revision(engine) == head_revision()
     engine.dispose()
+
+
+def test_the_revisions_readiness_compares_are_alembic_s(empty_url):
+    """``app.platform.revision`` (read without Alembic): ``HEAD`` is the head of the migration scripts,
+    and ``current_revision`` reads what Alembic reads, on a database never migrated, part way and at head."""
+    assert head_revision() == revision.HEAD
+    engine = make_engine(empty_url)
+    try:
+        for target in (None, "0014", "head"):
+            if target is not None:
+                upgrade(empty_url, target)
+            with engine.connect() as connection:
+                alembic_reads = MigrationContext.configure(connection).get_current_revision()
+            assert revision.current_revision(engine) == alembic_reads == {None: None, "0014": "0014",
+                                                                          "head": revision.HEAD}[target]
+    finally:
+        engine.dispose()
 
 
 def test_migrations_create_exactly_the_models_schema(empty_url):
