@@ -31,6 +31,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_TorchFilesTogether(), "torch-files-together")
     if not DATA.is_dir():
         raise pytest.UsageError(
             f"the shared data sets are missing: {DATA} (set CALIBRATION_SHARED_DIR)"
@@ -40,6 +42,30 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def reference():
     return make_reference_input()
+
+
+# The test files that import torch (~2.9 CPU-s an import, in each test process that makes one): one
+# work unit of ``--dist loadfile`` (``pytest_xdist_make_scheduler`` below), so one worker imports it
+# instead of each worker that drew one of them. test_layers checks the list against the test files.
+TORCH_FILES = ("tests/core/test_backends.py", "tests/core/test_isotonic_reference.py",
+               "tests/core/test_numerics_isotonic.py", "tests/service/api/test_device.py")
+
+
+class _TorchFilesTogether:
+    """Registered where pytest-xdist runs: its ``loadfile`` scheduling with the torch files one scope."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class Scheduling(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                path = super()._split_scope(nodeid)
+                return TORCH_FILES[0] if path in TORCH_FILES else path
+
+        return Scheduling(config, log)
 
 
 # The longest test files, longest first (sums of their tests' durations in a whole run; mypy's with a

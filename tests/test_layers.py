@@ -16,6 +16,7 @@ another."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +326,15 @@ def test_the_workers_take_files_in_the_longest_first_order(pytestconfig):
     where one of them runs alone while the other workers are idle: the suite's options turn that off,
     so the queue is ``LONGEST_FIRST``'s order."""
     assert pytestconfig.getoption("loadscopereorder") is False
+
+
+def test_the_torch_files_are_the_test_files_that_import_torch():
+    """``TORCH_FILES`` (one ``--dist loadfile`` work unit, so one worker imports torch) names every
+    test file that imports it: ``import torch``, ``require("torch")`` or ``importorskip("torch")``, or
+    an application on a torch device (this file names them only to find them)."""
+    from tests.conftest import TORCH_FILES
+
+    pattern = re.compile(r'^\s*(import|from) torch\b|(require|importorskip)\("torch"\)|"torch-cpu"', re.M)
+    importing = sorted(path.relative_to(REPO).as_posix() for path in (REPO / "tests").rglob("test_*.py")
+                       if path != Path(__file__) and pattern.search(path.read_text(encoding="utf-8")))
+    assert sorted(TORCH_FILES) == importing
