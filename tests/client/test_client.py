@@ -211,7 +211,8 @@ def test_a_calls_url_is_the_one_httpx_merges_from_base_url_path_and_params(segme
     """``_transport.request``'s URL is the one ``httpx.Client(base_url=...)`` makes of the same
     path and ``params``: the query is encoded by httpx, the whole URL parsed once."""
     path = "/v1/" + "/".join(protocol._segment(segment) for segment in segments)
-    with httpx.Client(base_url=base) as http:
+    # nothing is sent: a mock transport spares each example the default one's TLS context (~20 ms)
+    with httpx.Client(base_url=base, transport=httpx.MockTransport(lambda request: httpx.Response(200))) as http:
         ours = transport.request(http, base, Call("GET", path, params=params))
         assert ours.url == http.build_request("GET", path, params=params).url
         assert str(ours.url) == str(http.build_request("GET", path, params=params).url)
