@@ -104,19 +104,24 @@ def threads(url: str, body: bytes, seconds: float, connections: int) -> tuple[in
         client.post(url, content=body, headers=HEADERS)  # the connections, before the clock
     end = time.perf_counter() + seconds
 
-    def worker(client: httpx.Client, count: list[int]) -> None:
+    def worker(index: int) -> None:
         while time.perf_counter() < end:
-            response = client.post(url, content=body, headers=HEADERS)
-            count[0] += 1
-            count[1] += response.status_code != 200
-    pool = [threading.Thread(target=worker, args=pair) for pair in zip(clients, counts, strict=True)]
+            response = clients[index].post(url, content=body, headers=HEADERS)
+            counts[index][0] += 1
+            counts[index][1] += response.status_code != 200
+    run_threads(clients, worker)
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+def run_threads(clients: list, worker) -> None:
+    """``worker(i)`` on a thread of its own for each of ``clients``, all joined; then the clients closed."""
+    pool = [threading.Thread(target=worker, args=(index,)) for index in range(len(clients))]
     for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
     for client in clients:
         client.close()
-    return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
 def client_package(checkout: str):
@@ -157,13 +162,7 @@ def project_threads(package, base: str, batch: np.ndarray, seconds: float, conne
             answer = clients[index].calibrate("bench", batch)
             counts[index] += 1
         assert answer.dtype == np.float32 and answer.shape == batch.shape
-    pool = [threading.Thread(target=worker, args=(i,)) for i in range(connections)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    for client in clients:
-        client.close()
+    run_threads(clients, worker)
     return sum(counts), 0
 
 
