@@ -241,8 +241,8 @@ class LogBuffer:
         return ids, batches
 
     def run_once(self) -> None:
-        """Wait for the next flush (its time, ``flush_rows`` rows or ``flush_bytes`` bytes, or one asked for), write, and
-        answer the flushes asked for before it began."""
+        """Wait for the next flush (its time, ``flush_rows`` rows or ``flush_bytes`` bytes, or one
+        asked for), write, and answer the flushes asked for before it began."""
         self._wake.wait(self.flush_seconds)
         self._wake.clear()
         with self._lock:
