@@ -5,7 +5,7 @@ VENV ?= .venv
 SERVE_EXTRAS = plot,postgres,client
 TEST_EXTRAS = dev,plot,postgres,torch,client,docs
 
-.PHONY: serve test lint clean
+.PHONY: serve test check lint clean
 
 serve:
 	scripts/install $(VENV) $(SERVE_EXTRAS) editable
@@ -13,11 +13,18 @@ serve:
 
 test:
 	scripts/install $(VENV) $(TEST_EXTRAS) editable
+	$(MAKE) --no-print-directory check
+
+# what `make test` runs once installed: ruff, then the docs site's build beside the test suite, at the lowest
+# CPU priority (nice): it takes the core time the suite leaves idle while its tests wait on servers,
+# workers and timeouts, instead of a few seconds before the suite starts; it fails if either fails.
+# The processes the tests start (servers, workers, the CLI) read the project's bytecode from a cache that
+# the first one writes, even where the environment turns writing it off (PYTHONDONTWRITEBYTECODE)
+check:
 	$(VENV)/bin/ruff check .
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	# the processes the tests start (servers, workers, the CLI) read the project's bytecode from a cache that
-	# the first one writes, even where the environment turns writing it off (PYTHONDONTWRITEBYTECODE)
-	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest
+	NO_MKDOCS_2_WARNING=1 nice -n 19 $(VENV)/bin/mkdocs build --strict --quiet & docs=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest; tests=$$?; \
+	wait $$docs && exit $$tests
 
 lint:
 	$(VENV)/bin/ruff check .

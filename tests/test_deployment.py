@@ -149,6 +149,35 @@ def test_make_test_builds_the_docs_site_strictly():
     assert (REPO / "mkdocs.yml").exists()
 
 
+@pytest.mark.parametrize(("docs_status", "tests_status"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_make_check_builds_the_docs_beside_the_suite_and_fails_if_either_fails(tmp_path, docs_status, tests_status):
+    """`make test`'s steps after the install (`make check`), run on a venv of stand-ins for ruff, mkdocs and
+    python: the suite starts while the docs build still runs (it waits for the build's start and the build
+    waits for the suite's), and the target's exit status is non-zero when the build or the suite failed."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+
+    def stand_in(name: str, body: str) -> None:
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+
+    # each waits (at most 20 s) for the other's file: neither ends unless both run at once
+    wait_for = ('i=0; while [ ! -e {0} ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; '
+                '[ -e {0} ] || {{ touch "$STAND_INS/alone"; exit 1; }}')
+    stand_in("ruff", 'echo "$@" > "$STAND_INS/ruff"')
+    stand_in("mkdocs", f'echo "$@" > "$STAND_INS/mkdocs"; {wait_for.format("$STAND_INS/python")}; exit {docs_status}')
+    stand_in("python", f'echo "$@" > "$STAND_INS/python"; {wait_for.format("$STAND_INS/mkdocs")}; exit {tests_status}')
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO), "check", f"VENV={tmp_path / 'venv'}"],
+                          env={**os.environ, "STAND_INS": str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    assert (tmp_path / "ruff").read_text().split() == ["check", "."]
+    assert (tmp_path / "mkdocs").read_text().split() == ["build", "--strict", "--quiet"]
+    assert (tmp_path / "python").read_text().split() == ["-m", "pytest"]
+    assert not (tmp_path / "alone").exists(), "the docs build and the suite did not run at the same time"
+    assert (done.returncode == 0) == (docs_status == 0 and tests_status == 0), (done.returncode, done.stderr)
+
+
 def test_every_package_of_the_source_is_in_the_distribution():
     """A package missing from ``[tool.setuptools] packages`` imports in the editable install the tests
     use and is absent from the image's (non-editable) install: the deployment smoke run's worker

@@ -29,26 +29,28 @@ def npy(array: np.ndarray, version: tuple[int, int] | None = None, fortran: bool
     return buffer.getvalue()
 
 
-def same(decoded: np.ndarray, expected: np.ndarray) -> None:
-    assert decoded.dtype == expected.dtype and decoded.shape == expected.shape
-    assert decoded.tobytes() == expected.tobytes()  # bit for bit (NaNs, signed zeros, padding-free dtypes)
-    assert decoded.flags.writeable
+def same(decoded: np.ndarray, expected: np.ndarray, where: str = "") -> None:
+    assert decoded.dtype == expected.dtype and decoded.shape == expected.shape, where
+    assert decoded.tobytes() == expected.tobytes(), where  # bit for bit (NaNs, signed zeros, padding-free dtypes)
+    assert decoded.flags.writeable, where
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_decode_equals_np_load_for_dtypes_shapes_and_orders(dtype, shape):
+def test_decode_equals_np_load_for_dtypes_shapes_and_orders(dtype):
+    """Every shape of ``SHAPES``, format version and order, for ``dtype`` (one test item a dtype)."""
     dtype = np.dtype(dtype)
-    raw = (np.arange(int(np.prod(shape)) * dtype.itemsize) % 251).astype(np.uint8)  # every byte set
-    array = raw.view(dtype).reshape(shape)
-    for version in (None, (1, 0), (2, 0), (3, 0)):
-        for fortran in (False, True):
-            data = npy(array, version, fortran)
-            decoded = decode_npy(data)
-            expected = np.load(io.BytesIO(data), allow_pickle=False)
-            same(decoded, expected)
-            assert decoded.flags.f_contiguous == expected.flags.f_contiguous
-            decoded[...] = decoded  # writable, and not the bytes' memory: the answer belongs to the caller
+    for shape in SHAPES:
+        raw = (np.arange(int(np.prod(shape)) * dtype.itemsize) % 251).astype(np.uint8)  # every byte set
+        array = raw.view(dtype).reshape(shape)
+        for version in (None, (1, 0), (2, 0), (3, 0)):
+            for fortran in (False, True):
+                where = f"shape {shape}, version {version}, fortran {fortran}"
+                data = npy(array, version, fortran)
+                decoded = decode_npy(data)
+                expected = np.load(io.BytesIO(data), allow_pickle=False)
+                same(decoded, expected, where)
+                assert decoded.flags.f_contiguous == expected.flags.f_contiguous, where
+                decoded[...] = decoded  # writable, and not the bytes' memory: the answer belongs to the caller
 
 
 @settings(max_examples=200, deadline=None)

@@ -27,9 +27,16 @@ from tests.service.support.fuzz import fuzz, seed_calibrator
 from tests.service.support.live import live_server
 
 
+@pytest.fixture(scope="module")
+def unicode_tables(tmp_path_factory):
+    """Hypothesis's Unicode tables, shared by both passes' schemathesis runs (``fuzz``)."""
+    return tmp_path_factory.mktemp("unicode_data")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("keys_enabled", [False, True])
-def test_fuzzing_the_schema_finds_no_server_error_and_no_schema_violation(sqlite_url, keys_enabled):
+def test_fuzzing_the_schema_finds_no_server_error_and_no_schema_violation(sqlite_url, keys_enabled,
+                                                                          unicode_tables):
     upgrade(sqlite_url)
     env, headers = {}, None
     if keys_enabled:
@@ -39,7 +46,7 @@ def test_fuzzing_the_schema_finds_no_server_error_and_no_schema_violation(sqlite
         seed_calibrator(base, headers)
         code, output = fuzz(base, max_examples=8, seed=20261122, headers=headers,
                             phases="examples,coverage,stateful" if keys_enabled else None,
-                            mode="positive" if keys_enabled else None)
+                            mode="positive" if keys_enabled else None, unicode_tables=unicode_tables)
     generated = [int(n) for n in re.findall(r"(\d+) generated", output)]
     assert code == 0 and "Runtime Error" not in output, output[-6000:]
     assert len(generated) == 2 and sum(generated) > 500, output[-3000:]

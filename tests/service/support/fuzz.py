@@ -28,20 +28,31 @@ def seed_calibrator(base: str, headers: dict | None = None) -> None:
 
 
 def fuzz(base: str, max_examples: int, seed: int, headers: dict | None = None,
-         phases: str | None = None, mode: str | None = None) -> tuple[int, str]:
+         phases: str | None = None, mode: str | None = None, unicode_tables: Path | None = None) -> tuple[int, str]:
     """Run schemathesis twice (everything but DELETE, then DELETE); the exit code and its output.
     ``phases`` (e.g. ``"examples,coverage"``) limits the phases run; all four by default. ``mode``
-    (``"positive"``: valid requests only, ``"negative"``) limits the cases generated; both by default."""
+    (``"positive"``: valid requests only, ``"negative"``) limits the cases generated; both by default.
+
+    Each run starts in an empty directory (Hypothesis's storage, its example database included, is
+    ``.hypothesis`` there), except for Hypothesis's Unicode tables (the characters of each category
+    and those UTF-8 encodes, a walk over all 1.1 million code points): ``.hypothesis/unicode_data``
+    is ``unicode_tables`` (a temporary folder for this call's two runs by default), which the first
+    run writes and the next ones read."""
     executable = Path(sys.executable).with_name("schemathesis")
     extra = [arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")]
     extra += ["--phases", phases] if phases else []
     extra += ["--mode", mode] if mode else []
     output, code = [], 0
-    for selection in (["--exclude-method", "DELETE"], ["--include-method", "DELETE"]):
-        with tempfile.TemporaryDirectory() as scratch:  # schemathesis writes a cache where it runs
-            done = subprocess.run([str(executable), "run", f"{base}/openapi.json", "--checks", CHECKS,
-                                   "--max-examples", str(max_examples), "--seed", str(seed), "--workers", "1",
-                                   *selection, *extra], capture_output=True, text=True, timeout=1800, cwd=scratch)
-        output.append(done.stdout + done.stderr)
-        code = code or done.returncode
+    with tempfile.TemporaryDirectory() as scratch:
+        tables = unicode_tables or Path(scratch) / "unicode_data"
+        tables.mkdir(parents=True, exist_ok=True)
+        for selection in (["--exclude-method", "DELETE"], ["--include-method", "DELETE"]):
+            with tempfile.TemporaryDirectory() as cwd:  # schemathesis writes a cache where it runs
+                (Path(cwd) / ".hypothesis").mkdir()
+                (Path(cwd) / ".hypothesis" / "unicode_data").symlink_to(tables, target_is_directory=True)
+                done = subprocess.run([str(executable), "run", f"{base}/openapi.json", "--checks", CHECKS,
+                                       "--max-examples", str(max_examples), "--seed", str(seed), "--workers", "1",
+                                       *selection, *extra], capture_output=True, text=True, timeout=1800, cwd=cwd)
+            output.append(done.stdout + done.stderr)
+            code = code or done.returncode
     return code, "\n".join(output)
