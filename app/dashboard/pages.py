@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..jobs.status import ACTIVE
 from .html import aliases, crumbs, link, num_cell, number, page, table, text, url, when
 from .svg import reliability_svg, series_intervals
 
@@ -124,7 +125,7 @@ def _result(job: dict) -> str:
 
 
 def jobs_page(jobs: list[dict], calibrator: str | None, status: str | None, signed_in: bool = False) -> str:
-    active = any(j["status"] in ("queued", "running") for j in jobs)
+    active = any(j["status"] in ACTIVE for j in jobs)
     rows = []
     for j in jobs:
         percent = j.get("percent") or 0.0
@@ -171,7 +172,7 @@ def job_page(job: dict, signed_in: bool = False) -> str:
     result = job.get("result") or {}
     if job["kind"] == "compare" and result.get("methods"):
         body += _comparison_table(result)
-    active = job["status"] in ("queued", "running")
+    active = job["status"] in ACTIVE
     return page(f"Job {job['id']}", body, signed_in=signed_in, refresh=JOBS_REFRESH_SECONDS if active else None)
 
 
