@@ -125,8 +125,12 @@ class Settings(BaseSettings):
                                  "are counted, until retention or deletions free room.")
     max_fit_entries: int = Field(1 << 26, ge=1, description="Most entries (n·k) a fit on stored observations "
                                  "reads (413 beyond; select fewer with `last`).")
-    log_flush_rows: int = Field(4096, ge=1, description="The prediction log is written once this many rows wait "
-                                "(or every log_flush_seconds).")
+    log_flush_rows: int = Field(65536, ge=1, description="The prediction log is written once this many rows wait "
+                                "(or log_flush_bytes of inputs, or every log_flush_seconds).")
+    log_flush_bytes: int = Field(8 << 20, ge=1, description="The prediction log is written once this many bytes of "
+                                 "inputs wait (or log_flush_rows rows, or every log_flush_seconds): a write's fixed "
+                                 "cost (a transaction, its statements and commit) is then shared by the requests of "
+                                 "a few MiB, and a stored chunk stays about this size.")
     log_flush_seconds: float = Field(1.0, gt=0, description="How often the prediction log's buffer is written.")
     log_buffer_bytes: int = Field(256 << 20, ge=0, description="Largest prediction-log buffer per process; rows "
                                   "beyond it are dropped (and counted) rather than slowing calibrate.")

@@ -74,7 +74,8 @@ def log_writer_process(settings: Settings, database: Database) -> PipeWriter | N
     if settings.log_writer == "thread" or in_memory or sys.platform != "linux":
         return None
     return PipeWriter({"database_url": settings.database_url, "db_timeout": settings.db_timeout_seconds,
-                       "flush_rows": settings.log_flush_rows, "flush_seconds": settings.log_flush_seconds,
+                       "flush_rows": settings.log_flush_rows, "flush_bytes": settings.log_flush_bytes,
+                       "flush_seconds": settings.log_flush_seconds,
                        "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level,
                        "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids,
                        "max_logged_rows": settings.max_logged_rows},
@@ -114,7 +115,7 @@ def build(settings: Settings) -> Services:
                                    settings.prediction_log_retention_days, settings.retention_interval_seconds,
                                    log_writer_process(settings, database),
                                    EpochWriter(settings.log_epoch_ids), EpochFilters(settings.log_epoch_filter_bytes),
-                                   settings.log_epoch_idle_seconds, settings.max_logged_rows)
+                                   settings.log_epoch_idle_seconds, settings.max_logged_rows, settings.log_flush_bytes)
     service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
                                  jobs, settings.sync_budget_seconds, settings.cache_bytes,
                                  max_array_bytes=settings.max_array_bytes,

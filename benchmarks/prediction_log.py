@@ -28,8 +28,17 @@ and a fourth, whose writer closes its id index's epochs after 16384 ids instead 
 (``CALIBRATION_LOG_EPOCH_IDS``), off and 100% with random client ids. The append figure is rows per second of ``POST
 .../observations`` with 10000 x ``--classes`` float32 ``.npz`` chunks, sent one after another.
 
+``--baseline DIR`` adds a server of another checkout of this project (its ``app``, started from
+``DIR``: e.g. ``git worktree add /tmp/old main``) that runs the default writer's settings in the
+same rounds, each right after this code's run of the same setting: before/after figures of one run.
+``--database postgres`` runs every server on a new database of the local Postgres server
+(``CALIBRATION_TEST_POSTGRES_URL``) instead of SQLite. ``--skip 10%,random`` leaves out the
+settings whose label holds one of those words. The results file keeps the runs before below the
+new one.
+
 Run: ``python benchmarks/prediction_log.py [--seconds 6 --rounds 3 --classes 100 --servers
-process,thread,default cache,small epochs]`` (``--servers process``: the default writer's rows alone).
+process,thread,default cache,small epochs --baseline DIR --database sqlite --skip ...]``
+(``--servers process``: the default writer's rows alone).
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import environment, write  # noqa: E402
+from benchmarks._common import RESULTS, environment, postgres_database, write  # noqa: E402
 from benchmarks.service_latency import ALLOCATOR, run_wrk  # noqa: E402
 from tests.service.support.live import LiveServer  # noqa: E402
 
@@ -80,6 +89,7 @@ SETTINGS = (("0%", 0.0, None, "process", "0%"), ("10%", 0.1, None, "process", "0
 SERVERS = {"process": {"CALIBRATION_LOG_WRITER": "process"}, "thread": {"CALIBRATION_LOG_WRITER": "thread"},
            "default cache": {"CALIBRATION_LOG_WRITER": "process", "CALIBRATION_LOG_WRITER_CACHE_BYTES": "0"},
            "small epochs": {"CALIBRATION_LOG_WRITER": "process", "CALIBRATION_LOG_EPOCH_IDS": "16384"}}
+BASELINE = "baseline"  # the server of ``--baseline``: the default writer ("process") of another checkout
 SETTLE_SECONDS = 60.0  # the most a run waits for its log's writer to catch up
 
 
@@ -169,11 +179,34 @@ def measured(pid: int, *wrk_args, env: dict | None = None, settle=lambda: time.s
             "other_us": 1e6 * (total - main - writer) / n}
 
 
-def _fitted_server(directory: str, server_name: str, fit_logits, fit_labels) -> tuple[LiveServer, httpx.Client, str]:
+def with_baseline(settings, servers: dict) -> tuple[list, dict]:
+    """The settings and servers with ``BASELINE``'s: each setting of the default writer again on the
+    baseline's server, labelled ``..., baseline`` (its ratios to its own runs with logging off)."""
+    extended = []
+    for label, rate, client_ids, server_name, off in settings:
+        extended.append((label, rate, client_ids, server_name, off))
+        if server_name == "process":
+            extended.append((f"{label}, {BASELINE}", rate, client_ids, BASELINE, f"{off}, {BASELINE}"))
+    return extended, {**servers, BASELINE: servers["process"]}
+
+
+def kept_history(name: str) -> str:
+    """The results file's text so far, its title a section's: what the new run keeps below its own."""
+    path = RESULTS / f"{name}.md"
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    return "\n## The run before: " + text[2:] if text.startswith("# ") else "\n" + text
+
+
+def _fitted_server(database_url: str, directory: str, server_name: str, fit_logits, fit_labels,
+                   baseline: str | None = None) -> tuple[LiveServer, httpx.Client, str]:
     # the scheduler's drift-monitor jobs (every 60 s, on the rows logged since) are the alarms
     # feature's cost, not the log's: they landed in one run or another and swamped the ratios
     file = server_name.replace(" ", "-")
-    server = LiveServer(f"sqlite:///{directory}/{file}.db", log_file=f"{directory}/{file}.log", env={
+    # the baseline's ``python -m app.cli`` imports the ``app`` of its working directory (``env -C``)
+    prefix = ["env", "-C", baseline] if server_name == BASELINE and baseline else None
+    server = LiveServer(database_url, log_file=f"{directory}/{file}.log", command_prefix=prefix, env={
         **ALLOCATOR, "CALIBRATION_SCHEDULE_SECONDS": "0", **SERVERS[server_name]})
     base = server.start()
     client = httpx.Client(base_url=base, timeout=120)
@@ -190,18 +223,37 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--servers", default=",".join(SERVERS),
                         help=f"comma-separated, of {', '.join(SERVERS)}: the servers (and their settings) to run")
+    parser.add_argument("--baseline", help="a checkout of this project whose server runs the default writer's "
+                        "settings beside this code's, in the same rounds")
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--skip", default="", help="comma-separated words: settings whose label holds one are left out")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     k = args.classes
     chosen = args.servers.split(",")
-    settings = [setting for setting in SETTINGS if setting[3] in chosen]
+    skipped = [word for word in args.skip.split(",") if word]
+    settings = [setting for setting in SETTINGS if setting[3] in chosen
+                and not any(word in setting[0] for word in skipped)]
+    servers_settings = dict(SERVERS)
+    if args.baseline:
+        settings, servers_settings = with_baseline(settings, SERVERS)
+        chosen = [*chosen, BASELINE]
+    SERVERS.update(servers_settings)
     fit_logits = rng.standard_normal((2000, k)) * 3
     fit_labels = rng.integers(0, k, 2000)
     batch = rng.standard_normal((64, k)).astype(np.float32)
-    with tempfile.TemporaryDirectory() as directory:
+    history = kept_history("prediction_log")
+    with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as databases:
         body = Path(directory) / "batch.npy"
         np.save(body, batch)
-        servers = {name: _fitted_server(directory, name, fit_logits, fit_labels) for name in chosen}
+
+        def database_url(name: str) -> str:
+            if args.database == "postgres":
+                return databases.enter_context(postgres_database("bench_prediction_log"))
+            return f"sqlite:///{directory}/{name.replace(' ', '-')}.db"
+
+        servers = {name: _fitted_server(database_url(name), directory, name, fit_logits, fit_labels, args.baseline)
+                   for name in chosen}
         try:
             results: dict[str, list[dict]] = {label: [] for label, *_ in settings}
             for _, _, url in servers.values():  # warm-up
@@ -237,7 +289,7 @@ def main() -> None:
     rows = []
     # and the client ids' whole cost against requests without them: their parsing and checks as well
     comparisons = [(label, baseline) for label, *_, baseline in settings]
-    comparisons += [("100%, client ids", "0%")] if "process" in chosen else []
+    comparisons += [("100%, client ids", "0%")] if "100%, client ids" in results and "0%" in results else []
     for label, baseline in comparisons:
         runs, off = results[label], results[baseline]
         rps = [r["rps"] for r in runs]
@@ -258,8 +310,11 @@ def main() -> None:
                      f"{statistics.median(r['p99'] for r in runs):.2f}",
                      sum(r["errors"] for r in runs)])
     rows.append(["append (observations)", f"{append_rate:,.0f} rows/s", "-", "-", "-", "-", "-", "-", 0])
-    write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
-          f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, SQLite; the writer a process, or a thread)",
+    database = "SQLite" if args.database == "sqlite" else "Postgres"
+    against = f"; `baseline`: the server of {args.baseline}" if args.baseline else ""
+    text = write("prediction_log", f"Binary calibrate, 64 x {k} float32, with the prediction log off / 10% / 100% "
+          f"(wrk -c32, {args.seconds} s x {args.rounds} rounds, 1 worker, {database}; the writer a process, or a "
+          f"thread{against})",
           ["logging", "req/s median (range)", "ratio to off, median of rounds (range)",
            "server CPU us/request (event loop + log writer + other threads)",
            "CPU ratio off/on, median of rounds (range)", "rows logged / served, median (lowest)",
@@ -269,6 +324,7 @@ def main() -> None:
           f"{chunk} x {k} float32 .npz. Client and server share the machine's 2 cores "
           f"(load average {os.getloadavg()[0]:.1f} at the end); the ratios of interleaved rounds are the "
           "comparable figure.")
+    (RESULTS / "prediction_log.md").write_text(text + history)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 A fresh database (migrated: SQLite with this code's page size, and with ``--postgres`` a new
 database on the local Postgres server beside it), one calibrator, and ``PredictionLog.record``
 then ``flush`` called in one thread: ``--requests`` batches of 64 x ``--classes`` float32 rows,
-flushed every 64 requests (4096 rows: the default ``CALIBRATION_LOG_FLUSH_ROWS``). Reported per
+flushed every 64 requests (4096 rows; the service's writer waits for 8 MiB of inputs,
+``CALIBRATION_LOG_FLUSH_BYTES``: ~330 of these requests). Reported per
 request: the thread's CPU time in ``record`` (the hot path's share: sampling, ids, the copy into
 the buffer) and in ``flush`` (the writer's: the chunk, its index rows, the commit), and the wall
 time of ``flush`` over the run's first and last quarters (what the writer can sustain as its id

@@ -8,8 +8,13 @@ as dropped for that calibrator: serving goes on, and logging resumes once retent
 into the epoch of the
 id index that ``epochs`` keeps open for the calibrator (``app.prediction_log.epochs``, closed once
 full); ``run_once`` is a turn of the writer's loop: a flush every ``flush_seconds``, or sooner
-once ``flush_rows`` rows wait or a flush was asked for (``ask_flush``, answered once what was
-kept before it is written).
+once ``flush_rows`` rows or ``flush_bytes`` bytes of inputs wait or a flush was asked for
+(``ask_flush``, answered once what was kept before it is written).
+
+A flush costs a fixed part (a transaction of five statements, its commit) besides its bytes and
+ids, so the thresholds bound the chunk by its bytes (``flush_bytes``) rather than by a row count
+that suits one width of batch: a chunk of a few MiB amortises that part over hundreds of requests
+and still stays far below what one blob may hold.
 
 It runs in the writer process (``app.prediction_log.process``, the default) or, with
 ``log_writer="thread"`` or an in-memory database, on a thread of the API process.
@@ -88,10 +93,11 @@ def first_rows(items: list[Pending], room: int) -> list[Pending]:
 
 
 class LogBuffer:
-    def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
+    def __init__(self, db: Database | None, flush_rows: int = 65536, flush_seconds: float = 1.0,
                  max_buffer_bytes: int = 256 << 20, epochs: EpochWriter | None = None,
-                 max_logged_rows: int = 10_000_000):
+                 max_logged_rows: int = 10_000_000, flush_bytes: int = 8 << 20):
         self.db = db
+        self.flush_bytes = flush_bytes
         self.max_logged_rows = max_logged_rows
         self.epochs = epochs if epochs is not None else EpochWriter()
         self.flush_rows = flush_rows
@@ -108,7 +114,7 @@ class LogBuffer:
     def keep(self, item: Pending, wait: bool = False) -> bool:
         """Buffer ``item`` unless the buffer is full: then it is counted as dropped or, with
         ``wait``, kept once a write has made room (an item larger than the whole buffer is dropped
-        either way); wakes the writer once ``flush_rows`` rows wait."""
+        either way); wakes the writer once ``flush_rows`` rows or ``flush_bytes`` bytes wait."""
         n = len(item.inputs)
         with self._lock:
             while self.stats.buffered_bytes + item.inputs.nbytes > self.max_buffer_bytes:
@@ -120,7 +126,7 @@ class LogBuffer:
             self._pending.append(item)
             self.stats.buffered_rows += n
             self.stats.buffered_bytes += item.inputs.nbytes
-            full = self.stats.buffered_rows >= self.flush_rows
+            full = self.stats.buffered_rows >= self.flush_rows or self.stats.buffered_bytes >= self.flush_bytes
         if full:
             self._wake.set()
         return True
@@ -235,8 +241,8 @@ class LogBuffer:
         return ids, batches
 
     def run_once(self) -> None:
-        """Wait for the next flush (its time, ``flush_rows`` rows, or one asked for), write, and
-        answer the flushes asked for before it began."""
+        """Wait for the next flush (its time, ``flush_rows`` rows or ``flush_bytes`` bytes, or one
+        asked for), write, and answer the flushes asked for before it began."""
         self._wake.wait(self.flush_seconds)
         self._wake.clear()
         with self._lock:

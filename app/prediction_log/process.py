@@ -3,7 +3,7 @@ pipe, its back pipe and the ring's memory (``app.prediction_log.ring``) as file 
 
 It reads the pipe's control messages (``_controls``) and, at each, the ring's records up to the
 head the message carries, keeps them in a ``LogBuffer`` and writes them on its own thread
-(``flush_rows`` / ``flush_seconds`` / ``max_buffer_bytes`` as a thread of the API process would),
+(``flush_rows`` / ``flush_bytes`` / ``flush_seconds`` / ``max_buffer_bytes`` as a thread of the API process would),
 through SQLite connections with a page cache of ``cache_bytes`` (``log_writer_cache_bytes``: a
 flush behind on random client ids touches many pages of the id index, and a cache too small for
 them has SQLite write some several times in one commit).
@@ -93,7 +93,7 @@ def main(read_arg: str, back_arg: str, ring_arg: str) -> None:
     ring = RingReader(int(ring_arg), config["ring_bytes"])
     db = Database(config["database_url"], config["db_timeout"], sqlite_cache_bytes=config["cache_bytes"])
     buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"],
-                       EpochWriter(config["epoch_ids"]), config["max_logged_rows"])
+                       EpochWriter(config["epoch_ids"]), config["max_logged_rows"], config["flush_bytes"])
     os.set_blocking(back_fd, False)
     done = threading.Event()
 

@@ -6,7 +6,7 @@ own (``app.prediction_log.pipe``: a copy into a ring in shared memory, no interp
 with the event loop), else (``log_writer="thread"``, an in-memory SQLite database, which another
 process cannot open, or not Linux) a bounded in-memory buffer that a thread of this process writes
 (``app.prediction_log.buffer``). Either writes every ``flush_seconds`` (or sooner once
-``flush_rows`` rows wait), one chunk per (calibrator, version) in one transaction each; rows
+``flush_rows`` rows or ``flush_bytes`` bytes wait), one chunk per (calibrator, version) in one transaction each; rows
 beyond ``max_buffer_bytes`` (or a full ring) are dropped and counted, never queued without bound.
 Each client id is one index row; a batch of generated ids is one index row for the whole batch
 (``prediction_log_store.log_predictions``, migration 0009): at 64 rows a request, the writer's
@@ -116,16 +116,16 @@ class PredictionLog:
     thread; batches go to the writer process (``pipe``, ``app.prediction_log.pipe``) or, without
     one, to a buffer written by this thread (``app.prediction_log.buffer``)."""
 
-    def __init__(self, db: Database | None, flush_rows: int = 4096, flush_seconds: float = 1.0,
+    def __init__(self, db: Database | None, flush_rows: int = 65536, flush_seconds: float = 1.0,
                  max_buffer_bytes: int = 256 << 20, observation_retention_days: float = 0.0,
                  log_retention_days: float = 30.0, retention_interval: float = 3600.0,
                  pipe: PipeWriter | None = None, epochs: EpochWriter | None = None,
                  epoch_filters: EpochFilters | None = None, epoch_idle_seconds: float = 3600.0,
-                 max_logged_rows: int = 10_000_000):
+                 max_logged_rows: int = 10_000_000, flush_bytes: int = 8 << 20):
         self.db = db
         self.epoch_idle_seconds = epoch_idle_seconds
         self.max_logged_rows = max_logged_rows
-        self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes, epochs, max_logged_rows)
+        self.buffer = LogBuffer(db, flush_rows, flush_seconds, max_buffer_bytes, epochs, max_logged_rows, flush_bytes)
         self.epoch_filters = epoch_filters if epoch_filters is not None else EpochFilters()
         self.pipe = pipe
         self.observation_retention_days = observation_retention_days

@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(url: str, **overrides) -> dict:
-    return {"database_url": url, "db_timeout": 30.0, "flush_rows": 4096, "flush_seconds": 60.0,
+    return {"database_url": url, "db_timeout": 30.0, "flush_rows": 4096, "flush_bytes": 8 << 20, "flush_seconds": 60.0,
             "max_buffer_bytes": 256 << 20, "log_level": "warning", "cache_bytes": 64 << 20, "epoch_ids": 65536,
             "max_logged_rows": 10_000_000,
             **overrides}
