@@ -2,10 +2,12 @@
 (``benchmarks/floor_app.py``, ``/oip32``) called directly with the same 64 x 1000 float32 request and
 the headers ``wrk_post.lua`` sends, no server and no socket, so what differs is the application's own
 work. Reported: µs per request of each (median of ``--repeats`` runs of ``--requests`` requests, with
-their range), and with ``--profile`` the service's cProfile, by cumulative time.
+their range), and with ``--profile`` the service's cProfile, by cumulative time. With
+``--without-middleware`` also the same service without ``app.http.middleware.RequestMiddleware``
+(request id, size limits, body deadline, metrics, access log): what that layer costs a request.
 
 Run: ``flock /tmp/cpu.lock python benchmarks/v2_stages.py [--rows 64] [--requests 2000] [--repeats 7]
-[--messages 2] [--profile]``.
+[--messages 2] [--profile] [--without-middleware]``.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ async def main():
     workdir = Path(tempfile.mkdtemp())
     os.environ.update({"DATABASE_URL": f"sqlite:///{workdir}/stages.db", "CALIBRATION_LOG_LEVEL": "warning",
                        "CALIBRATION_MAX_BODY_BYTES": str(128 << 20)})
+    from app.http.middleware import RequestMiddleware
     from app.main import create_app
     from app.platform.migrate import upgrade
     from benchmarks.floor_app import app as floor
@@ -109,6 +112,12 @@ async def main():
                                        content=archive.getvalue(), headers={"content-type": "application/x-npz"})
             assert fitted.status_code == 201, fitted.text
         targets = {"service": (service, "/v2/models/bench/infer"), "floor": (floor, "/oip32")}
+        if "--without-middleware" in sys.argv:  # the same service without app.http.middleware's layer
+            inner = create_app()
+            inner.user_middleware = [m for m in inner.user_middleware if m.cls is not RequestMiddleware]
+            for name in ("service", "conformal", "hot_path"):  # the fitted calibrator, the same hot path
+                setattr(inner.state, name, getattr(service.state, name))
+            targets["no-mw"] = (inner, "/v2/models/bench/infer")
         for who, (app, path) in targets.items():
             status, size = await call(app, path, body, header_length)
             assert status == 200 and size > rows * CLASSES * 4, (who, status, size)
