@@ -31,6 +31,7 @@ Run: ``flock /tmp/cpu.lock python benchmarks/python_client.py [--seconds 3] [--r
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime
 import importlib.util
@@ -58,10 +59,6 @@ from tests.service.support.live import free_port  # noqa: E402
 CLASSES = 1000
 NPY = "application/x-npy"
 HEADERS = {"content-type": NPY, "accept": NPY}
-
-
-def arg(name: str, default: str) -> str:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
 def one_connection(url: str, body: bytes, seconds: float) -> tuple[int, int]:
@@ -211,11 +208,17 @@ def check_answers(base: str, floor: str, body: bytes) -> None:
 
 
 def main() -> None:
-    seconds = float(arg("--seconds", "3"))
-    rounds = int(arg("--rounds", "3"))
-    connections = [int(c) for c in arg("--connections", "1,8,32").split(",")]
-    drivers = arg("--drivers", "threads,async").split(",")
-    baseline = arg("--baseline", "")
+    parser = argparse.ArgumentParser(description="/calibrate driven by httpx and the project's client, beside "
+                                     "the bare FastAPI floor (this module's docstring says how)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of service and floor")
+    parser.add_argument("--connections", default="1,8,32", help="comma-separated connection counts")
+    parser.add_argument("--drivers", default="threads,async", help="threads, async or both")
+    parser.add_argument("--baseline", default="", help="another checkout whose client runs beside this one")
+    options = parser.parse_args()
+    seconds, rounds, baseline = options.seconds, options.rounds, options.baseline
+    connections = [int(c) for c in options.connections.split(",")]
+    drivers = options.drivers.split(",")
     rng = np.random.default_rng(0)
     batch = (3 * rng.standard_normal((64, CLASSES))).astype(np.float32)
     buffer = io.BytesIO()
