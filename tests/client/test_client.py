@@ -36,6 +36,17 @@ from calibration_client._transport import Call, PlainHTTPTransport
 from tests.client.conftest import MAX_BODY_BYTES
 from tests.helpers import REPO
 
+#: the start of a program run by ``run_python``: the command line's ``main`` and ``port``, a port that
+#: nothing listens on (bound, then closed), so a command that reaches for the server exits 4
+UNREACHABLE_PORT = ("import socket, sys; from calibration_client.cli import main\n"
+                    "with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n")
+
+
+def run_python(code: str) -> None:
+    """Run ``code`` in a new interpreter (a fresh ``sys.modules``) from the repository; it must succeed."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
 
 def test_the_client_imports_neither_the_service_nor_the_core_and_its_command_line_loads_numpy_and_httpx_on_use():
     """``--help`` and usage errors need neither numpy nor httpx (nor rich's progress bars): the
@@ -47,8 +58,7 @@ def test_the_client_imports_neither_the_service_nor_the_core_and_its_command_lin
             "assert not loaded, loaded; "
             "from calibration_client import Client; assert 'httpx' in sys.modules and 'numpy' not in sys.modules; "
             "from calibration_client import Calibrated; assert 'numpy' in sys.modules")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    run_python(code)
 
 
 def test_the_command_line_does_not_import_httpx_s_own_command_line_nor_numpy_for_a_command_without_arrays():
@@ -56,18 +66,16 @@ def test_the_command_line_does_not_import_httpx_s_own_command_line_nor_numpy_for
     highlighting) whenever click is installed; ``calibration`` needs none of it, so a command that
     talks to a server loads httpx without it (a start-up cost paid by every command). A command
     that sends and reads no array (``calibrators``) does not load numpy either."""
-    code = ("import socket, sys; from calibration_client.cli import main\n"
-            "with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
-            "sys.argv = ['calibration', '--url', f'http://127.0.0.1:{port}', 'calibrators']\n"
-            "try: main()\n"
-            "except SystemExit as exit: assert exit.code == 4, exit.code  # cannot reach the server\n"
-            "loaded = sorted(m for m, module in sys.modules.items() if module is not None\n"
-            "                and (m.split('.')[0] in ('click', 'pygments') or m == 'httpx._main'))\n"
-            "assert 'httpx' in sys.modules and 'calibration_client.client' in sys.modules, 'no client made'\n"
-            "assert not loaded, loaded\n"
-            "assert 'numpy' not in sys.modules")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    code = UNREACHABLE_PORT + (
+        "sys.argv = ['calibration', '--url', f'http://127.0.0.1:{port}', 'calibrators']\n"
+        "try: main()\n"
+        "except SystemExit as exit: assert exit.code == 4, exit.code  # cannot reach the server\n"
+        "loaded = sorted(m for m, module in sys.modules.items() if module is not None\n"
+        "                and (m.split('.')[0] in ('click', 'pygments') or m == 'httpx._main'))\n"
+        "assert 'httpx' in sys.modules and 'calibration_client.client' in sys.modules, 'no client made'\n"
+        "assert not loaded, loaded\n"
+        "assert 'numpy' not in sys.modules")
+    run_python(code)
 
 
 def test_the_command_line_parses_its_arguments_without_pydantic():
@@ -75,18 +83,16 @@ def test_the_command_line_parses_its_arguments_without_pydantic():
     arguments (a string, an int, floats, a file that must exist: typer before 0.29, which builds a
     pydantic ``TypeAdapter`` for each, pydantic's import included, in every ``calibration`` process);
     the values still arrive checked and converted: a timeout under its minimum is a usage error."""
-    code = ("import socket, sys; from calibration_client.cli import main\n"
-            "with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
-            "def run(*args):\n"
-            "    sys.argv = ['calibration', '--url', f'http://127.0.0.1:{port}', *args]\n"
-            "    try: main()\n"
-            "    except SystemExit as exit: return exit.code\n"
-            "assert run('--timeout', '0.05', 'calibrators') == 2  # under the option's minimum, 0.1\n"
-            "assert run('--timeout', '5', '--retries', '0', 'report', 'resnet50', 'examples/val.npz', '--version',\n"
-            "           '1', '--bins', '10') == 4  # parsed, then the server cannot be reached\n"
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')]")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    code = UNREACHABLE_PORT + (
+        "def run(*args):\n"
+        "    sys.argv = ['calibration', '--url', f'http://127.0.0.1:{port}', *args]\n"
+        "    try: main()\n"
+        "    except SystemExit as exit: return exit.code\n"
+        "assert run('--timeout', '0.05', 'calibrators') == 2  # under the option's minimum, 0.1\n"
+        "assert run('--timeout', '5', '--retries', '0', 'report', 'resnet50', 'examples/val.npz', '--version',\n"
+        "           '1', '--bins', '10') == 4  # parsed, then the server cannot be reached\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')]")
+    run_python(code)
 
 
 def test_a_client_of_an_http_service_reads_no_certificates_and_its_https_requests_verify():

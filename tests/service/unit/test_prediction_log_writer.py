@@ -24,12 +24,16 @@ from app.registry.rows import CalibratorRow
 from app.registry.store import ResolvedVersion
 
 
+def new_calibrator(db: Database, name: str) -> int:
+    """The id of a new calibrator row named ``name`` (no version: the log's rows only refer to it)."""
+    with db.write() as session:
+        return session.execute(insert(CalibratorRow).returning(CalibratorRow.id), {"name": name}).scalar_one()
+
+
 def test_a_flush_of_many_requests_writes_each_batch_at_its_rows(database_url):
     db = Database(database_url)
     try:
-        with db.write() as session:
-            calibrator = session.execute(insert(CalibratorRow).returning(CalibratorRow.id),
-                                         {"name": "many"}).scalar_one()
+        calibrator = new_calibrator(db, "many")
         log = PredictionLog(db, flush_rows=1 << 40)
         resolved = ResolvedVersion("many", 1, "-", 1, calibrator, 1.0)
         rng = np.random.default_rng(0)
@@ -77,9 +81,7 @@ def _chunk_rows_when_due(db: Database, buffer: LogBuffer, calibrator: int, befor
 def test_a_write_waits_for_flush_rows_or_flush_bytes_which_by_default_hold_hundreds_of_requests(database_url):
     db = Database(database_url)
     try:
-        with db.write() as session:
-            calibrator = session.execute(insert(CalibratorRow).returning(CalibratorRow.id),
-                                         {"name": "due"}).scalar_one()
+        calibrator = new_calibrator(db, "due")
         batch = np.random.default_rng(0).standard_normal((64, 100)).astype(np.float32)  # 25600 bytes
         # the defaults: 8 MiB of these is 327.68 batches (20992 rows, under flush_rows 65536), where
         # a write came every 4096 rows (64 batches) before
