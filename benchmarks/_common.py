@@ -102,20 +102,27 @@ def write(name: str, title: str, header: list[str], rows: list[list], env: dict,
     return text
 
 
-def cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of ``root`` and its live descendants (``/proc``)."""
-    parents, times = {}, {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+def process_table() -> dict[int, tuple[str, int, int, float]]:
+    """Every process now, from ``/proc/<pid>/stat``: pid -> (name, parent pid, start time in clock
+    ticks since boot, user + system CPU seconds so far)."""
+    tick, found = os.sysconf("SC_CLK_TCK"), {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
             try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            parents[int(entry.name)] = int(fields[1])
-            times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            name, fields = stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:].split()
+            found[int(entry)] = (name, int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
+def cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and its live descendants (``/proc``)."""
+    table = process_table()
     tree, grew = {root}, True
     while grew:
-        found = {pid for pid, parent in parents.items() if parent in tree} - tree
+        found = {pid for pid, (_, parent, _, _) in table.items() if parent in tree} - tree
         tree |= found
         grew = bool(found)
-    return sum(times.get(pid, 0.0) for pid in tree)
+    return sum(table[pid][3] for pid in tree if pid in table)

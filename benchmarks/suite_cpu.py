@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks._common import environment, machine, save  # noqa: E402
+from benchmarks._common import environment, machine, process_table, save  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -38,17 +38,7 @@ def cores() -> dict:
 
 def processes() -> dict:
     """Every process now: (pid, start time) -> (name, parent, CPU seconds so far)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        name, fields = stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:].split()
-        found[(int(entry), int(fields[19]))] = (name, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)
-    return found
+    return {(pid, start): (name, parent, cpu) for pid, (name, parent, start, cpu) in process_table().items()}
 
 
 def command_line(pid: int) -> str:
