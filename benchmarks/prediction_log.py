@@ -234,11 +234,10 @@ def main() -> None:
     skipped = [word for word in args.skip.split(",") if word]
     settings = [setting for setting in SETTINGS if setting[3] in chosen
                 and not any(word in setting[0] for word in skipped)]
-    servers_settings = dict(SERVERS)
     if args.baseline:
         settings, servers_settings = with_baseline(settings, SERVERS)
+        SERVERS.update(servers_settings)
         chosen = [*chosen, BASELINE]
-    SERVERS.update(servers_settings)
     fit_logits = rng.standard_normal((2000, k)) * 3
     fit_labels = rng.integers(0, k, 2000)
     batch = rng.standard_normal((64, k)).astype(np.float32)
