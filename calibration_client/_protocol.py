@@ -163,7 +163,8 @@ def calibrate(ref, values, version, input, with_version, binary, ids=None, dtype
                           answer.get("name"), answer.get("version"), answer.get("ids"), answer.get("logged"))
     headers = {"Content-Type": NPY, "Accept": NPY} | ({"Prediction-Ids": header} if header is not None else {})
     query = {"input": kind} | ({"dtype": dtype} if dtype is not None else {})
-    response = yield Call("POST", path, params=query, content=encode_npy(array), headers=headers)
+    response, body = yield Call("POST", path, params=query, content=encode_npy(array), headers=headers,
+                                owned_body=True)
     served = response.headers.get("x-calibrator-version")  # the version that served the binary answer
     logged = response.headers.get("prediction-logged")  # only when the calibrator logs
     prefix = response.headers.get("prediction-id-prefix")  # only for generated ids
@@ -171,7 +172,7 @@ def calibrate(ref, values, version, input, with_version, binary, ids=None, dtype
     if logged is not None:
         used = sent if prefix is None else [f"{prefix}{i}" for i in range(len(array))]
     name = ref.partition("@")[0]
-    return Calibrated(decode_npy(response.content), name,
+    return Calibrated(decode_npy(body, own=True), name,
                       int(served) if served else (int(version) if version is not None else None),
                       used, int(logged) if logged is not None else None)
 

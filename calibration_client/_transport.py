@@ -38,6 +38,9 @@ class Call:
     content: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
     ok: tuple[int, ...] = (200,)
+    #: an answer's body is read into memory of its own (``read_owned``) and the runner replies
+    #: ``(response, body)``: an array decoded from it takes that memory, with no second copy
+    owned_body: bool = False
 
 
 @dataclass
@@ -113,6 +116,60 @@ def absolute_url(base: str, path: str, query: str) -> httpx.URL:
     """``base`` (no trailing ``/``) + ``path`` (from ``/``) + ``?query`` (where not empty) as one
     parsed URL, the one httpx merges from ``base_url``, a path and ``params``."""
     return httpx.URL(f"{base}{path}?{query}" if query else f"{base}{path}")
+
+
+def _owned_buffer(response: httpx.Response):
+    """A writable buffer of the answer's ``Content-Length`` (numpy's ``empty``: its pages are not
+    zeroed first), or None where the body must go through httpx's decoding (a ``Content-Encoding``)
+    or its length is not given."""
+    length = response.headers.get("content-length", "")
+    if not length.isdigit() or "content-encoding" in response.headers:
+        return None
+    import numpy as np
+
+    return memoryview(np.empty(int(length), dtype=np.uint8))
+
+
+def _fill(buffer, at: int, chunk: bytes) -> int:
+    if at + len(chunk) > len(buffer):
+        raise httpx.RemoteProtocolError(f"the answer is longer than its Content-Length of {len(buffer)} bytes")
+    buffer[at:at + len(chunk)] = chunk
+    return at + len(chunk)
+
+
+def read_owned(response: httpx.Response):
+    """The body of a streamed ``response`` in a writable buffer nobody else holds: its raw chunks
+    copied once into a buffer of its ``Content-Length`` (httpx's own read joins them into a bytes
+    object, which an array must copy again to be writable), or, with a ``Content-Encoding`` or no
+    length, httpx's decoded body copied. The response is closed."""
+    try:
+        buffer = _owned_buffer(response)
+        if buffer is None:
+            return bytearray(response.read())
+        at = 0
+        for chunk in response.iter_raw():
+            at = _fill(buffer, at, chunk)
+        if at != len(buffer):  # h11 ends a body at its length: a short one is a transport error before this
+            raise httpx.RemoteProtocolError(f"the answer ended after {at} of its {len(buffer)} bytes")
+        return buffer
+    finally:
+        response.close()
+
+
+async def aread_owned(response: httpx.Response):
+    """``read_owned`` for an ``httpx.AsyncClient``'s streamed response."""
+    try:
+        buffer = _owned_buffer(response)
+        if buffer is None:
+            return bytearray(await response.aread())
+        at = 0
+        async for chunk in response.aiter_raw():
+            at = _fill(buffer, at, chunk)
+        if at != len(buffer):
+            raise httpx.RemoteProtocolError(f"the answer ended after {at} of its {len(buffer)} bytes")
+        return buffer
+    finally:
+        await response.aclose()
 
 
 def problem(response: httpx.Response) -> CalibrationError:

@@ -196,12 +196,18 @@ class Client(_Methods):
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _send(self, call: Call) -> httpx.Response:
+    def _send(self, call: Call):
+        """The answer to ``call`` after its retries: the response or, for an ``owned_body``
+        call, the response and its body (``transport.read_owned``); a problem raises."""
         request = transport.request(self._http, self.url, call)
         attempt = 0
         while True:
             try:
-                response = self._http.send(request)
+                response = self._http.send(request, stream=call.owned_body)
+                if call.owned_body:
+                    if response.status_code in call.ok:
+                        return response, transport.read_owned(response)
+                    response.read()
             except httpx.TransportError as exc:
                 wait = self.retry.delay(attempt, None)
                 if wait is None:
@@ -257,12 +263,16 @@ class AsyncClient(_Methods):
 
         await asyncio.sleep(seconds)
 
-    async def _send(self, call: Call) -> httpx.Response:
+    async def _send(self, call: Call):
         request = transport.request(self._http, self.url, call)
         attempt = 0
         while True:
             try:
-                response = await self._http.send(request)
+                response = await self._http.send(request, stream=call.owned_body)
+                if call.owned_body:
+                    if response.status_code in call.ok:
+                        return response, await transport.aread_owned(response)
+                    await response.aread()
             except httpx.TransportError as exc:
                 wait = self.retry.delay(attempt, None)
                 if wait is None:

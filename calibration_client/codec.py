@@ -72,11 +72,13 @@ def _write_npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return buffer.getvalue()
 
 
-def decode_npy(data: bytes | memoryview) -> np.ndarray:
+def decode_npy(data: bytes | memoryview | bytearray, own: bool = False) -> np.ndarray:
     """One ``.npy`` array, as ``np.load(..., allow_pickle=False)`` reads it, in memory of its own
-    (writable). The header is checked as numpy checks it (magic string, format version, a dict of
-    exactly ``descr`` (a dtype), ``fortran_order`` (a bool) and ``shape`` (non-negative ints)) and
-    parsed once per distinct header; the array is the ``prod(shape) * itemsize`` bytes after it
+    (writable): a copy of ``data``'s, or with ``own=True`` (``data`` a writable buffer that nobody
+    else holds, e.g. ``transport.read_owned``'s) a view of that buffer, no copy. The header is
+    checked as numpy checks it (magic string, format version, a dict of exactly ``descr`` (a
+    dtype), ``fortran_order`` (a bool) and ``shape`` (non-negative ints)) and parsed once per
+    distinct header; the array is the ``prod(shape) * itemsize`` bytes after it
     (bytes past them are not read). An object dtype (a pickle) is refused, never loaded; so are a
     body cut short and a malformed header: ``ValueError``."""
     import numpy as np
@@ -93,7 +95,9 @@ def decode_npy(data: bytes | memoryview) -> np.ndarray:
     if len(data) - len(head) < size:
         raise ValueError(f"the .npy body is cut short: {len(data) - len(head)} bytes of array data for {size}")
     if size:
-        flat = np.frombuffer(data, dtype=dtype, count=count, offset=len(head)).copy()
+        flat = np.frombuffer(data, dtype=dtype, count=count, offset=len(head))
+        if not (own and flat.flags.writeable):
+            flat = flat.copy()
     else:
         flat = np.empty(count, dtype=dtype)
     return flat.reshape(shape[::-1]).transpose() if fortran_order else flat.reshape(shape)

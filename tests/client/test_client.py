@@ -152,15 +152,28 @@ def test_fit_and_calibrate_equal_the_core_in_process(client, cifar):
                           local.predict_proba(batch_p))
 
 
+def _memory(array: np.ndarray):
+    """What an array's memory belongs to: the end of its chain of bases."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return array
+
+
 def test_calibrate_answers_in_the_precision_sent_or_asked(client, cifar):
     """float32 logits get float32 probabilities (the float64 ones, cast), float64 logits float64;
-    ``dtype=`` asks for either."""
+    ``dtype=`` asks for either. A binary answer's array is a writable view of the one buffer its
+    body was read into (``transport.read_owned``), not a second copy of httpx's body."""
     logits, labels = cifar
     client.fit("precise", logits[:300], labels[:300])
     expected = cal.create("temperature").fit(logits[:300], labels[:300]).predict_proba(logits[300:])
     single = client.calibrate("precise", logits[300:])
     assert single.dtype == np.float32 and np.array_equal(single, expected.astype(np.float32))
     assert np.max(np.abs(single - expected)) <= 1e-6
+    body = _memory(single)
+    assert isinstance(body, memoryview) and not body.readonly and single.flags.writeable
+    assert single.nbytes < body.nbytes <= single.nbytes + 128  # the body: a .npy header and the array
+    single[0, 0] = 2.0  # its own memory: writing it changes nothing else
+    assert single[0, 0] == 2.0 and np.array_equal(single[1:], expected[1:].astype(np.float32))
     double = client.calibrate("precise", logits[300:].astype(np.float64))
     assert double.dtype == np.float64 and np.array_equal(double, expected)
     asked = client.calibrate("precise", logits[300:], dtype="float64")
@@ -343,6 +356,7 @@ def test_the_async_client_does_the_same(service, cifar):
     assert version.parameters["temperature"] == local.temperature_
     assert served.dtype == np.float32  # float32 logits: float32 probabilities, the float64 ones cast
     assert np.array_equal(served, local.predict_proba(logits[:7]).astype(np.float32))
+    assert isinstance(_memory(served), memoryview) and served.flags.writeable  # read into its own buffer
     assert served.version == version.version
     assert comparison["selection"]["chosen"]["name"] == "temperature"
     assert seen == sorted(seen) and seen[-1] == 100.0

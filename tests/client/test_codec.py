@@ -175,3 +175,38 @@ def test_headers_format_1_0_cannot_hold_are_written_and_read_as_numpy_does():
     same(decode_npy(utf8), np.load(io.BytesIO(utf8), allow_pickle=False))
     with pytest.raises(ValueError):
         decode_npy(utf8[:-1])
+
+
+def test_an_owned_body_is_read_once_into_its_own_buffer_and_a_bad_length_or_an_encoding_is_handled():
+    """``read_owned`` fills a buffer of the answer's Content-Length from its raw chunks, and
+    ``decode_npy(..., own=True)`` views it; a compressed answer (a proxy's gzip) goes through httpx's
+    decoding instead, and an answer longer than its Content-Length is a transport error."""
+    import gzip
+
+    import httpx
+
+    from calibration_client import _transport as transport
+
+    array = np.arange(12, dtype="<f4").reshape(3, 4)
+    body = npy(array)
+
+    def answer(headers: dict, content: bytes):
+        def handler(request):
+            return httpx.Response(200, headers=headers, stream=httpx.ByteStream(content))
+        with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+            response = client.send(client.build_request("GET", "http://service/"), stream=True)
+            return transport.read_owned(response), response
+
+    plain, response = answer({"Content-Length": str(len(body))}, body)
+    assert isinstance(plain, memoryview) and not plain.readonly and bytes(plain) == body and response.is_closed
+    decoded = decode_npy(plain, own=True)
+    memory = np.frombuffer(plain, dtype=np.uint8)
+    assert np.array_equal(decoded, array) and decoded.flags.writeable and np.shares_memory(decoded, memory)
+    assert not np.shares_memory(decode_npy(plain), memory)  # without own=True: a copy, as ever
+
+    packed = gzip.compress(body)
+    unpacked, _ = answer({"Content-Length": str(len(packed)), "Content-Encoding": "gzip"}, packed)
+    assert bytes(unpacked) == body and np.array_equal(decode_npy(unpacked, own=True), array)
+
+    with pytest.raises(httpx.RemoteProtocolError, match="longer than its Content-Length"):
+        answer({"Content-Length": str(len(body) - 1)}, body)
