@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import json
+import os
 import random
 import ssl
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from ._defaults import DEFAULT_URL
 from .errors import CalibrationError, error_class
 
 RETRY_STATUSES = frozenset({429, 503})
@@ -82,6 +84,19 @@ class RetryPolicy:
             if seconds is not None:
                 return seconds if seconds <= self.max_retry_after else None
         return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+
+def settings(url: str | None, api_key: str | None, retries: int, backoff: float, max_backoff: float,
+             max_retry_after: float, headers: dict | None) -> tuple[str, dict, RetryPolicy]:
+    """A client's base URL (``$CALIBRATION_URL`` or the default, no trailing ``/``), the headers
+    it sends with every call (its ``User-Agent``, the caller's, the API key from the argument or
+    ``$CALIBRATION_API_KEY``) and its retry policy."""
+    url = (url or os.environ.get("CALIBRATION_URL") or DEFAULT_URL).rstrip("/")
+    api_key = api_key or os.environ.get("CALIBRATION_API_KEY")
+    sent = {"User-Agent": "calibration-client", **(headers or {})}
+    if api_key:
+        sent["X-API-Key"] = api_key
+    return url, sent, RetryPolicy(retries, backoff, max_backoff, max_retry_after)
 
 
 def parse_retry_after(value: str) -> float | None:

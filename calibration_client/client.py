@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -14,8 +13,7 @@ import httpx
 from . import _protocol as protocol
 from . import _sets as sets
 from . import _transport as transport
-from ._defaults import DEFAULT_URL
-from ._transport import Call, Operation, Report, RetryPolicy, Sleep
+from ._transport import Call, Operation, Report, Sleep
 from .errors import ConnectionFailed
 from .models import Calibrator, Job, Version
 from .online_methods import OnlineLoop, Progress
@@ -158,16 +156,6 @@ class _Methods(OnlineLoop, SetMethods):
         return self._run(protocol.ready())
 
 
-def _settings(url: str | None, api_key: str | None, retries: int, backoff: float, max_backoff: float,
-              max_retry_after: float, headers: dict | None) -> tuple[str, dict, RetryPolicy]:
-    url = (url or os.environ.get("CALIBRATION_URL") or DEFAULT_URL).rstrip("/")
-    api_key = api_key or os.environ.get("CALIBRATION_API_KEY")
-    sent = {"User-Agent": "calibration-client", **(headers or {})}
-    if api_key:
-        sent["X-API-Key"] = api_key
-    return url, sent, RetryPolicy(retries, backoff, max_backoff, max_retry_after)
-
-
 class Client(_Methods):
     """A blocking client of the calibration service.
 
@@ -180,7 +168,8 @@ class Client(_Methods):
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_backoff: float = 30.0,
                  max_retry_after: float = 120.0, headers: dict[str, str] | None = None, **httpx_options):
-        self.url, sent, self.retry = _settings(url, api_key, retries, backoff, max_backoff, max_retry_after, headers)
+        self.url, sent, self.retry = transport.settings(url, api_key, retries, backoff, max_backoff,
+                                                        max_retry_after, headers)
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=sent,
                                   **transport.plain_http_transport(self.url, httpx_options))
 
@@ -246,7 +235,8 @@ class AsyncClient(_Methods):
     def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_backoff: float = 30.0,
                  max_retry_after: float = 120.0, headers: dict[str, str] | None = None, **httpx_options):
-        self.url, sent, self.retry = _settings(url, api_key, retries, backoff, max_backoff, max_retry_after, headers)
+        self.url, sent, self.retry = transport.settings(url, api_key, retries, backoff, max_backoff,
+                                                        max_retry_after, headers)
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, headers=sent, **httpx_options)
 
     async def __aenter__(self) -> AsyncClient:
