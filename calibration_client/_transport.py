@@ -3,8 +3,10 @@ the async client: ``Call`` (send this request, give me the response), ``Sleep`` 
 ``Report`` (tell the caller's progress callback); ``request`` (the request every try of a call
 sends, built once: one ``Idempotency-Key`` per POST, reused on its retries), ``RetryPolicy`` (which
 answers are retried, and after how long: ``Retry-After`` or exponential backoff with full
-jitter), ``problem`` (an error answer as its typed exception) and ``PlainHTTPTransport`` (a
-service at an ``http://`` address without the cost of TLS set-up)."""
+jitter), ``settings`` (a client's base URL, headers and retry policy), ``read_owned`` (an
+answer's body read once into memory of its own, for an array to take), ``problem`` (an error
+answer as its typed exception) and ``PlainHTTPTransport`` (a service at an ``http://`` address
+without the cost of TLS set-up)."""
 
 from __future__ import annotations
 
