@@ -154,6 +154,14 @@ def _fill(buffer, at: int, chunk: bytes) -> int:
     return at + len(chunk)
 
 
+def _filled(buffer, at: int):
+    """``buffer`` once its ``at`` bytes are all of it (h11 ends a body at its length: a short one is
+    a transport error before this)."""
+    if at != len(buffer):
+        raise httpx.RemoteProtocolError(f"the answer ended after {at} of its {len(buffer)} bytes")
+    return buffer
+
+
 def read_owned(response: httpx.Response):
     """The body of a streamed ``response`` in a writable buffer nobody else holds: its raw chunks
     copied once into a buffer of its ``Content-Length`` (httpx's own read joins them into a bytes
@@ -166,9 +174,7 @@ def read_owned(response: httpx.Response):
         at = 0
         for chunk in response.iter_raw():
             at = _fill(buffer, at, chunk)
-        if at != len(buffer):  # h11 ends a body at its length: a short one is a transport error before this
-            raise httpx.RemoteProtocolError(f"the answer ended after {at} of its {len(buffer)} bytes")
-        return buffer
+        return _filled(buffer, at)
     finally:
         response.close()
 
@@ -182,9 +188,7 @@ async def aread_owned(response: httpx.Response):
         at = 0
         async for chunk in response.aiter_raw():
             at = _fill(buffer, at, chunk)
-        if at != len(buffer):
-            raise httpx.RemoteProtocolError(f"the answer ended after {at} of its {len(buffer)} bytes")
-        return buffer
+        return _filled(buffer, at)
     finally:
         await response.aclose()
 
