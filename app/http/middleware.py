@@ -48,31 +48,53 @@ def _json_problem(status: int, detail: str, request_id: str, title: str = "Conte
                          "detail": detail, "request_id": request_id})
 
 
-async def _within(receive, seconds: float, limit: float):
-    """``await receive()``, cancelled after ``seconds`` (then ``BodyTooSlow(limit)``). What
-    ``asyncio.timeout`` does (a timer that cancels the task, told apart from any other
-    cancellation by the task's cancel count), without its context object and state machine: one
-    timer handle, ~2.5 us a message against ~5.5 (two messages for a 64 x 1000 float32 body)."""
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("a request body is received in a task")
-    cancelling = task.cancelling()
-    expired = False
+class BodyDeadline:
+    """The body's deadline, one timer a request: armed at the body's first ``receive``, cancelled when
+    its last message is in. When it fires while the app waits in ``receive`` it cancels the task, and
+    the wait ends as ``BodyTooSlow`` (told apart from any other cancellation by the task's cancel
+    count, as ``asyncio.timeout`` does); when it fires between two waits, the next ``receive`` raises
+    ``BodyTooSlow`` at once. One timer handle a request, not one a body message, and no
+    ``asyncio.timeout`` context object (docs/benchmarks.md, "The request middleware")."""
 
-    def expire():
-        nonlocal expired
-        expired = True
-        task.cancel()
+    __slots__ = ("cancelling", "deadline", "expired", "limit", "task", "timer", "waiting")
 
-    timer = asyncio.get_running_loop().call_later(max(0.0, seconds), expire)
-    try:
-        return await receive()
-    except asyncio.CancelledError:
-        if expired and task.uncancel() <= cancelling:
-            raise BodyTooSlow(limit) from None
-        raise
-    finally:
-        timer.cancel()
+    def __init__(self, deadline: float, limit: float):
+        self.deadline, self.limit = deadline, limit  # ``time.perf_counter()`` seconds; the setting
+        self.task: asyncio.Task | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.waiting = self.expired = False
+        self.cancelling = 0
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.waiting and self.task is not None:
+            self.task.cancel()
+
+    async def receive(self, receive):
+        """``await receive()`` before the deadline, else ``BodyTooSlow``."""
+        if self.timer is None:
+            task = self.task = asyncio.current_task()
+            if task is None:
+                raise RuntimeError("a request body is received in a task")
+            self.cancelling = task.cancelling()
+            self.timer = asyncio.get_running_loop().call_later(
+                max(0.0, self.deadline - time.perf_counter()), self._expire)
+        if self.expired:
+            raise BodyTooSlow(self.limit)
+        self.waiting = True
+        try:
+            return await receive()
+        except asyncio.CancelledError:
+            if self.expired and self.task.uncancel() <= self.cancelling:
+                raise BodyTooSlow(self.limit) from None
+            raise
+        finally:
+            self.waiting = False
+
+    def done(self) -> None:
+        """The body is in (or the request is over): the timer goes."""
+        if self.timer is not None:
+            self.timer.cancel()
 
 
 class RequestMiddleware:
@@ -94,47 +116,53 @@ class RequestMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start = time.perf_counter()
-        headers = dict(scope["headers"])
-        given_id = headers.get(b"x-request-id", b"").decode("latin-1")
+        # httptools (uvicorn's parser here) has no limit of its own on the request head; h11's is
+        # CALIBRATION_MAX_HEADER_BYTES too (app.cli). One pass over the headers: the head's size,
+        # the request id and the declared length (the last of each, as a dict of them would keep)
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        given_id, declared = b"", None
+        for name, value in scope["headers"]:
+            head += len(name) + len(value) + 4
+            if name == b"x-request-id":
+                given_id = value
+            elif name == b"content-length":
+                declared = value
+        given = given_id.decode("latin-1")
         # random's generator, not os.urandom: a request id must be unique, not secret, and
         # urandom's system call releases the GIL, a hand-over to any waiting thread per request
-        request_id = given_id if REQUEST_ID.match(given_id) else f"{random.getrandbits(128):032x}"
+        request_id = given if REQUEST_ID.match(given) else f"{random.getrandbits(128):032x}"
         scope.setdefault("state", {})["request_id"] = request_id
-        status_holder = {"status": 500}
+        id_header = (b"x-request-id", request_id.encode())
+        status = 500
         limit = self.max_body_bytes
 
         async def send_with_id(message):
+            nonlocal status
             if message["type"] == "http.response.start":
-                status_holder["status"] = message["status"]
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), id_header]
             await send(message)
 
-        # httptools (uvicorn's parser here) has no limit of its own on the request head; h11's is
-        # CALIBRATION_MAX_HEADER_BYTES too (app.cli)
-        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-        head += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
         refusal = None
         if head > self.max_header_bytes:
             refusal = (431, f"the request head is {head} bytes, over the limit of {self.max_header_bytes} "
                             "(CALIBRATION_MAX_HEADER_BYTES)", "Request Header Fields Too Large")
-        declared = headers.get(b"content-length")
         if refusal is None and declared is not None and declared.isdigit() and int(declared) > limit:
             refusal = (413, f"the request body exceeds the limit of {limit} bytes (CALIBRATION_MAX_BODY_BYTES)",
                        "Content Too Large")
         if refusal is not None:
-            status, detail, title = refusal
-            body = _json_problem(status, detail, request_id, title)
-            await send_with_id({"type": "http.response.start", "status": status,
+            code, detail, title = refusal
+            body = _json_problem(code, detail, request_id, title)
+            await send_with_id({"type": "http.response.start", "status": code,
                                 "headers": [(b"content-type", b"application/problem+json"),
                                             (b"content-length", str(len(body)).encode()),
                                             (b"connection", b"close")]})
             await send_with_id({"type": "http.response.body", "body": body})
-            self._record(scope, status, start, request_id)
+            self._record(scope, code, start, request_id)
             return
 
         received = 0
-        body_deadline = start + self.body_seconds
+        deadline = BodyDeadline(start + self.body_seconds, self.body_seconds)
         body_done = False
 
         async def limited_receive():
@@ -144,12 +172,14 @@ class RequestMiddleware:
             nonlocal received, body_done
             if body_done:
                 return await receive()
-            message = await _within(receive, body_deadline - time.perf_counter(), self.body_seconds)
+            message = await deadline.receive(receive)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(limit)
                 body_done = not message.get("more_body", False)
+                if body_done:
+                    deadline.done()
             return message
 
         hot_path = self.hot_path
@@ -158,9 +188,10 @@ class RequestMiddleware:
         try:
             await self.app(scope, limited_receive, send_with_id)
         finally:
+            deadline.done()
             if hot_path is not None:
                 hot_path.requests -= 1
-            self._record(scope, status_holder["status"], start, request_id)
+            self._record(scope, status, start, request_id)
 
     def _record(self, scope, status: int, start: float, request_id: str) -> None:
         elapsed = time.perf_counter() - start
