@@ -91,6 +91,7 @@ def create_app(settings: Settings, edge: Edge) -> FastAPI:
     for router in edge.routers:
         app.include_router(router)
     document_common_errors(app, edge.docs_order)
+    # the innermost user middleware, so added first (RequestMiddleware then wraps it)
     shortcut.install_shortcut(app, [route for router in edge.served_by for route in router.routes
                                     if isinstance(route, APIRoute) and route.path.endswith(("/calibrate", "/infer"))])
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes,

@@ -9,12 +9,14 @@ import io
 import numpy as np
 import pytest
 from fastapi import Depends, FastAPI, HTTPException, Request
+from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
 from app.access import keys
 from app.http import auth
 from app.http.shortcut import Shortcut
 from app.main import create_app
+from app.oip import protocol as oip
 from app.platform.migrate import upgrade
 from app.registry.schemas import EXAMPLE_LABELS, EXAMPLE_LOGITS
 from app.settings import Settings
@@ -82,9 +84,17 @@ def _answer(client, method, path, body, key):
 
 
 def _without_shortcut(app: FastAPI) -> FastAPI:
-    app.router.middleware_stack = app.state.shortcut.router_stack
-    del app.state.shortcut
+    app.user_middleware = [layer for layer in app.user_middleware if layer.cls is not Shortcut]
+    del app.state.hot_routes
     return app
+
+
+def _shortcut(app: FastAPI) -> Shortcut:
+    """The app's ``Shortcut`` as it serves (its middleware is built at the first request)."""
+    layer = app.middleware_stack
+    while not isinstance(layer, Shortcut):
+        layer = layer.inner if isinstance(layer, _Tag) else layer.app
+    return layer
 
 
 @pytest.mark.parametrize("keys_on", [True, False])
@@ -101,13 +111,12 @@ def test_the_shortcut_answers_as_fastapi_does(sqlite_url, keys_on):
                                       "labels": EXAMPLE_LABELS}).status_code == 201
         assert fast_client.put("/v1/calibrators/demo/aliases/production", headers=admin,
                                json={"version": 1}).status_code == 200
-        assert isinstance(fast.state.shortcut, Shortcut)
-        assert {route.path for route, *_ in fast.state.shortcut.routes} == HOT
+        assert {route.path for route, *_ in _shortcut(fast).routes} == HOT
         for method, path, body, scope in CASES:
             key = issued.get(scope) if scope else None
             ours, theirs = _answer(fast_client, method, path, body, key), _answer(plain_client, method, path, body, key)
             assert ours == theirs, (method, path, scope)
-        assert not hasattr(plain.state, "shortcut")
+        assert not hasattr(plain.state, "hot_routes")
         # the access log's and the metrics' route label is the route's template, as FastAPI's
         metrics = fast_client.get("/metrics").text
         assert 'route="/v1/calibrators/{ref}/calibrate",status="200"' in metrics
@@ -152,7 +161,7 @@ def test_gates_fastapi_adds_outside_a_route_and_overrides_hold_on_the_shortcut(s
             answer = client.post("/v1/calibrators/demo/calibrate", json=BATCH)
             assert answer.status_code == 403 and "denied" in answer.json()["detail"], answer.text
     if shortcut:
-        assert not gated.state.shortcut.routes  # no hot route is plain any more: the router serves them
+        assert not gated.state.hot_routes  # no hot route is plain any more: the router serves them
 
 
 def test_a_middleware_that_names_its_app_otherwise_leaves_the_shortcut_working(sqlite_url):
@@ -162,4 +171,42 @@ def test_a_middleware_that_names_its_app_otherwise_leaves_the_shortcut_working(s
     with TestClient(app) as client:
         assert client.get("/healthz").status_code == 200
         assert client.post("/v1/calibrators/demo/calibrate", json=BATCH).status_code == 404
-    assert app.state.shortcut.routes
+    assert _shortcut(app).routes
+
+
+class _Unanswered(Exception):
+    """An error no handler of the app's answers but its catch-all for ``Exception``."""
+
+
+class _Answered(Exception):
+    """An error a handler added after the app was made answers (a sync one: run on a thread)."""
+
+
+def test_errors_of_a_hot_route_get_the_apps_handlers_as_through_fastapis_middleware(sqlite_url, monkeypatch):
+    """The shortcut sits outside FastAPI's exception middleware, so it answers errors itself: a
+    handled one by its handler (sync handlers too), an unhandled one by the server-error
+    middleware's 500 problem, the same answers as FastAPI's own stack gives."""
+    upgrade(sqlite_url)
+    answers = []
+    for shortcut in (True, False):
+        app = create_app(Settings(database_url=sqlite_url))
+        app.add_exception_handler(_Answered, lambda request, exc: JSONResponse({"answered": str(exc)}, status_code=418))
+        if not shortcut:
+            app = _without_shortcut(app)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            assert client.post("/v1/calibrators/demo/versions", json={
+                "method": "temperature", "logits": EXAMPLE_LOGITS, "labels": EXAMPLE_LABELS}).status_code == 201
+            for error in (_Unanswered("boom"), _Answered("caught")):
+                def fail(*args, error=error, **kwargs):
+                    raise error
+                monkeypatch.setattr(oip, "infer", fail)
+                answers.append(_answer(client, "post", "/v2/models/demo/infer", INFER, None))
+                monkeypatch.undo()
+            # ids and routing as before for an error raised in the endpoint itself
+            answers.append(_answer(client, "post", "/v2/models/nothing/infer", INFER, None))
+        if shortcut:
+            assert _shortcut(app).routes
+    ours, theirs = answers[:3], answers[3:]
+    assert ours == theirs
+    assert [status for status, *_ in ours] == [500, 418, 404]
+    assert b"caught" in ours[1][2]
