@@ -82,6 +82,17 @@ def check_finite(array: np.ndarray, name: str) -> None:
             raise ValueError(f"{name} contains NaN or infinity (first in row {start + first_bad_row(~finite)})")
 
 
+def finite_row_range(array: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The row maxima and minima of a 2-D float ``array`` (shape (n, 1) each), after checking that
+    it holds no NaN or infinity: the extremes propagate NaN, and an infinity is a row's maximum or
+    minimum, so every entry is finite exactly when they all are (else ``check_finite`` says where).
+    Two reductions a caller reuses (``softmax.scaled_softmax_as`` needs both) in place of a mask."""
+    top, bottom = array.max(axis=1, keepdims=True), array.min(axis=1, keepdims=True)
+    if not (np.isfinite(top).all() and np.isfinite(bottom).all()):
+        check_finite(array, name)
+    return top, bottom
+
+
 def check_probabilities(p: np.ndarray, name: str = "probabilities", nonnegative: bool = True) -> None:
     """Entries >= 0 and rows summing to 1 within ``ROW_SUM_TOLERANCE`` (so no entry exceeds
     ``1 + ROW_SUM_TOLERANCE``).
@@ -141,7 +152,7 @@ class InputBatch:
     the same numbers.
     """
 
-    def __init__(self, *, logits=None, probabilities=None):
+    def __init__(self, *, logits=None, probabilities=None, row_range=None):
         if (logits is None) == (probabilities is None):
             raise TypeError("give exactly one of logits or probabilities")
         self.source = "logits" if logits is not None else "probabilities"
@@ -149,8 +160,17 @@ class InputBatch:
         self.xp = namespace(array)
         self.n, self.k = array.shape
         self.given = array
+        # (row maxima, row minima) of ``given``, shape (n, 1) each, where validation read them
+        self.row_range = row_range
         if not (self.xp is np and array.dtype == np.float32):
             self.__dict__[self.source] = array
+
+    def looks_like_probabilities(self, tolerance: float = LOOKALIKE_TOLERANCE) -> bool:
+        """``looks_like_probabilities(given)``, answered from the row range where validation read it
+        (a negative row minimum, or a row maximum over ``1 + tolerance``, is enough to fail)."""
+        if self.row_range is not None and (self.row_range[1].min() < 0 or self.row_range[0].max() > 1 + tolerance):
+            return False
+        return looks_like_probabilities(self.given, tolerance)
 
     @cached_property
     def logits(self):
@@ -214,6 +234,8 @@ def validate_inputs(x, kind: str, name: str | None = None) -> InputBatch:
         logits[:, 1] = array
         return InputBatch(logits=logits)
     if kind == "logits":
+        if array.size <= FINITE_BLOCK:  # a batch to serve: its row range is the softmax's too
+            return InputBatch(logits=array, row_range=finite_row_range(array, name))
         check_finite(array, name)
         return InputBatch(logits=array)
     check_probabilities(array, name)

@@ -34,7 +34,8 @@ def softmax(z, *, overwrite: bool = False):
 SAFETY = 1.0 + 1e-12
 
 
-def scaled_softmax_as(z: np.ndarray, temperature: float, dtype, floor: float) -> tuple[np.ndarray, bool]:
+def scaled_softmax_as(z: np.ndarray, temperature: float, dtype, floor: float,
+                      row_range: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, bool]:
     """``softmax(z / temperature)`` of a finite 2-D numpy float batch, computed in float64.
 
     Returns ``(p, True)`` with ``p`` in ``dtype``, equal bit for bit to the float64 softmax cast to
@@ -46,13 +47,17 @@ def scaled_softmax_as(z: np.ndarray, temperature: float, dtype, floor: float) ->
     The row maximum and minimum are read on ``z`` itself (float32 reads half the bytes): widening is
     exact and a correctly rounded division by ``temperature > 0`` and a subtraction are monotone,
     so ``fl(max(z) / T)`` is the maximum of ``fl(z / T)``, and ``exp(fl(fl(min(z) / T) - m)) / s``
-    bounds each row's smallest probability to within exp's rounding (``SAFETY``)."""
+    bounds each row's smallest probability to within exp's rounding (``SAFETY``). ``row_range``:
+    ``z``'s row maxima and minima (shape (n, 1)) where the caller has them."""
+    if row_range is None:
+        row_range = z.max(axis=-1, keepdims=True), z.min(axis=-1, keepdims=True)
+    z_max, z_min = row_range
     e = np.divide(z, temperature, dtype=np.float64)
-    top = np.divide(z.max(axis=-1, keepdims=True), temperature, dtype=np.float64)
+    top = np.divide(z_max, temperature, dtype=np.float64)
     np.subtract(e, top, out=e)
     np.exp(e, out=e)
     total = e.sum(axis=-1, keepdims=True)
-    least = np.exp(np.divide(z.min(axis=-1, keepdims=True), temperature, dtype=np.float64) - top) / total
+    least = np.exp(np.divide(z_min, temperature, dtype=np.float64) - top) / total
     if least.min() > floor * SAFETY:  # NaN (an overflow) fails
         out = np.empty(e.shape, dtype)
         np.divide(e, total, out=out, casting="same_kind")

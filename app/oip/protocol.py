@@ -76,7 +76,7 @@ def infer(calibrator: cal.Calibrator, request: InferenceRequest, tensor_names: d
         raise bad(f"input {short(request.input_name)}: expected shape {expected}, got {list(request.array.shape)}")
     with refused_as(bad):
         scores = cal.validate_inputs(request.array, calibrator.input, request.input_name)
-    if calibrator.input == "logits" and request.input_check and cal.looks_like_probabilities(scores.given):
+    if calibrator.input == "logits" and request.input_check and scores.looks_like_probabilities():
         raise bad(LOOKS_LIKE_PROBABILITIES)
     names = output_names(tensor_names)
     by_name = {SET_OUTPUT: SET_OUTPUT, **{name: kind for kind, name in names.items()}}

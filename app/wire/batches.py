@@ -94,7 +94,7 @@ def validated(batch: ArrayBatch) -> tuple[cal.InputBatch, np.ndarray | None]:
         inputs = cal.validate_inputs(batch.values, batch.kind)
         labels = None if batch.labels is None else cal.check_labels(batch.labels, inputs.n, inputs.k)
     if (batch.kind == "logits" and getattr(batch.fields, "input_check", True)
-            and cal.looks_like_probabilities(inputs.given)):
+            and inputs.looks_like_probabilities()):
         raise InvalidInput(LOOKS_LIKE_PROBABILITIES)
     return inputs, labels
 

@@ -172,7 +172,7 @@ class TemperatureCalibrator(Calibrator):
 
     def _predict_as(self, scores: InputBatch, dtype) -> tuple[np.ndarray, bool]:
         if scores.source == "logits" and scores.xp is np and scores.given.dtype.kind == "f":
-            return scaled_softmax_as(scores.given, self.temperature_, dtype, EPSILON)
+            return scaled_softmax_as(scores.given, self.temperature_, dtype, EPSILON, scores.row_range)
         return self._predict(scores), False
 
     def _floor_counts(self, scores: InputBatch, labels: np.ndarray) -> tuple[int, int]:

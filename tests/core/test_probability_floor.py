@@ -163,6 +163,7 @@ def test_an_answer_asked_in_float32_is_the_float64_answer_cast_bit_for_bit(metho
     logits[7] = 0.0
     logits[7, 0] = temperature * math.log(9 * EPSILON)  # its probability within rounding of the floor
     scores = cal.validate_inputs(logits.astype(given), "logits")
+    assert scores.row_range is not None  # a batch to serve: the softmax reads validation's row range
     reference = calibrator.predict_batch(cal.validate_inputs(logits.astype(given), "logits"))
     for dtype in (np.float32, np.float64):
         answer = calibrator.predict_batch(scores, dtype)
