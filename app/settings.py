@@ -64,7 +64,8 @@ class Settings(BaseSettings):
                                   "within this many seconds of opening (or of beginning its next request); else it "
                                   "is closed: half-sent heads cannot hold connections.")
     body_seconds: float = Field(60.0, gt=0, description="A request's body must arrive within this many seconds "
-                                "of its start (408 after): slow senders cannot hold connections and memory.")
+                                "of its start (408 after, checked every quarter of it, at most every "
+                                "second): slow senders cannot hold connections and memory.")
     keep_alive_seconds: float = Field(5.0, gt=0, description="How long an idle keep-alive connection is kept.")
     shutdown_seconds: float = Field(30.0, ge=0, description="On SIGTERM, how long in-flight requests may "
                                     "finish before the process exits; jobs are left to the job engine.")

@@ -10,6 +10,7 @@ import logging
 import random
 import re
 import time
+import weakref
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -48,53 +49,75 @@ def _json_problem(status: int, detail: str, request_id: str, title: str = "Conte
                          "detail": detail, "request_id": request_id})
 
 
-class BodyDeadline:
-    """The body's deadline, one timer a request: armed at the body's first ``receive``, cancelled when
-    its last message is in. When it fires while the app waits in ``receive`` it cancels the task, and
-    the wait ends as ``BodyTooSlow`` (told apart from any other cancellation by the task's cancel
-    count, as ``asyncio.timeout`` does); when it fires between two waits, the next ``receive`` raises
-    ``BodyTooSlow`` at once. One timer handle a request, not one a body message, and no
-    ``asyncio.timeout`` context object (docs/benchmarks.md, "The request middleware")."""
+class _Waits:
+    """The receives waiting on one event loop (task -> deadline), the tasks whose deadline the check
+    found passed, and the check's timer while it runs."""
 
-    __slots__ = ("cancelling", "deadline", "expired", "limit", "task", "timer", "waiting")
+    __slots__ = ("expired", "timer", "waiting")
 
-    def __init__(self, deadline: float, limit: float):
-        self.deadline, self.limit = deadline, limit  # ``time.perf_counter()`` seconds; the setting
-        self.task: asyncio.Task | None = None
+    def __init__(self):
+        self.waiting: dict[asyncio.Task, float] = {}
+        self.expired: set[asyncio.Task] = set()
         self.timer: asyncio.TimerHandle | None = None
-        self.waiting = self.expired = False
-        self.cancelling = 0
 
-    def _expire(self) -> None:
-        self.expired = True
-        if self.waiting and self.task is not None:
-            self.task.cancel()
 
-    async def receive(self, receive):
-        """``await receive()`` before the deadline, else ``BodyTooSlow``."""
-        if self.timer is None:
-            task = self.task = asyncio.current_task()
-            if task is None:
-                raise RuntimeError("a request body is received in a task")
-            self.cancelling = task.cancelling()
-            self.timer = asyncio.get_running_loop().call_later(
-                max(0.0, self.deadline - time.perf_counter()), self._expire)
-        if self.expired:
-            raise BodyTooSlow(self.limit)
-        self.waiting = True
+class BodyDeadlines:
+    """Every request body's deadline (``CALIBRATION_BODY_SECONDS`` from the request's start), kept by one
+    check a loop instead of a timer a request: a ``receive`` registers its task and deadline while it
+    waits; a check every ``interval`` seconds (a quarter of the limit, at most 1 s; it runs only while
+    some receive waits) cancels each waiting task whose deadline has passed, and that wait ends as
+    ``BodyTooSlow`` (told apart from any other cancellation by the task's cancel count, as
+    ``asyncio.timeout`` does). A deadline that passed between two receives is a ``BodyTooSlow`` at the
+    next. So a body still arriving at its deadline is refused within ``interval`` after it; a timer a
+    request cost more than the rest of the middleware (docs/benchmarks.md, "The request middleware")."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.interval = min(1.0, seconds / 4)
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Waits
+        self._last: tuple[object, _Waits] | None = None
+
+    def _waits(self, loop) -> _Waits:
+        last = self._last
+        if last is not None and last[0] is loop:
+            return last[1]
+        waits = self._loops.get(loop)
+        if waits is None:
+            waits = self._loops[loop] = _Waits()
+        self._last = (loop, waits)
+        return waits
+
+    async def receive(self, receive, deadline: float):
+        """``await receive()`` if ``deadline`` (``time.perf_counter()`` seconds) has not passed and
+        does not pass while it waits, else ``BodyTooSlow``."""
+        if time.perf_counter() >= deadline:
+            raise BodyTooSlow(self.seconds)
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a request body is received in a task")
+        loop = asyncio.get_running_loop()
+        waits = self._waits(loop)
+        if waits.timer is None:
+            waits.timer = loop.call_later(self.interval, self._check, loop, waits)
+        cancelling = task.cancelling()
+        waits.waiting[task] = deadline
         try:
             return await receive()
         except asyncio.CancelledError:
-            if self.expired and self.task.uncancel() <= self.cancelling:
-                raise BodyTooSlow(self.limit) from None
+            if task in waits.expired and task.uncancel() <= cancelling:
+                raise BodyTooSlow(self.seconds) from None
             raise
         finally:
-            self.waiting = False
+            del waits.waiting[task]
+            waits.expired.discard(task)
 
-    def done(self) -> None:
-        """The body is in (or the request is over): the timer goes."""
-        if self.timer is not None:
-            self.timer.cancel()
+    def _check(self, loop, waits: _Waits) -> None:
+        now = time.perf_counter()
+        for task, deadline in list(waits.waiting.items()):
+            if deadline <= now and task not in waits.expired:
+                waits.expired.add(task)
+                task.cancel()
+        waits.timer = loop.call_later(self.interval, self._check, loop, waits) if waits.waiting else None
 
 
 class RequestMiddleware:
@@ -103,6 +126,7 @@ class RequestMiddleware:
         self.app = app
         self.hot_path = hot_path  # counts the requests in flight, where given
         self.body_seconds = body_seconds
+        self.deadlines = BodyDeadlines(body_seconds)
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.requests = Counter("calibration_requests_total", "HTTP requests",
@@ -162,7 +186,8 @@ class RequestMiddleware:
             return
 
         received = 0
-        deadline = BodyDeadline(start + self.body_seconds, self.body_seconds)
+        deadline = start + self.body_seconds
+        deadlines = self.deadlines
         body_done = False
 
         async def limited_receive():
@@ -172,14 +197,12 @@ class RequestMiddleware:
             nonlocal received, body_done
             if body_done:
                 return await receive()
-            message = await deadline.receive(receive)
+            message = await deadlines.receive(receive, deadline)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(limit)
                 body_done = not message.get("more_body", False)
-                if body_done:
-                    deadline.done()
             return message
 
         hot_path = self.hot_path
@@ -188,7 +211,6 @@ class RequestMiddleware:
         try:
             await self.app(scope, limited_receive, send_with_id)
         finally:
-            deadline.done()
             if hot_path is not None:
                 hot_path.requests -= 1
             self._record(scope, status, start, request_id)

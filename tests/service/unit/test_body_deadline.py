@@ -1,7 +1,7 @@
-"""The body's deadline (``app.http.middleware.BodyDeadline``): a receive past it is a 408
-(``BodyTooSlow``), also when it passed between two receives; any other cancellation stays a
-cancellation; a message in time is returned; one timer serves the whole body and is gone when the
-body is in."""
+"""The bodies' deadlines (``app.http.middleware.BodyDeadlines``): a receive still waiting at its
+deadline is a 408 (``BodyTooSlow``) within the check's interval, as is one that starts after it; any
+other cancellation stays a cancellation; a message in time is returned; one check a loop serves every
+waiting receive and stops when none waits."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app.http.middleware import BodyDeadline, BodyTooSlow
+from app.http.middleware import BodyDeadlines, BodyTooSlow
 
 
 async def never():
@@ -23,41 +23,56 @@ async def at_once():
 
 def test_a_receive_past_the_deadline_is_a_408_and_one_in_time_returns_its_message():
     async def main():
+        deadlines = BodyDeadlines(0.2)  # checked every 0.05 s
+        start = time.perf_counter()
         with pytest.raises(BodyTooSlow) as caught:
-            await BodyDeadline(time.perf_counter() + 0.05, 60.0).receive(never)
-        assert caught.value.status == 408 and "60 s" in caught.value.detail
-        assert asyncio.current_task().cancelling() == 0  # the timer's cancel was taken back
-        deadline = BodyDeadline(time.perf_counter() + 0.05, 60.0)
-        assert (await deadline.receive(at_once))["body"] == b"x"
-        deadline.done()
-        await asyncio.sleep(0.1)  # the timer was cancelled: nothing cancels this task later
+            await deadlines.receive(never, start + 0.2)
+        assert 0.2 <= time.perf_counter() - start < 0.2 + 0.05 + 0.5  # the interval, and slack for a busy machine
+        assert caught.value.status == 408 and "0.2 s" in caught.value.detail
+        assert asyncio.current_task().cancelling() == 0  # the check's cancel was taken back
+        assert (await deadlines.receive(at_once, time.perf_counter() + 0.2))["body"] == b"x"
+        await asyncio.sleep(0.5)  # nothing cancels this task later, and the check has stopped
+        waits = deadlines._waits(asyncio.get_running_loop())
+        assert not waits.waiting and not waits.expired and waits.timer is None
 
     asyncio.run(main())
 
 
-def test_one_timer_serves_every_message_and_a_deadline_passed_between_receives_is_a_408():
+def test_a_deadline_passed_before_a_receive_is_a_408_at_once():
     async def main():
-        deadline = BodyDeadline(time.perf_counter() + 0.05, 60.0)
-        await deadline.receive(at_once)
-        timer = deadline.timer
-        await deadline.receive(at_once)
-        assert deadline.timer is timer and not timer.cancelled()
-        await asyncio.sleep(0.1)  # the deadline passes while the app is not waiting in receive
-        assert asyncio.current_task().cancelling() == 0  # so nothing was cancelled
+        deadlines = BodyDeadlines(60.0)
+        await deadlines.receive(at_once, time.perf_counter() + 60)
         with pytest.raises(BodyTooSlow):
-            await deadline.receive(at_once)
-        deadline.done()
-        assert timer.cancelled()
+            await deadlines.receive(at_once, time.perf_counter() - 0.001)
 
     asyncio.run(main())
 
 
-def test_a_cancellation_from_elsewhere_is_not_a_408():
+def test_one_check_serves_many_waiting_receives_each_at_its_own_deadline():
     async def main():
-        task = asyncio.create_task(BodyDeadline(time.perf_counter() + 30.0, 60.0).receive(never))
-        await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        deadlines = BodyDeadlines(0.4)  # checked every 0.1 s
+        now = time.perf_counter()
+        early = asyncio.create_task(deadlines.receive(never, now + 0.15))
+        late = asyncio.create_task(deadlines.receive(never, now + 30))
+        with pytest.raises(BodyTooSlow):
+            await early
+        assert not late.done()
+        waits = deadlines._waits(asyncio.get_running_loop())
+        assert list(waits.waiting) == [late] and waits.timer is not None
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):  # a cancellation from elsewhere is not a 408
+            await late
+        assert not waits.waiting
 
     asyncio.run(main())
+
+
+def test_each_loop_has_its_own_check():
+    """An app served on one loop after another (a test client, then the next) keeps its deadlines."""
+    deadlines = BodyDeadlines(0.2)
+    for _ in range(2):
+        async def main():
+            with pytest.raises(BodyTooSlow):
+                await deadlines.receive(never, time.perf_counter() + 0.1)
+
+        asyncio.run(main())
