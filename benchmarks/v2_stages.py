@@ -1,8 +1,9 @@
 """Where a ``/v2`` binary infer request's CPU goes, in process: the service's ASGI app and the floor's
 (``benchmarks/floor_app.py``, ``/oip32``) called directly with the same 64 x 1000 float32 request and
 the headers ``wrk_post.lua`` sends, no server and no socket, so what differs is the application's own
-work. Reported: µs per request of each (median of ``--repeats`` runs of ``--requests`` requests, with
-their range), and with ``--profile`` the service's cProfile, by cumulative time. With
+work, on uvloop where it is installed (as uvicorn serves). Reported: µs per request of each
+(median of ``--repeats`` runs of ``--requests`` requests, with their range), and with ``--profile``
+the service's cProfile, by cumulative time. With
 ``--without-middleware`` also the same service without ``app.http.middleware.RequestMiddleware``
 (request id, size limits, body deadline, metrics, access log): what that layer costs a request.
 
@@ -140,4 +141,9 @@ async def main():
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:  # the loop uvicorn runs the servers on where uvloop is installed (timers and tasks cost differently)
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
