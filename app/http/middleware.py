@@ -13,9 +13,10 @@ import time
 import weakref
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 
 from .problems import Problem
+from .request_metrics import RequestMetrics
 
 log = logging.getLogger("app.access")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -129,12 +130,7 @@ class RequestMiddleware:
         self.deadlines = BodyDeadlines(body_seconds)
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
-        self.requests = Counter("calibration_requests_total", "HTTP requests",
-                                ["method", "route", "status"], registry=registry)
-        self.latency = Histogram("calibration_request_seconds", "HTTP request latency",
-                                 ["method", "route"], registry=registry,
-                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
-        self._series: dict = {}
+        self.metrics = RequestMetrics(registry)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -218,13 +214,7 @@ class RequestMiddleware:
     def _record(self, scope, status: int, start: float, request_id: str) -> None:
         elapsed = time.perf_counter() - start
         route = route_label(scope)
-        key = (scope["method"], route, status)
-        series = self._series.get(key)
-        if series is None:  # labels() validates and locks: look each series up once
-            series = self._series[key] = (self.requests.labels(key[0], route, str(status)),
-                                          self.latency.labels(key[0], route))
-        series[0].inc()
-        series[1].observe(elapsed)
+        self.metrics.observe(scope["method"], route, status, elapsed)
         if log.isEnabledFor(logging.INFO):  # the line's fields are not built for a log that drops it
             log.info("request", extra={"method": scope["method"], "path": scope["path"], "route": route,
                                        "status": status, "duration_ms": round(elapsed * 1000, 3),
