@@ -89,7 +89,7 @@ def finite_row_range(array: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarr
     Two reductions a caller reuses (``softmax.scaled_softmax_as`` needs both) in place of a mask."""
     top, bottom = array.max(axis=1, keepdims=True), array.min(axis=1, keepdims=True)
     if not (np.isfinite(top).all() and np.isfinite(bottom).all()):
-        check_finite(array, name)
+        check_finite(array, name)  # raises, naming the first bad row
     return top, bottom
 
 
@@ -149,7 +149,8 @@ class InputBatch:
     a float64 copy made the first time they are read. Readers that accumulate in float64 a block
     of rows at a time (temperature scaling's sums, ``shifted_logits``) read ``given`` instead and
     hold no float64 copy of the whole batch; widening float32 to float64 is exact, so they compute
-    the same numbers.
+    the same numbers. What validation read from the array (finiteness, ``row_range``) stands only
+    while the array, not copied, is not written to: validate it again after writing into it.
     """
 
     def __init__(self, *, logits=None, probabilities=None, row_range=None):

@@ -52,14 +52,15 @@ def _json_problem(status: int, detail: str, request_id: str, title: str = "Conte
 
 class _Waits:
     """The receives waiting on one event loop (task -> deadline), the tasks whose deadline the check
-    found passed, and the check's timer while it runs."""
+    found passed, and whether the check is scheduled. Nothing here refers to the loop, so a loop that
+    is closed and dropped leaves with its entry (``BodyDeadlines`` keys them weakly)."""
 
-    __slots__ = ("expired", "timer", "waiting")
+    __slots__ = ("checking", "expired", "waiting")
 
     def __init__(self):
         self.waiting: dict[asyncio.Task, float] = {}
         self.expired: set[asyncio.Task] = set()
-        self.timer: asyncio.TimerHandle | None = None
+        self.checking = False
 
 
 class BodyDeadlines:
@@ -68,38 +69,38 @@ class BodyDeadlines:
     waits; a check every ``interval`` seconds (a quarter of the limit, at most 1 s; it runs only while
     some receive waits) cancels each waiting task whose deadline has passed, and that wait ends as
     ``BodyTooSlow`` (told apart from any other cancellation by the task's cancel count, as
-    ``asyncio.timeout`` does). A deadline that passed between two receives is a ``BodyTooSlow`` at the
-    next. So a body still arriving at its deadline is refused within ``interval`` after it; a timer a
-    request cost more than the rest of the middleware (docs/benchmarks.md, "The request middleware")."""
+    ``asyncio.timeout`` does). Only waiting counts: a body the server already holds is handed over
+    whenever the app reads it. So a body still arriving at its deadline is refused within ``interval``
+    after it; a timer a request cost more than the rest of the middleware (docs/benchmarks.md, "The
+    request middleware")."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.interval = min(1.0, seconds / 4)
         self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> _Waits
-        self._last: tuple[object, _Waits] | None = None
+        self._last: tuple[weakref.ref, _Waits] | None = None  # the loop asked last, weakly
 
     def _waits(self, loop) -> _Waits:
         last = self._last
-        if last is not None and last[0] is loop:
+        if last is not None and last[0]() is loop:
             return last[1]
         waits = self._loops.get(loop)
         if waits is None:
             waits = self._loops[loop] = _Waits()
-        self._last = (loop, waits)
+        self._last = (weakref.ref(loop), waits)
         return waits
 
     async def receive(self, receive, deadline: float):
-        """``await receive()`` if ``deadline`` (``time.perf_counter()`` seconds) has not passed and
-        does not pass while it waits, else ``BodyTooSlow``."""
-        if time.perf_counter() >= deadline:
-            raise BodyTooSlow(self.seconds)
+        """``await receive()``, unless it is still waiting when ``deadline`` (``time.perf_counter()``
+        seconds) has passed: then ``BodyTooSlow``."""
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("a request body is received in a task")
         loop = asyncio.get_running_loop()
         waits = self._waits(loop)
-        if waits.timer is None:
-            waits.timer = loop.call_later(self.interval, self._check, loop, waits)
+        if not waits.checking:
+            waits.checking = True
+            loop.call_later(self.interval, self._check, loop, waits)
         cancelling = task.cancelling()
         waits.waiting[task] = deadline
         try:
@@ -118,7 +119,9 @@ class BodyDeadlines:
             if deadline <= now and task not in waits.expired:
                 waits.expired.add(task)
                 task.cancel()
-        waits.timer = loop.call_later(self.interval, self._check, loop, waits) if waits.waiting else None
+        waits.checking = bool(waits.waiting)
+        if waits.checking:
+            loop.call_later(self.interval, self._check, loop, waits)
 
 
 class RequestMiddleware:

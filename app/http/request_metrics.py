@@ -3,7 +3,8 @@ status) and ``calibration_request_seconds`` (a histogram of latency by method an
 plain Python by ``app.http.middleware`` and made into Prometheus samples when ``/metrics`` is read.
 prometheus_client's own ``Counter`` and ``Histogram`` take a lock for every increment and find a
 histogram's bucket in a Python loop, a share of a small request's cost (docs/benchmarks.md, "The
-request middleware"); the exposition is theirs, ``_created`` series included.
+request middleware"); the exposition is theirs, ``_created`` series included unless
+``PROMETHEUS_DISABLE_CREATED_SERIES`` (or ``prometheus_client.disable_created_metrics``) turns them off.
 
 Counts are written on the event loop; ``collect`` may run on another thread and copies each table
 before reading it, so a scrape sees every request counted before it, each series consistent to
@@ -15,6 +16,7 @@ import time
 from bisect import bisect_left
 
 from prometheus_client import CollectorRegistry
+from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)  # seconds, each "le"
@@ -50,15 +52,17 @@ class RequestMetrics:
 
     def collect(self):
         requests, latency, latency_created = self.describe()
+        with_created = prometheus_metrics._use_created  # prometheus_client's own switch, read as its metrics do
         for (method, route, status), (count, created) in list(self._counts.items()):
-            requests.add_metric((method, route, str(status)), count, created=created)
+            requests.add_metric((method, route, str(status)), count, created=created if with_created else None)
         for (method, route), (counts, total, created) in list(self._latency.items()):
             cumulative, buckets = 0, []
             for bound, count in zip((*map(str, BUCKETS), "+Inf"), list(counts), strict=True):
                 cumulative += count
                 buckets.append((bound, cumulative))
             latency.add_metric((method, route), buckets, total)
-            latency_created.add_metric((method, route), created)
+            if with_created:
+                latency_created.add_metric((method, route), created)
         yield requests
         yield latency
         if latency_created.samples:  # as prometheus_client: no _created family without a series

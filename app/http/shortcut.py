@@ -97,11 +97,10 @@ class Shortcut:
             handler = _lookup_exception_handler(self.class_handlers, exc)
         if handler is None:
             raise exc
-        try:
-            return await handler(request, exc) if is_async_callable(handler) else \
-                await run_in_threadpool(handler, request, exc)
-        finally:
-            exc.__traceback__ = None  # as Starlette: a reused exception would pile up tracebacks
+        response = await handler(request, exc) if is_async_callable(handler) else \
+            await run_in_threadpool(handler, request, exc)
+        exc.__traceback__ = None  # as Starlette, once answered: a reused exception would pile up tracebacks
+        return response
 
 
 def hot_routes(contexts, checks: set) -> list:

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    enable_created_metrics,
+    generate_latest,
+)
 
 from app.http.request_metrics import BUCKETS, RequestMetrics
 
@@ -37,3 +44,14 @@ def test_the_samples_are_those_of_prometheus_clients_counter_and_histogram(reque
     created = [line for line in generate_latest(ours).decode().splitlines()
                if line.startswith("calibration_requests_created")]
     assert len(created) == len({(m, r, s) for m, r, s, _ in requests})
+
+
+def test_the_created_series_follow_prometheus_clients_switch():
+    registry = CollectorRegistry()
+    RequestMetrics(registry).observe("GET", "/v1/methods", 200, 0.003)
+    disable_created_metrics()
+    try:
+        assert "_created" not in generate_latest(registry).decode()
+    finally:
+        enable_created_metrics()
+    assert "calibration_requests_created" in generate_latest(registry).decode()
