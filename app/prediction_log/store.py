@@ -57,11 +57,14 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     inserted = 0
     # the client ids in statements that unpack an array in the database (IDS_PER_STATEMENT at a
     # time): per id, half the CPU of the driver's executemany, which converts each row's
-    # parameters in Python. On Postgres in id order, so that two processes logging the same ids
-    # lock them in the same order (no deadlock); a duplicate's first row still wins.
+    # parameters in Python. In id order, then row order (a duplicate's first row wins): on
+    # Postgres so that two processes logging the same ids lock them in the same order (no
+    # deadlock); on SQLite because B-tree inserts in key order walk the epoch's pages once instead
+    # of seeking a random page each (a third less a random id: benchmarks/results/id_index_keys.md)
     sqlite = connection.dialect.name == "sqlite"
     if sqlite:
-        unpack = "SELECT ?, ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE value IS NOT NULL"
+        unpack = ("SELECT ?, ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE value IS NOT NULL "
+                  "ORDER BY value, key")
     else:
         unpack = ("SELECT %s, %s, u.id, %s, u.ord - 1 + %s, false, 1, NULL FROM unnest(%s::text[]) WITH ORDINALITY "
                   "AS u(id, ord) WHERE u.id IS NOT NULL ORDER BY u.id, u.ord")

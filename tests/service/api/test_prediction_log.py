@@ -287,6 +287,23 @@ def test_client_ids_over_several_statements_keep_their_rows(database_url, monkey
         assert len({logged.chunk_id for logged in found.values()}) == 2
 
 
+def test_an_id_twice_in_one_chunk_keeps_its_first_row_whatever_the_statements_order(database_url, monkeypatch):
+    """The writer inserts a chunk's ids sorted by id (SQLite: key-ordered B-tree inserts;
+    Postgres: one lock order); a duplicate keeps its first row, not the one sorted first, also
+    when the copies fall into two statements."""
+    from app.prediction_log import store as prediction_log_store
+    with log_session(database_url, "twice", 1.0) as session:
+        ids = ["z", "b", "a", "z", "b", "c", "a", "a"]
+        assert log_predictions(session, 1, 1, "logits", 4, np.zeros((8, 4)), ids) == 4
+        found = find_logged(session, 1, ["a", "b", "c", "z"])
+        assert {pid: logged.row for pid, logged in found.items()} == {"z": 0, "b": 1, "a": 2, "c": 5}
+        monkeypatch.setattr(prediction_log_store, "IDS_PER_STATEMENT", 3)
+        ids = ["y", "x", "w", "x", "w", "y", "v"]  # statements y x w | x w y | v
+        assert log_predictions(session, 1, 1, "logits", 4, np.zeros((7, 4)), ids) == 4
+        found = find_logged(session, 1, ["v", "w", "x", "y"])
+        assert {pid: logged.row for pid, logged in found.items()} == {"y": 0, "x": 1, "w": 2, "v": 6}
+
+
 def test_downgrades_that_rewrite_the_log_are_not_reported_as_losses_but_dropping_it_is(sqlite_url):
     with log_session(sqlite_url, "old", 0.5) as session:
         log_predictions(session, 1, 1, "logits", 4, np.zeros((3, 4)), ["c"], [("0123456789abcdef-", 1, 2)])
