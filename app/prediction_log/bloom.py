@@ -43,11 +43,17 @@ def size_bits(n_keys: int, bits_per_key: int = BITS_PER_KEY) -> int:
 
 def build(keys: list[str], bits_per_key: int = BITS_PER_KEY, hashes: int = HASHES) -> bytes:
     """The filter of ``keys``: ``size_bits`` bits (``bits_per_key`` to twice as many a key)."""
+    return from_digests(*digests(keys), len(keys), bits_per_key, hashes)
+
+
+def from_digests(h1: np.ndarray, h2: np.ndarray, n_keys: int, bits_per_key: int = BITS_PER_KEY,
+                 hashes: int = HASHES) -> bytes:
+    """The filter of ``n_keys`` keys (its size, ``size_bits(n_keys)``) whose ``digests`` are given:
+    the bytes ``build`` gives for those keys, whatever the digests' order or repeats."""
     if bits_per_key < 1 or hashes < 1:
         raise ValueError(f"a Bloom filter needs bits_per_key >= 1 and hashes >= 1, not {bits_per_key}, {hashes}")
-    bits = np.zeros(size_bits(len(keys), bits_per_key), dtype=bool)
-    if keys:
-        h1, h2 = digests(keys)
+    bits = np.zeros(size_bits(n_keys, bits_per_key), dtype=bool)
+    if len(h1):
         bits[_positions(h1, h2, hashes, len(bits)).ravel().astype(np.int64)] = True
     return np.packbits(bits, bitorder="little").tobytes()
 

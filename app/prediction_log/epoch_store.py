@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import cast
 
+import numpy as np
 from sqlalchemy import Table, delete, exists, insert, select, text, update
 from sqlalchemy.orm import Session
 
@@ -39,20 +40,30 @@ def mark_written(session: Session, epoch_id: int, calibrator_id: int) -> bool:
         .values(written_at=utcnow())).rowcount == 1
 
 
-def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES) -> bool:
+def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES,
+          digests: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
     """Close ``epoch_id``: store the Bloom filter of every id its index holds; ``False`` where it
-    was closed or deleted already. No id is written into it afterwards (``mark_written``)."""
+    was closed or deleted already. No id is written into it afterwards (``mark_written``).
+    ``digests``: the ``bloom.digests`` of every id its writer wrote into it, which the writer kept
+    (``app.prediction_log.epochs.EpochWriter``): the filter is built from them and the ids are only
+    counted, not read back (a read of 65536 ids cost more than their digests)."""
     calibrator_id = session.execute(
         select(EPOCHS.c.calibrator_id).where(EPOCHS.c.id == epoch_id, EPOCHS.c.bloom_hashes.is_(None))
         .with_for_update()).scalar_one_or_none()
     if calibrator_id is None:
         return False
-    # the driver's rows, not ORM scalars (a third of the time: docs/benchmarks.md, "Design figures")
-    keys = [key for (key,) in session.connection().execute(text(
-        "SELECT prediction_id FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"),
-        {"c": calibrator_id, "e": epoch_id})]
+    where = {"c": calibrator_id, "e": epoch_id}
+    if digests is None:
+        # the driver's rows, not ORM scalars (a third of the time: docs/benchmarks.md, "Design figures")
+        keys = [key for (key,) in session.connection().execute(text(
+            "SELECT prediction_id FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"), where)]
+        n_ids, data = len(keys), bloom.build(keys, hashes=hashes)
+    else:
+        n_ids = session.connection().execute(text(
+            "SELECT count(*) FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"), where).scalar_one()
+        data = bloom.from_digests(*digests, n_ids, hashes=hashes)
     session.execute(update(EPOCHS).where(EPOCHS.c.id == epoch_id).values(
-        bloom=bloom.build(keys, hashes=hashes), bloom_hashes=hashes, n_ids=len(keys), closed_at=utcnow()))
+        bloom=data, bloom_hashes=hashes, n_ids=n_ids, closed_at=utcnow()))
     return True
 
 

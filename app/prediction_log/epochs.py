@@ -33,14 +33,25 @@ logger = logging.getLogger(__name__)
 class EpochWriter:
     """The open epoch of each calibrator one writer writes into (one writer per process: epochs
     are never shared, so each writer's ids fill pages of their own), closed once it holds
-    ``max_ids`` index rows, or when the writer stops (``close_all``)."""
+    ``max_ids`` index rows, or when the writer stops (``close_all``).
 
-    def __init__(self, max_ids: int = 65536):
+    It keeps the Bloom digests of the ids each committed transaction wrote into an open epoch
+    (``wrote`` before the commit, ``committed`` after it), and closes the epoch with the filter of
+    those instead of reading its ids back. Where they may be incomplete (a transaction that wrote
+    without ``wrote``, one that failed after writing into an epoch already open: its commit may
+    have landed, or more than ``kept_digests`` of them) the close reads the ids back, as a
+    close by retention does."""
+
+    def __init__(self, max_ids: int = 65536, kept_digests: int = 1 << 20):
         if max_ids < 1:
             raise ValueError(f"an epoch needs max_ids >= 1, not {max_ids}")
         self.max_ids = max_ids
+        self.kept_digests = kept_digests  # per open epoch, 16 bytes each
         self._open: dict[int, list[int]] = {}  # calibrator id -> [epoch id, index rows committed]
         self._opened: dict[int, int] = {}  # epochs opened by the transaction in progress
+        # calibrator id -> the digests of every id committed into its open epoch; None: not all known
+        self._digests: dict[int, list[tuple[np.ndarray, np.ndarray]] | None] = {}
+        self._staged: dict[int, list[str]] = {}  # the ids the transaction in progress wrote
 
     def epoch_for(self, session: Session, calibrator_id: int) -> int:
         """The epoch that ``calibrator_id``'s ids go into, in this transaction: this writer's open
@@ -52,15 +63,35 @@ class EpochWriter:
         self._opened[calibrator_id] = epoch_id
         return epoch_id
 
+    def wrote(self, calibrator_id: int, keys: list[str]) -> None:
+        """The transaction in progress wrote ``keys`` (every index row's ``prediction_id``) into
+        ``calibrator_id``'s epoch (their digests are taken once it committed, outside it)."""
+        self._staged[calibrator_id] = keys
+
     def committed(self, calibrator_id: int, index_rows: int) -> None:
         """The transaction that wrote ``index_rows`` rows into ``calibrator_id``'s epoch committed."""
         if calibrator_id in self._opened:
             self._open[calibrator_id] = [self._opened.pop(calibrator_id), 0]
+            self._digests[calibrator_id] = []
         self._open[calibrator_id][1] += index_rows
+        staged = self._staged.pop(calibrator_id, None)
+        kept = self._digests.get(calibrator_id)
+        if kept is None:
+            return
+        if staged is None and index_rows:
+            self._digests[calibrator_id] = None
+        elif staged is not None:
+            kept.append(bloom.digests(staged))
+            if sum(len(h1) for h1, _ in kept) > self.kept_digests:
+                self._digests[calibrator_id] = None
 
     def rolled_back(self, calibrator_id: int) -> None:
-        """It rolled back: an epoch it opened does not exist (its id may be handed out again)."""
-        self._opened.pop(calibrator_id, None)
+        """It rolled back: an epoch it opened does not exist (its id may be handed out again). In an
+        epoch already open the rows it wrote may stand all the same (a commit whose answer was lost):
+        its close reads the ids back."""
+        self._staged.pop(calibrator_id, None)
+        if self._opened.pop(calibrator_id, None) is None and calibrator_id in self._open:
+            self._digests[calibrator_id] = None
 
     def close_full(self, db: Database) -> int:
         """Close the epochs holding ``max_ids`` index rows; returns how many."""
@@ -74,13 +105,18 @@ class EpochWriter:
         closed = 0
         for calibrator_id in calibrator_ids:
             epoch_id = self._open[calibrator_id][0]
+            kept = self._digests.get(calibrator_id)
+            digests = None if kept is None else (
+                np.concatenate([h1 for h1, _ in kept] or [np.zeros(0, np.uint64)]),
+                np.concatenate([h2 for _, h2 in kept] or [np.zeros(0, np.uint64)]))
             try:
                 with db.write() as session:
-                    prediction_epoch_store.close(session, epoch_id)
+                    prediction_epoch_store.close(session, epoch_id, digests=digests)
             except Exception as exc:  # the database away: the next flush tries again
                 logger.warning("prediction log: epoch %d not closed: %s", epoch_id, first_line(exc))
                 continue
             del self._open[calibrator_id]
+            self._digests.pop(calibrator_id, None)
             closed += 1
         return closed
 

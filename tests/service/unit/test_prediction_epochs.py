@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import event, insert, select, text, update
 
 from app.platform.db import Database, make_engine
 from app.platform.migrate import downgrade, upgrade
@@ -181,6 +181,90 @@ def test_a_writer_closes_full_epochs_with_filters_and_labels_join_across_them(db
     with db.write() as session:
         session.execute(update(PredictionEpochRow).where(PredictionEpochRow.id == 1).values(bloom=b"\0" * 8))
     assert set(_joined(db, list(first))) == set(first) - {f"u{i}-{j}" for i in (0, 1) for j in range(3)} | {"u0-0"}
+
+
+class _Statements:
+    """The SQL statements the database's engine runs (a listener on the real engine)."""
+
+    def __init__(self, db: Database):
+        self.seen: list[str] = []
+        self.engine = db.engine
+        event.listen(self.engine, "before_cursor_execute", self._record)
+
+    def _record(self, conn, cursor, statement, parameters, context, executemany):
+        self.seen.append(statement)
+
+    def read_back(self) -> int:
+        """Statements that read an epoch's ids back to build its filter."""
+        return sum("SELECT prediction_id FROM logged_predictions" in statement for statement in self.seen)
+
+
+def _stored_filters(db: Database) -> list[tuple[int, int, bytes]]:
+    """(n_ids, hashes, filter) of each closed epoch, and the filter of the ids its index holds."""
+    with db.read() as session:
+        rows = session.execute(select(PredictionEpochRow.id, PredictionEpochRow.calibrator_id, PredictionEpochRow.n_ids,
+                                      PredictionEpochRow.bloom).where(PredictionEpochRow.bloom_hashes.is_not(None))
+                               .order_by(PredictionEpochRow.id)).all()
+        held = {epoch_id: list(session.scalars(text(
+            "SELECT prediction_id FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"),
+            {"c": calibrator_id, "e": epoch_id})) for epoch_id, calibrator_id, _, _ in rows}
+    return [(n_ids, len(held[epoch_id]), data, bloom.build(held[epoch_id])) for epoch_id, _, n_ids, data in rows]
+
+
+def test_a_writer_closes_its_epochs_with_the_filter_of_what_it_wrote_without_reading_the_ids_back(db):
+    """Client ids, a repeat within the epoch and batches of generated ids, over two calibrators:
+    each filter the writer stores is byte for byte the filter of the ids its epoch holds, sized by
+    their count, and no close read them back."""
+    statements = _Statements(db)
+    log = PredictionLog(db, epochs=EpochWriter(max_ids=6))
+    _serve(log, [["a", "b", "c"], ["d", "a", "e"], ["f"], ["g", "h"], ["a", "i", "j", "k", "l", "m", "n"]])
+    _serve(log, [["x", "y"]], calibrator_id=2)
+    resolved = ResolvedVersion("epochs", 1, "", 1, calibrator_id=1, log_rate=1.0)
+    for _ in range(3):
+        log.record(resolved, "logits", 2, np.zeros((5, 2)), None)  # generated ids: a batch row each
+    log.flush()
+    log.stop()
+    assert statements.read_back() == 0
+    stored = _stored_filters(db)
+    # closed once 6 are in: a-f (the repeat of a is its row), g, h, a and i-n; then calibrator 2's x, y
+    # and the three batches, closed by the stop
+    assert [n_ids for n_ids, *_ in stored] == [6, 9, 2, 3]
+    assert all(n_ids == held and data == built for n_ids, held, data, built in stored)
+    assert _joined(db, list("abcdefghijklmn")) == {**dict.fromkeys("abc", 0.0), "d": 1.0, "e": 1.0, "f": 2.0,
+                                                    "g": 3.0, "h": 3.0, **dict.fromkeys("ijklmn", 4.0)}
+
+
+def test_a_writer_reads_the_ids_back_where_it_may_not_know_them_all(db):
+    """An epoch that a failed transaction wrote into (its commit may have landed), one that a
+    transaction wrote into without ``wrote``, and one holding more ids than the writer keeps
+    digests of: each close reads its ids back, and every filter holds every id."""
+    statements = _Statements(db)
+    writer = EpochWriter(max_ids=1000, kept_digests=4)
+    with db.write() as session:  # an open epoch of calibrator 1
+        epoch = writer.epoch_for(session, 1)
+        log_predictions(session, 1, 1, "logits", 2, np.zeros((1, 2)), ["a"], epoch_id=epoch)
+        writer.wrote(1, ["a"])
+    writer.committed(1, 1)
+    with db.write() as session:  # written, then the transaction fails: here its rows go
+        assert writer.epoch_for(session, 1) == epoch
+        log_predictions(session, 1, 1, "logits", 2, np.zeros((1, 2)), ["b"], epoch_id=epoch)
+        writer.wrote(1, ["b"])
+        session.rollback()
+    writer.rolled_back(1)
+    with db.write() as session:  # calibrator 2: written without ``wrote``
+        epoch_2 = writer.epoch_for(session, 2)
+        log_predictions(session, 2, 1, "logits", 2, np.zeros((1, 2)), ["z"], epoch_id=epoch_2)
+    writer.committed(2, 1)
+    assert writer.close_all(db) == 2
+    assert statements.read_back() == 2
+    log = PredictionLog(db, epochs=EpochWriter(max_ids=1000, kept_digests=4))
+    _serve(log, [["c", "d", "e"], ["f", "g"]])  # five ids: more than the four it keeps digests of
+    log.stop()
+    assert statements.read_back() == 3
+    stored = _stored_filters(db)
+    assert [n_ids for n_ids, *_ in stored] == [1, 1, 5]
+    assert all(n_ids == held and data == built for n_ids, held, data, built in stored)
+    assert set(_joined(db, list("abcdefg"))) == set("acdefg")
 
 
 def test_an_epoch_closed_under_its_writer_is_not_written_again(db):
