@@ -18,9 +18,10 @@ thread, the log's writer, named ``prediction-log``: the writer process, or the t
 ``CALIBRATION_LOG_WRITER=thread``, and the others: the hot path's pool threads, which run the
 calibrate calls it moves off the loop, so "others" is not the log's cost; its ratio off/on is
 the throughput ratio once the cores are the bound, and steadier than req/s on a shared machine).
-Each run's CPU time runs on until the log's writer has caught up (the logged count still for
-1.5 s, ``SETTLE_SECONDS`` at most), and the rows it logged (from the observation summary) are
-divided by the rows served: below 1 where the writer fell behind and the ring dropped batches.
+Each run's CPU time runs on until the log's writer has caught up (at 100%, the logged count up
+by every served row; then still for 1.5 s; ``SETTLE_SECONDS`` at most), and the rows it logged
+(from the observation summary) are divided by the rows served: below 1 where the writer fell
+behind and the ring dropped batches.
 A second server, whose log a thread writes (the baseline, what the log was before its writer
 process), runs off and 100% in the same rounds, and a third, whose writer process keeps SQLite's
 own 2 MiB page cache (``CALIBRATION_LOG_WRITER_CACHE_BYTES=0``, the baseline of that setting),
@@ -97,14 +98,17 @@ def logged_rows(client: httpx.Client) -> int:
     return client.get("/v1/calibrators/bench/observations").json()["prediction_log"]["logged"]
 
 
-def settled(client: httpx.Client) -> None:
-    """Wait until the log's writer has written what it was handed (the logged count still for
-    1.5 s, flush_seconds 1), ``SETTLE_SECONDS`` at most."""
+def settled(client: httpx.Client, at_least: int = 0) -> None:
+    """Wait until the log's writer has written what it was handed: the logged count at least
+    ``at_least`` (a run at 100%: every served row), then still for 1.5 s (flush_seconds 1),
+    ``SETTLE_SECONDS`` at most. The count alone being still is not enough where one write takes
+    longer than that (Postgres with client ids: a flush of ~21000 ids): the run's rows were then
+    counted in the next run's time."""
     deadline, last = time.monotonic() + SETTLE_SECONDS, -1
     while time.monotonic() < deadline:
-        time.sleep(1.5)
+        time.sleep(0.25 if last < at_least else 1.5)
         now = logged_rows(client)
-        if now == last:
+        if now == last and now >= at_least:
             return
         last = now
 
@@ -160,15 +164,15 @@ def writer_processes(pid: int) -> dict[int, float]:
     return seconds
 
 
-def measured(pid: int, *wrk_args, env: dict | None = None, settle=lambda: time.sleep(1.5)) -> dict:
-    """A wrk run, with the server's CPU time per request over it and until ``settle`` returns, when
-    the log has written the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
+def measured(pid: int, *wrk_args, env: dict | None = None, settle=lambda result: time.sleep(1.5)) -> dict:
+    """A wrk run, with the server's CPU time per request over it and until ``settle(wrk's result)``
+    returns, when the log has written the run's last rows (flush_seconds 1): in all, on the event loop's thread (the
     process's main thread: requests, and the sampling into the log's buffer), on the log's writer
     and on the others (the hot path's pool threads, which run calibrate calls that the hot path
     moved off the loop: ``app/http/hot_path.py``)."""
     before, threads, processes = cpu_seconds(pid), thread_seconds(pid), writer_processes(pid)
     result = run_wrk(*wrk_args, env=env)
-    settle()
+    settle(result)
     after, processes_after = thread_seconds(pid), writer_processes(pid)
     main = after.get(pid, 0.0) - threads.get(pid, 0.0)
     process = sum(seconds - processes.get(child, 0.0) for child, seconds in processes_after.items())
@@ -264,7 +268,8 @@ def main() -> None:
                     before = logged_rows(client)
                     results[label].append(measured(
                         server.process.pid, url, body, "application/x-npy", "application/x-npy", args.seconds,
-                        env=wrk_env(client_ids), settle=lambda client=client: settled(client)))
+                        env=wrk_env(client_ids), settle=lambda result, client=client, before=before, rate=rate: settled(
+                            client, before + 64 * result["requests"] if rate >= 1 else 0)))
                     run = results[label][-1]
                     run["logged"] = (logged_rows(client) - before) / (64 * run["requests"])
             time.sleep(2)  # the log's last flush
