@@ -22,11 +22,20 @@ BITS_PER_KEY = 10
 HASHES = 7
 
 
+def raw_digests(keys: list[str]) -> bytes:
+    """Each key's BLAKE2b-128 digest of its UTF-8 bytes, one after another (16 bytes a key)."""
+    return b"".join(hashlib.blake2b(key.encode(), digest_size=16).digest() for key in keys)
+
+
+def halves(raw: bytes | bytearray) -> tuple[np.ndarray, np.ndarray]:
+    """``(h1, h2)`` of ``raw_digests``: the two uint64 halves of each digest (``h2`` made odd)."""
+    pairs = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
+    return pairs[:, 0].copy(), pairs[:, 1] | np.uint64(1)
+
+
 def digests(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """``(h1, h2)``: the two uint64 halves of each key's BLAKE2b-128 digest of its UTF-8 bytes."""
-    joined = b"".join(hashlib.blake2b(key.encode(), digest_size=16).digest() for key in keys)
-    halves = np.frombuffer(joined, dtype="<u8").reshape(len(keys), 2)
-    return halves[:, 0].copy(), halves[:, 1] | np.uint64(1)
+    return halves(raw_digests(keys))
 
 
 def _positions(h1: np.ndarray, h2: np.ndarray, hashes: int, bits: int) -> np.ndarray:

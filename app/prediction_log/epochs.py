@@ -35,22 +35,23 @@ class EpochWriter:
     are never shared, so each writer's ids fill pages of their own), closed once it holds
     ``max_ids`` index rows, or when the writer stops (``close_all``).
 
-    It keeps the Bloom digests of the ids each committed transaction wrote into an open epoch
-    (``wrote`` before the commit, ``committed`` after it), and closes the epoch with the filter of
-    those instead of reading its ids back. Where they may be incomplete (a transaction that wrote
-    without ``wrote``, one that failed after writing into an epoch already open: its commit may
-    have landed, or more than ``kept_digests`` of them) the close reads the ids back, as a
-    close by retention does."""
+    It keeps the BLAKE2b digests of the ids each committed transaction wrote into an open epoch
+    (``wrote`` before the commit, ``committed`` after it; 16 bytes an id, at most ``kept_digests``
+    ids over all its epochs) and closes the epoch with them (``epoch_store.close``) instead of
+    reading its ids back. Where they may be incomplete (a transaction that wrote without ``wrote``,
+    one that failed after writing into an epoch already open: its commit may have landed) or would
+    pass the budget, that epoch's close reads the ids back, as a close by retention does."""
 
     def __init__(self, max_ids: int = 65536, kept_digests: int = 1 << 20):
         if max_ids < 1:
             raise ValueError(f"an epoch needs max_ids >= 1, not {max_ids}")
         self.max_ids = max_ids
-        self.kept_digests = kept_digests  # per open epoch, 16 bytes each
+        self.kept_digests = kept_digests  # over all open epochs: 16 MiB by default
         self._open: dict[int, list[int]] = {}  # calibrator id -> [epoch id, index rows committed]
         self._opened: dict[int, int] = {}  # epochs opened by the transaction in progress
-        # calibrator id -> the digests of every id committed into its open epoch; None: not all known
-        self._digests: dict[int, list[tuple[np.ndarray, np.ndarray]] | None] = {}
+        # calibrator id -> the raw digests of every id committed into its open epoch; None: not all known
+        self._digests: dict[int, bytearray | None] = {}
+        self._kept = 0  # ids whose digests are kept, over all epochs
         self._staged: dict[int, list[str]] = {}  # the ids the transaction in progress wrote
 
     def epoch_for(self, session: Session, calibrator_id: int) -> int:
@@ -72,18 +73,17 @@ class EpochWriter:
         """The transaction that wrote ``index_rows`` rows into ``calibrator_id``'s epoch committed."""
         if calibrator_id in self._opened:
             self._open[calibrator_id] = [self._opened.pop(calibrator_id), 0]
-            self._digests[calibrator_id] = []
+            self._set_digests(calibrator_id, bytearray())
         self._open[calibrator_id][1] += index_rows
         staged = self._staged.pop(calibrator_id, None)
         kept = self._digests.get(calibrator_id)
-        if kept is None:
+        if kept is None or (staged is None and not index_rows):
             return
-        if staged is None and index_rows:
-            self._digests[calibrator_id] = None
-        elif staged is not None:
-            kept.append(bloom.digests(staged))
-            if sum(len(h1) for h1, _ in kept) > self.kept_digests:
-                self._digests[calibrator_id] = None
+        if staged is None or self._kept + len(staged) > self.kept_digests:
+            self._set_digests(calibrator_id, None)
+            return
+        kept += bloom.raw_digests(staged)
+        self._kept += len(staged)
 
     def rolled_back(self, calibrator_id: int) -> None:
         """It rolled back: an epoch it opened does not exist (its id may be handed out again). In an
@@ -91,7 +91,13 @@ class EpochWriter:
         its close reads the ids back."""
         self._staged.pop(calibrator_id, None)
         if self._opened.pop(calibrator_id, None) is None and calibrator_id in self._open:
-            self._digests[calibrator_id] = None
+            self._set_digests(calibrator_id, None)
+
+    def _set_digests(self, calibrator_id: int, digests: bytearray | None) -> None:
+        """Replace the digests kept for ``calibrator_id``'s epoch, keeping the count of all in step."""
+        old = self._digests.get(calibrator_id)
+        self._kept -= 0 if old is None else len(old) // 16
+        self._digests[calibrator_id] = digests
 
     def close_full(self, db: Database) -> int:
         """Close the epochs holding ``max_ids`` index rows; returns how many."""
@@ -106,17 +112,16 @@ class EpochWriter:
         for calibrator_id in calibrator_ids:
             epoch_id = self._open[calibrator_id][0]
             kept = self._digests.get(calibrator_id)
-            digests = None if kept is None else (
-                np.concatenate([h1 for h1, _ in kept] or [np.zeros(0, np.uint64)]),
-                np.concatenate([h2 for _, h2 in kept] or [np.zeros(0, np.uint64)]))
             try:
                 with db.write() as session:
-                    prediction_epoch_store.close(session, epoch_id, digests=digests)
+                    prediction_epoch_store.close(session, epoch_id,
+                                                 digests=None if kept is None else bloom.halves(kept))
             except Exception as exc:  # the database away: the next flush tries again
                 logger.warning("prediction log: epoch %d not closed: %s", epoch_id, first_line(exc))
                 continue
             del self._open[calibrator_id]
-            self._digests.pop(calibrator_id, None)
+            self._set_digests(calibrator_id, None)
+            del self._digests[calibrator_id]
             closed += 1
         return closed
 

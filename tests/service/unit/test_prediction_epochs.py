@@ -6,6 +6,7 @@ serving. On SQLite and Postgres, through the real writer (``PredictionLog``'s bu
 from __future__ import annotations
 
 import threading
+import tracemalloc
 from datetime import timedelta
 
 import numpy as np
@@ -21,9 +22,9 @@ from app.prediction_log import bloom
 from app.prediction_log import epoch_store as prediction_epoch_store
 from app.prediction_log.epochs import EpochFilters, EpochWriter
 from app.prediction_log.lookup import claim_labels, find_logged
-from app.prediction_log.rows import PredictionEpochRow
+from app.prediction_log.rows import PredictionChunkRow, PredictionEpochRow
 from app.prediction_log.service import PredictionLog
-from app.prediction_log.store import log_predictions, logged_counts, prediction_chunks
+from app.prediction_log.store import delete_predictions_before, log_predictions, logged_counts, prediction_chunks
 from app.registry.rows import CalibratorRow
 from app.registry.store import ResolvedVersion
 
@@ -195,8 +196,9 @@ class _Statements:
         self.seen.append(statement)
 
     def read_back(self) -> int:
-        """Statements that read an epoch's ids back to build its filter."""
-        return sum("SELECT prediction_id FROM logged_predictions" in statement for statement in self.seen)
+        """Statements that read an epoch's ids back to build its filter (not only its labels' rows)."""
+        return sum("SELECT prediction_id FROM logged_predictions" in statement and "n_rows = 0" not in statement
+                   for statement in self.seen)
 
 
 def _stored_filters(db: Database) -> list[tuple[int, int, bytes]]:
@@ -265,6 +267,80 @@ def test_a_writer_reads_the_ids_back_where_it_may_not_know_them_all(db):
     assert [n_ids for n_ids, *_ in stored] == [1, 1, 5]
     assert all(n_ids == held and data == built for n_ids, held, data, built in stored)
     assert set(_joined(db, list("abcdefg"))) == set("acdefg")
+
+
+def test_a_generated_ids_label_in_the_open_epoch_is_in_the_filter_its_writer_closes_it_with(db):
+    """A label of a generated id inserts the id's own row (``n_rows`` 0) into its batch's epoch, here
+    the writer's open one, which never saw the id: the close reads those rows and its filter is the
+    filter of the ids the epoch holds; the id is then found labelled through its own row."""
+    statements = _Statements(db)
+    log = PredictionLog(db, epochs=EpochWriter(max_ids=1000))
+    served = log.record(ResolvedVersion("epochs", 1, "", 1, calibrator_id=1, log_rate=1.0), "logits", 2,
+                        np.zeros((3, 2)), None)
+    log.flush()
+    generated = served.prefix + "1"
+    with db.write() as session:
+        assert claim_labels(session, 1, find_logged(session, 1, [generated])) == {generated}
+    log.stop()
+    assert statements.read_back() == 0
+    (stored,) = _stored_filters(db)
+    assert stored[0] == stored[1] == 2 and stored[2] == stored[3]
+    with db.read() as session:
+        found = find_logged(session, 1, [generated])[generated]
+    assert found.own and found.labelled
+
+
+def test_an_epoch_that_retention_thinned_while_open_gets_the_filter_of_what_it_holds(db):
+    """A quiet calibrator's epoch stays open past the log's retention: retention deletes its old
+    chunks' rows, and the writer's digests of them no longer match what the epoch holds. Its close
+    reads the ids back: a filter sized for and holding the 10 ids left, not saturated by 1000."""
+    statements = _Statements(db)
+    log = PredictionLog(db, epochs=EpochWriter(max_ids=100_000))
+    resolved = ResolvedVersion("epochs", 1, "", 1, calibrator_id=1, log_rate=1.0)
+    for i in range(10):
+        log.record(resolved, "logits", 2, np.zeros((100, 2)), [f"old-{i}-{j}" for j in range(100)])
+        log.flush()
+    with db.write() as session:
+        session.execute(update(PredictionChunkRow).values(created_at=utcnow() - timedelta(days=40)))
+    log.record(resolved, "logits", 2, np.zeros((10, 2)), [f"new-{j}" for j in range(10)])
+    log.flush()
+    with db.write() as session:
+        delete_predictions_before(session, utcnow() - timedelta(days=30))
+    log.stop()
+    assert statements.read_back() == 1
+    (stored,) = _stored_filters(db)
+    assert stored[0] == stored[1] == 10 and stored[2] == stored[3]
+    others = [f"never-{i}" for i in range(10_000)]
+    assert bloom.Probe(others).maybe_held(stored[2], bloom.HASHES).mean() < 0.05
+
+
+def test_kept_digests_cost_16_bytes_an_id_and_a_budget_over_all_epochs(db):
+    """An epoch filled one id a transaction (a quiet calibrator) keeps 16 bytes an id, not an array
+    pair a transaction; past ``kept_digests`` over all of a writer's epochs, the epoch that would
+    pass it falls back to reading its ids back, the others keep theirs."""
+    writer = EpochWriter(kept_digests=8192)
+    with db.write() as session:
+        writer.epoch_for(session, 1)
+    tracemalloc.start()
+    try:
+        for i in range(4096):
+            writer.wrote(1, [f"id-{i}"])
+            writer.committed(1, 1)
+        used, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert used / 4096 <= 24, f"{used / 4096:.0f} bytes an id kept"
+    statements = _Statements(db)
+    for calibrator_id, n in ((1, 3), (2, 3)):
+        with db.write() as session:
+            epoch_id = writer.epoch_for(session, calibrator_id)
+            keys = [f"c{calibrator_id}-{i}" for i in range(n if calibrator_id == 2 else 4096 + n)]
+            log_predictions(session, calibrator_id, 1, "logits", 2, np.zeros((len(keys), 2)), keys, epoch_id=epoch_id)
+            writer.wrote(calibrator_id, keys)
+        writer.committed(calibrator_id, len(keys))
+    assert writer.close_all(db) == 2
+    assert statements.read_back() == 1  # calibrator 1's 4096 + 4099 pass the budget: its epoch reads back
+    assert all(n_ids == held and data == built for n_ids, held, data, built in _stored_filters(db))
 
 
 def test_an_epoch_closed_under_its_writer_is_not_written_again(db):
