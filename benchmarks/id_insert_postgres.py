@@ -2,11 +2,12 @@
 (``app/prediction_log/store.py`` ``log_predictions``: ``INSERT ... SELECT ... FROM unnest(%s::text[])
 WITH ORDINALITY ... ORDER BY id, ord ON CONFLICT (calibrator_id, epoch_id, prediction_id) DO NOTHING``)
 into a table shaped as ``logged_predictions`` (primary key ``(calibrator_id, epoch_id, prediction_id)``,
-an index on ``chunk_id``), with and without its two foreign keys (to the calibrator and to the chunk:
-Postgres checks each inserted row against each parent in a trigger of its own), without the chunk
-index, and without ``ON CONFLICT``. Each commit writes one chunk row and ``--ids`` random ids (a flush
-of ~330 requests of 64 ids: ``CALIBRATION_LOG_FLUSH_BYTES``), in epochs of 65536 ids, ``--flushes``
-commits a variant, the variants in turn for ``--rounds`` rounds.
+an index on ``chunk_id``), with its two foreign keys of before migration 0019 (to the calibrator and to
+the chunk: Postgres checks each inserted row against each parent in a trigger of its own), with the
+one to the chunk only (since 0019), with neither, without the chunk index, and without ``ON CONFLICT``.
+Each commit writes one chunk row and ``--ids`` random ids (a flush of ~330 requests of 64 ids:
+``CALIBRATION_LOG_FLUSH_BYTES``), in epochs of 65536 ids, ``--flushes`` commits a variant, the variants
+in turn for ``--rounds`` rounds.
 
 Reported: µs of wall time an id (the backend's work; the client sends one array a statement), per
 round. A new database on the local server (``CALIBRATION_TEST_POSTGRES_URL``), dropped afterwards.
@@ -29,21 +30,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import environment, postgres_database, write
 
-# (label, foreign keys, chunk index, ON CONFLICT)
-VARIANTS = (("as logged_predictions (foreign keys, chunk index, ON CONFLICT)", True, True, True),
+# (label, foreign keys: both, "chunk" (the one to the chunk only: migration 0019) or none, chunk index,
+# ON CONFLICT)
+VARIANTS = (("as logged_predictions before 0019 (both foreign keys, chunk index, ON CONFLICT)", True, True, True),
+            ("as since 0019 (the foreign key to the chunk only)", "chunk", True, True),
             ("without the two foreign keys", False, True, True),
             ("without the chunk index", True, False, True),
             ("without ON CONFLICT", True, True, False),
             ("none of the three", False, False, False))
 
 
-def create(connection: psycopg.Connection, foreign_keys: bool, chunk_index: bool) -> None:
+def create(connection: psycopg.Connection, foreign_keys: bool | str, chunk_index: bool) -> None:
     connection.execute("DROP TABLE IF EXISTS ids; DROP TABLE IF EXISTS chunks; DROP TABLE IF EXISTS calibrators")
     connection.execute("CREATE TABLE calibrators (id serial PRIMARY KEY)")
     connection.execute("INSERT INTO calibrators DEFAULT VALUES")
     connection.execute("CREATE TABLE chunks (id serial PRIMARY KEY, calibrator_id int REFERENCES calibrators(id) "
                        "ON DELETE CASCADE, inputs bytea)")
-    to_calibrator = "REFERENCES calibrators(id) ON DELETE CASCADE" if foreign_keys else ""
+    to_calibrator = "REFERENCES calibrators(id) ON DELETE CASCADE" if foreign_keys is True else ""
     to_chunk = "REFERENCES chunks(id) ON DELETE CASCADE" if foreign_keys else ""
     connection.execute(
         f"CREATE TABLE ids (calibrator_id int NOT NULL {to_calibrator}, epoch_id int NOT NULL, prediction_id "

@@ -32,6 +32,9 @@ and a fourth, whose writer closes its id index's epochs after 16384 ids instead 
 ``--baseline DIR`` adds a server of another checkout of this project (its ``app``, started from
 ``DIR``: e.g. ``git worktree add /tmp/old main``) that runs the default writer's settings in the
 same rounds, each right after this code's run of the same setting: before/after figures of one run.
+Its migrations are this checkout's (the editable install maps ``app.migrations`` here) unless
+``DIR/app/migrations`` links to its own (``ln -s DIR/migrations DIR/app/migrations``): needed where
+the two checkouts' schemas differ, or the baseline's server finds its database ahead of it.
 ``--database postgres`` runs every server on a new database of the local Postgres server
 (``CALIBRATION_TEST_POSTGRES_URL``) instead of SQLite. ``--skip 10%,random`` leaves out the
 settings whose label holds one of those words. The results file keeps the runs before below the

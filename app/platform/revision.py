@@ -10,7 +10,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 
 #: the revision of the newest migration (``migrations/versions``): each new migration moves it
-HEAD = "0018"
+HEAD = "0019"
 VERSION_TABLE = "alembic_version"  # Alembic's default, which migrations/env.py keeps
 
 

@@ -108,3 +108,60 @@ def test_0015_counts_each_calibrator_s_logged_rows_and_its_downgrade_drops_the_c
             assert connection.execute(text("SELECT count(*) FROM calibrators")).scalar_one() == 2
     finally:
         engine.dispose()
+
+
+def test_0019_drops_the_id_index_s_key_to_calibrators_keeps_every_row_and_deletes_them_with_their_calibrator(
+        empty_url):
+    """Up from 0018 with logged ids: the same rows, no foreign key to ``calibrators`` (the one to the
+    chunk stays; on SQLite still a ``WITHOUT ROWID`` table with its chunk index), and deleting a
+    calibrator still deletes its ids, through its chunks; down to 0018: the same rows, the key back."""
+    from sqlalchemy import text
+    upgrade(empty_url, "0018")
+    engine = make_engine(empty_url)
+    ids = sorted(f"id-{i}" for i in range(300))
+
+    def rows() -> list[tuple]:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text(
+                "SELECT calibrator_id, epoch_id, prediction_id, chunk_id, row, labelled, n_rows, kept "
+                "FROM logged_predictions ORDER BY calibrator_id, epoch_id, prediction_id"))]
+
+    def keys() -> set[str]:
+        return {key["referred_table"] for key in inspect(engine).get_foreign_keys("logged_predictions")}
+    try:
+        with engine.begin() as connection:
+            for cid in (1, 2):
+                connection.execute(text("INSERT INTO calibrators (id, name, last_version, created_at, log_sample_rate) "
+                                        "VALUES (:id, :name, 1, CURRENT_TIMESTAMP, 1)"), {"id": cid, "name": f"c{cid}"})
+                connection.execute(text(
+                    "INSERT INTO prediction_epochs (id, calibrator_id, n_ids, created_at, written_at) "
+                    "VALUES (:id, :id, 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"), {"id": cid})
+                connection.execute(text(
+                    "INSERT INTO prediction_chunks (id, calibrator_id, version, input_kind, n_rows, n_classes, dtype, "
+                    "inputs, created_at) VALUES (:id, :id, 1, 'logits', 300, 2, '<f8', :data, CURRENT_TIMESTAMP)"),
+                    {"id": cid, "data": bytes(16 * 300)})
+                connection.execute(text(
+                    "INSERT INTO logged_predictions (calibrator_id, epoch_id, prediction_id, chunk_id, row, labelled, "
+                    "n_rows, kept) VALUES (:c, :c, :p, :c, :r, :l, 1, :k)"),
+                    [{"c": cid, "p": pid, "r": i, "l": i % 3 == 0, "k": b"\x01\x00\x00\x00" if i == 7 else None}
+                     for i, pid in enumerate(ids)])
+        before = rows()
+        assert len(before) == 600 and keys() == {"calibrators", "prediction_chunks"}
+        upgrade(empty_url)
+        assert rows() == before and keys() == {"prediction_chunks"}
+        indexes = inspect(engine).get_indexes("logged_predictions")
+        assert "ix_logged_predictions_chunk_id" in {index["name"] for index in indexes}
+        if engine.dialect.name == "sqlite":
+            with engine.connect() as connection:
+                created = connection.execute(text("SELECT sql FROM sqlite_master WHERE name = 'logged_predictions'"))
+                assert "WITHOUT ROWID" in created.scalar_one()
+        downgrade(empty_url, "0018")
+        assert rows() == before and keys() == {"calibrators", "prediction_chunks"}
+        upgrade(empty_url)
+        with engine.begin() as connection:
+            if engine.dialect.name == "sqlite":
+                connection.execute(text("PRAGMA foreign_keys=ON"))
+            connection.execute(text("DELETE FROM calibrators WHERE id = 1"))
+        assert rows() == [row for row in before if row[0] == 2]
+    finally:
+        engine.dispose()
