@@ -153,6 +153,10 @@ class Settings(BaseSettings):
                                "(app/prediction_log/epochs.py): random client ids then fill one epoch's pages, not "
                                "random pages of the whole index. A label is looked up in the open epochs and in "
                                "the closed ones whose filter may hold its id.")
+    log_epoch_digest_bytes: int = Field(16 << 20, ge=0, le=1 << 34, description="The digests of the ids a log "
+                                        "writer wrote into its open epochs (16 bytes an id), kept to build each "
+                                        "epoch's Bloom filter when it closes instead of reading its ids back; an "
+                                        "epoch whose ids would pass this reads them back (0: every epoch does).")
     log_epoch_idle_seconds: float = Field(3600.0, gt=0, description="Retention closes an open epoch not "
                                           "written for this long (its writer stopped, or has been idle), each in "
                                           "a transaction of its own.")

@@ -78,6 +78,7 @@ def log_writer_process(settings: Settings, database: Database) -> PipeWriter | N
                        "flush_seconds": settings.log_flush_seconds,
                        "max_buffer_bytes": settings.log_buffer_bytes, "log_level": settings.log_level,
                        "cache_bytes": settings.log_writer_cache_bytes, "epoch_ids": settings.log_epoch_ids,
+                       "epoch_digest_bytes": settings.log_epoch_digest_bytes,
                        "max_logged_rows": settings.max_logged_rows},
                       settings.log_ring_bytes, flush_timeout=2 * settings.db_timeout_seconds + 30)
 
@@ -114,7 +115,8 @@ def build(settings: Settings) -> Services:
                                    settings.log_buffer_bytes, settings.observation_retention_days,
                                    settings.prediction_log_retention_days, settings.retention_interval_seconds,
                                    log_writer_process(settings, database),
-                                   EpochWriter(settings.log_epoch_ids), EpochFilters(settings.log_epoch_filter_bytes),
+                                   EpochWriter(settings.log_epoch_ids, settings.log_epoch_digest_bytes // 16),
+                                   EpochFilters(settings.log_epoch_filter_bytes),
                                    settings.log_epoch_idle_seconds, settings.max_logged_rows, settings.log_flush_bytes)
     service = CalibrationService(database, settings.cache_size, settings.max_body_bytes, settings.device,
                                  jobs, settings.sync_budget_seconds, settings.cache_bytes,

@@ -37,16 +37,17 @@ class EpochWriter:
 
     It keeps the BLAKE2b digests of the ids each committed transaction wrote into an open epoch
     (``wrote`` before the commit, ``committed`` after it; 16 bytes an id, at most ``kept_digests``
-    ids over all its epochs) and closes the epoch with them (``epoch_store.close``) instead of
-    reading its ids back. Where they may be incomplete (a transaction that wrote without ``wrote``,
-    one that failed after writing into an epoch already open: its commit may have landed) or would
-    pass the budget, that epoch's close reads the ids back, as a close by retention does."""
+    ids over all its epochs: ``CALIBRATION_LOG_EPOCH_DIGEST_BYTES`` / 16) and closes the epoch with
+    them (``epoch_store.close``) instead of reading its ids back. Where they may be incomplete (a
+    transaction that wrote without ``wrote``, one that failed after writing into an epoch already
+    open: its commit may have landed) or would pass the budget, that epoch's close reads the ids
+    back, as a close by retention does."""
 
     def __init__(self, max_ids: int = 65536, kept_digests: int = 1 << 20):
         if max_ids < 1:
             raise ValueError(f"an epoch needs max_ids >= 1, not {max_ids}")
         self.max_ids = max_ids
-        self.kept_digests = kept_digests  # over all open epochs: 16 MiB by default
+        self.kept_digests = kept_digests  # ids, over all open epochs: 16 MiB of digests by default
         self._open: dict[int, list[int]] = {}  # calibrator id -> [epoch id, index rows committed]
         self._opened: dict[int, int] = {}  # epochs opened by the transaction in progress
         # calibrator id -> the raw digests of every id committed into its open epoch; None: not all known

@@ -69,7 +69,7 @@ class PipeWriter:
     def __init__(self, config: dict, ring_bytes: int = RING_BYTES, flush_timeout: float = 60.0,
                  restart_seconds: float = RESTART_SECONDS):
         # database_url, db_timeout, flush_rows, flush_bytes, flush_seconds, max_buffer_bytes, log_level,
-        # cache_bytes, epoch_ids, max_logged_rows
+        # cache_bytes, epoch_ids, epoch_digest_bytes, max_logged_rows
         self.config = config
         self.ring_bytes = ring_bytes
         self.flush_timeout = flush_timeout

@@ -93,7 +93,8 @@ def main(read_arg: str, back_arg: str, ring_arg: str) -> None:
     ring = RingReader(int(ring_arg), config["ring_bytes"])
     db = Database(config["database_url"], config["db_timeout"], sqlite_cache_bytes=config["cache_bytes"])
     buffer = LogBuffer(db, config["flush_rows"], config["flush_seconds"], config["max_buffer_bytes"],
-                       EpochWriter(config["epoch_ids"]), config["max_logged_rows"], config["flush_bytes"])
+                       EpochWriter(config["epoch_ids"], config["epoch_digest_bytes"] // 16), config["max_logged_rows"],
+                       config["flush_bytes"])
     os.set_blocking(back_fd, False)
     done = threading.Event()
 

@@ -22,15 +22,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import insert, text
+from sqlalchemy import insert, select, text
 from starlette.testclient import TestClient
 
 from app.main import create_app
 from app.platform.db import Database
+from app.prediction_log import bloom
 from app.prediction_log import pipe as prediction_log_pipe
 from app.prediction_log.lookup import find_logged
 from app.prediction_log.pipe import PipeWriter
 from app.prediction_log.ring import KINDS
+from app.prediction_log.rows import PredictionEpochRow
 from app.prediction_log.service import PredictionLog
 from app.prediction_log.store import logged_counts, prediction_chunks
 from app.registry.rows import CalibratorRow
@@ -46,7 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _config(url: str, **overrides) -> dict:
     return {"database_url": url, "db_timeout": 30.0, "flush_rows": 4096, "flush_bytes": 8 << 20, "flush_seconds": 60.0,
             "max_buffer_bytes": 256 << 20, "log_level": "warning", "cache_bytes": 64 << 20, "epoch_ids": 65536,
-            "max_logged_rows": 10_000_000,
+            "epoch_digest_bytes": 16 << 20, "max_logged_rows": 10_000_000,
             **overrides}
 
 
@@ -392,6 +394,38 @@ def test_the_writer_process_s_sqlite_page_cache_is_a_setting(tmp_path, monkeypat
     finally:
         writer.dispose()
         api.dispose()
+
+
+@pytest.mark.parametrize("digest_bytes", [16 << 20, 0])
+def test_the_writer_process_closes_epochs_with_the_filters_of_their_ids_with_or_without_kept_digests(
+        calibrator, database_url, monkeypatch, digest_bytes):
+    """``CALIBRATION_LOG_EPOCH_DIGEST_BYTES`` reaches the writer process; with its digests (the
+    default) or none kept (0: each close reads its ids back) the process closes epochs of 5 ids with
+    the filter of the ids each holds, byte for byte, and every id joins its row."""
+    db, calibrator_id = calibrator
+    monkeypatch.setenv("CALIBRATION_LOG_EPOCH_DIGEST_BYTES", str(digest_bytes))
+    config = log_writer_process(Settings(database_url=database_url), db).config
+    assert config["epoch_digest_bytes"] == digest_bytes
+    log = PredictionLog(db, pipe=PipeWriter(_config(database_url, epoch_ids=5, epoch_digest_bytes=digest_bytes)))
+    resolved = ResolvedVersion("piped", 1, "-", 1, calibrator_id, 1.0)
+    batches = [[f"b{i}-{j}" for j in range(3)] for i in range(6)]
+    try:
+        for number, ids in enumerate(batches):
+            log.record(resolved, "logits", 2, np.full((3, 2), float(number)), ids)
+            assert log.pipe.flush()
+    finally:
+        log.stop()  # the process closes its open epoch as it ends
+    with db.read() as session:
+        epochs = session.execute(select(PredictionEpochRow.id, PredictionEpochRow.n_ids, PredictionEpochRow.bloom)
+                                 .order_by(PredictionEpochRow.id)).all()
+        for epoch_id, n_ids, data in epochs:
+            held = list(session.scalars(text("SELECT prediction_id FROM logged_predictions WHERE epoch_id = :e"),
+                                        {"e": epoch_id}))
+            assert n_ids == len(held) > 0 and data == bloom.build(held)
+    assert len(epochs) >= 3
+    stored = _stored(db, calibrator_id, [pid for ids in batches for pid in ids])
+    assert {pid: float(row[0]) for pid, row in stored.items()} == {
+        pid: float(number) for number, ids in enumerate(batches) for pid in ids}
 
 
 @contextlib.contextmanager
