@@ -4,7 +4,8 @@ WITH ORDINALITY ... ORDER BY id, ord ON CONFLICT (calibrator_id, epoch_id, predi
 into a table shaped as ``logged_predictions`` (primary key ``(calibrator_id, epoch_id, prediction_id)``,
 an index on ``chunk_id``), with its two foreign keys of before migration 0019 (to the calibrator and to
 the chunk: Postgres checks each inserted row against each parent in a trigger of its own), with the
-one to the chunk only (since 0019), with neither, without the chunk index, and without ``ON CONFLICT``.
+one to the chunk only (since 0019), that with the writer's ``NOT EXISTS`` and ``DISTINCT ON`` in place of
+``ON CONFLICT`` (its statement since), with neither key, without the chunk index, and without ``ON CONFLICT``.
 Each commit writes one chunk row and ``--ids`` random ids (a flush of ~330 requests of 64 ids:
 ``CALIBRATION_LOG_FLUSH_BYTES``), in epochs of 65536 ids, ``--flushes`` commits a variant, the variants
 in turn for ``--rounds`` rounds.
@@ -31,9 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import environment, postgres_database, write
 
 # (label, foreign keys: both, "chunk" (the one to the chunk only: migration 0019) or none, chunk index,
-# ON CONFLICT)
+# ON CONFLICT: True, False or "not exists" (the writer's statement on Postgres))
 VARIANTS = (("as logged_predictions before 0019 (both foreign keys, chunk index, ON CONFLICT)", True, True, True),
             ("as since 0019 (the foreign key to the chunk only)", "chunk", True, True),
+            ("as since 0019, the writer's NOT EXISTS and DISTINCT ON instead of ON CONFLICT", "chunk", True,
+             "not exists"),
             ("without the two foreign keys", False, True, True),
             ("without the chunk index", True, False, True),
             ("without ON CONFLICT", True, True, False),
@@ -62,16 +65,20 @@ def per_id(connection: psycopg.Connection, variant: tuple, flushes: int, n: int,
     _, foreign_keys, chunk_index, conflict = variant
     create(connection, foreign_keys, chunk_index)
     rng = random.Random(seed)
-    on_conflict = " ON CONFLICT (calibrator_id, epoch_id, prediction_id) DO NOTHING" if conflict else ""
+    on_conflict = " ON CONFLICT (calibrator_id, epoch_id, prediction_id) DO NOTHING" if conflict is True else ""
+    rows = ("(SELECT DISTINCT ON (u.id) u.id, u.ord FROM unnest(%s::text[]) WITH ORDINALITY AS u(id, ord) "
+            "ORDER BY u.id, u.ord) AS u WHERE NOT EXISTS (SELECT 1 FROM ids AS l WHERE l.calibrator_id = 1 AND "
+            "l.epoch_id = %s AND l.prediction_id = u.id) ORDER BY u.id" if conflict == "not exists" else
+            "unnest(%s::text[]) WITH ORDINALITY AS u(id, ord) ORDER BY u.id, u.ord")
     total = 0.0
     for flush in range(flushes):
         ids = [f"{rng.getrandbits(128):032x}" for _ in range(n)]
         start = time.perf_counter()
         chunk = connection.execute("INSERT INTO chunks (calibrator_id, inputs) VALUES (1, %s) RETURNING id",
                                    (b"\0" * 64,)).fetchone()[0]
-        connection.execute("INSERT INTO ids SELECT %s, %s, u.id, %s, u.ord - 1, false, 1, NULL FROM "
-                           "unnest(%s::text[]) WITH ORDINALITY AS u(id, ord) ORDER BY u.id, u.ord" + on_conflict,
-                           (1, flush * n // 65536, chunk, ids))
+        epoch = flush * n // 65536
+        connection.execute("INSERT INTO ids SELECT %s, %s, u.id, %s, u.ord - 1, false, 1, NULL FROM " + rows
+                           + on_conflict, (1, epoch, chunk, ids, *((epoch,) if conflict == "not exists" else ())))
         connection.commit()
         total += time.perf_counter() - start
     return 1e6 * total / (flushes * n)

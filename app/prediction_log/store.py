@@ -61,18 +61,29 @@ def log_predictions(session: Session, calibrator_id: int, version: int, kind: st
     # Postgres so that two processes logging the same ids lock them in the same order (no
     # deadlock); on SQLite because B-tree inserts in key order walk the epoch's pages once instead
     # of seeking a random page each (a third less a random id: benchmarks/results/id_index_keys.md)
+    #
+    # On Postgres an id already in the epoch is left out by ``NOT EXISTS`` (and a repeat in the array
+    # by ``DISTINCT ON``), not by ``ON CONFLICT``, whose speculative insertion cost ~1.1 us more an id
+    # (benchmarks/results/id_insert_postgres.md). Nothing else inserts these keys into this epoch
+    # meanwhile: an epoch has one writer, labels insert only generated ids' rows (a client id of
+    # that form is refused), so no insert of the same key is in flight. Were one, the primary key
+    # would refuse the statement and the flush would fail (its rows counted), not store a second row.
     sqlite = connection.dialect.name == "sqlite"
     if sqlite:
         unpack = ("SELECT ?, ?, value, ?, key + ?, 0, 1, NULL FROM json_each(?) WHERE value IS NOT NULL "
-                  "ORDER BY value, key")
+                  "ORDER BY value, key" + conflict)
     else:
-        unpack = ("SELECT %s, %s, u.id, %s, u.ord - 1 + %s, false, 1, NULL FROM unnest(%s::text[]) WITH ORDINALITY "
-                  "AS u(id, ord) WHERE u.id IS NOT NULL ORDER BY u.id, u.ord")
+        unpack = ("SELECT %s, %s, d.id, %s, d.ord - 1 + %s, false, 1, NULL FROM (SELECT DISTINCT ON (u.id) u.id, "
+                  "u.ord FROM unnest(%s::text[]) WITH ORDINALITY AS u(id, ord) WHERE u.id IS NOT NULL "
+                  "ORDER BY u.id, u.ord) AS d WHERE NOT EXISTS (SELECT 1 FROM logged_predictions AS l "
+                  "WHERE l.calibrator_id = %s AND l.epoch_id = %s AND l.prediction_id = d.id) ORDER BY d.id")
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         part = ids[start:start + IDS_PER_STATEMENT]
         array = orjson.dumps(part).decode() if sqlite else part
         parameters: tuple[Any, ...] = (calibrator_id, epoch_id, chunk_id, start, array)
-        inserted += connection.exec_driver_sql(columns + unpack + conflict, parameters).rowcount
+        if not sqlite:
+            parameters += (calibrator_id, epoch_id)
+        inserted += connection.exec_driver_sql(columns + unpack, parameters).rowcount
     if batches:
         # one statement for all of them, unpacking an array in the database as for client ids. The
         # driver's executemany stepped and reset each row with the GIL released and taken back (~130

@@ -20,6 +20,7 @@ from app.platform.migrate import downgrade, upgrade
 from app.platform.rows import utcnow
 from app.prediction_log import bloom
 from app.prediction_log import epoch_store as prediction_epoch_store
+from app.prediction_log import store as prediction_log_store
 from app.prediction_log.epochs import EpochFilters, EpochWriter
 from app.prediction_log.lookup import claim_labels, find_logged
 from app.prediction_log.rows import PredictionChunkRow, PredictionEpochRow
@@ -341,6 +342,26 @@ def test_kept_digests_cost_16_bytes_an_id_and_a_budget_over_all_epochs(db):
     assert writer.close_all(db) == 2
     assert statements.read_back() == 1  # calibrator 1's 4096 + 4099 pass the budget: its epoch reads back
     assert all(n_ids == held and data == built for n_ids, held, data, built in _stored_filters(db))
+
+
+@given(st.lists(st.one_of(st.none(), st.sampled_from([*"abcdefgh", "a b", "A", "é", "10", "9"])), min_size=1,
+                max_size=40), st.integers(1, 7))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_whatever_the_ids_order_repeats_and_statements_each_id_keeps_its_first_row(db, monkeypatch, ids, per_statement):
+    """The writer's statement (SQLite: sorted, ``ON CONFLICT``; Postgres: ``DISTINCT ON`` and ``NOT
+    EXISTS``) over ids with repeats, ``None`` and any statement size: each id keeps the row of its
+    first occurrence, and the count it returns is of the ids stored."""
+    monkeypatch.setattr(prediction_log_store, "IDS_PER_STATEMENT", per_statement)
+    with db.write() as session:
+        epoch_id = prediction_epoch_store.open_epoch(session, 1)
+        n = log_predictions(session, 1, 1, "logits", 2, np.zeros((len(ids), 2)), ids, epoch_id=epoch_id)
+        rows = dict(session.execute(text("SELECT prediction_id, row FROM logged_predictions WHERE epoch_id = :e"),
+                                    {"e": epoch_id}).all())
+    first: dict[str, int] = {}
+    for row, pid in enumerate(ids):
+        if pid is not None:
+            first.setdefault(pid, row)
+    assert rows == first and n == len(first)
 
 
 def test_an_epoch_closed_under_its_writer_is_not_written_again(db):
