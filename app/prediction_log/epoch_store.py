@@ -20,6 +20,7 @@ from . import bloom
 from .rows import LoggedPredictionRow, PredictionEpochRow
 
 EPOCHS = cast(Table, PredictionEpochRow.__table__)  # a declarative class's table, typed as any FROM clause
+EPOCH_ROWS = "FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"  # an epoch's index rows
 
 
 def open_epoch(session: Session, calibrator_id: int) -> int:
@@ -59,11 +60,9 @@ def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES,
     connection = session.connection()
     data = None
     if digests is not None:
-        n_ids = connection.execute(text(
-            "SELECT count(*) FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"), where).scalar_one()
-        labelled = [key for (key,) in connection.execute(text(
-            "SELECT prediction_id FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e "
-            "AND n_rows = 0"), where)]
+        n_ids = connection.execute(text(f"SELECT count(*) {EPOCH_ROWS}"), where).scalar_one()
+        labelled = [key for (key,) in connection.execute(text(f"SELECT prediction_id {EPOCH_ROWS} AND n_rows = 0"),
+                                                         where)]
         h1, h2 = digests
         if labelled:
             more = bloom.digests(labelled)
@@ -72,8 +71,7 @@ def close(session: Session, epoch_id: int, hashes: int = bloom.HASHES,
             data = bloom.from_digests(h1, h2, n_ids, hashes=hashes)
     if data is None:
         # the driver's rows, not ORM scalars (a third of the time: docs/benchmarks.md, "Design figures")
-        keys = [key for (key,) in connection.execute(text(
-            "SELECT prediction_id FROM logged_predictions WHERE calibrator_id = :c AND epoch_id = :e"), where)]
+        keys = [key for (key,) in connection.execute(text(f"SELECT prediction_id {EPOCH_ROWS}"), where)]
         n_ids, data = len(keys), bloom.build(keys, hashes=hashes)
     session.execute(update(EPOCHS).where(EPOCHS.c.id == epoch_id).values(
         bloom=data, bloom_hashes=hashes, n_ids=n_ids, closed_at=utcnow()))
