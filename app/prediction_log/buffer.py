@@ -186,8 +186,7 @@ class LogBuffer:
                     index_rows = prediction_log_store.log_predictions(
                         session, calibrator_id, version, kind, n_classes,
                         np.concatenate([item.inputs for item in items]), ids, batches, epoch_id)
-                    self.epochs.wrote(calibrator_id, [pid for pid in ids if pid is not None] + [
-                        prefix + prediction_log_store.BATCH_MARK for prefix, _, _ in batches])
+                    self.epochs.wrote(calibrator_id, prediction_log_store.index_keys(ids, batches))
                     if not prediction_log_store.reserve_rows(session, calibrator_id, kept, self.max_logged_rows):
                         raise LogFull  # another writer took the room meanwhile: nothing of this chunk stays
                 if kept < rows:

@@ -30,6 +30,12 @@ GENERATED = re.compile(r"([0-9a-f]{16}-)(0|[1-9][0-9]{0,8})")  # app.prediction_
 IDS_PER_STATEMENT = 50_000  # client ids unpacked by one statement (a bounded parameter)
 
 
+def index_keys(ids: Sequence[str | None], batches: Sequence[tuple[str, int, int]] = ()) -> list[str]:
+    """The ``prediction_id`` of every index row ``log_predictions`` writes for ``ids`` and ``batches``:
+    the client ids (not ``None``), then each batch's ``<prefix>,``."""
+    return [pid for pid in ids if pid is not None] + [prefix + BATCH_MARK for prefix, _, _ in batches]
+
+
 def log_predictions(session: Session, calibrator_id: int, version: int, kind: str, n_classes: int,
                     inputs: np.ndarray, ids: Sequence[str | None],
                     batches: Sequence[tuple[str, int, int]] = (), epoch_id: int | None = None) -> int:
