@@ -34,6 +34,16 @@ entries, the full-data grid is used. The solve stops after a step below ``STEP_T
 relative; after a Halley step of 1e-6 the iterate is exact to O(1e-18) (1e-12 where the Newton
 step had to be taken).
 
+Scouting passes: a pass whose sums cannot end the solve (the full-data passes before the one
+that takes ETS's quadratic, and every pass of the subsamples) computes ``d``, ``exp(beta d)``
+and their products in float32, each row sum by numpy's pairwise summation in float32, widened
+(``scout=True``). Its slope, curvature and third derivative agree with float64's to ~1e-6
+relative (the slope's error grows, relative to it, only as the slope cancels near the root), so
+its steps land where float64's land to ~1e-9 relative, within what the next step corrects; the
+pass that ends the solve, its step and ETS's quadratic are float64, so the result is float64's
+to the solve's own error. A scouting pass whose sums are not finite (``d`` beyond float32's
+range) is taken again in float64 (``scouted``).
+
 ``BrierSums.quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
 ``<p_a, p_b>`` over the components ``softmax(beta d)``, ``softmax(d)``, ``1/k``) and ``h``
 (means of each component's label entry); ``softmax(d)`` is never formed:
@@ -49,11 +59,12 @@ import numpy as np
 from numpy.polynomial import Polynomial
 
 from ..base import FitDiagnostics
+from .row_dots import add_rows, dot_rows
 from .shifted_logits import DeviceShiftedLogits, ShiftedLogits
-from .shifted_logits import row_sums as add_rows
 from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature, solve_nll_temperature
 
 STEP_TOLERANCE = 1e-6
+SCOUT_RTOL = 1e-3  # a solve to at least this (relative) may end on a scouting pass (the warm start's)
 NEAR = 1e-2  # a Halley step below this (relative) is followed by one of about its cube
 COARSE_ROWS = 1024
 MIN_COARSE_ROWS = 64
@@ -68,26 +79,23 @@ HERMITE_NEWTON_STEPS = 20
 EPS = float(np.finfo(np.float64).eps)
 
 
-def dot_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``sum_j a_ij b_ij`` per row into ``out``: one fused multiply-add pass over both blocks
-    (``einsum``'s kernel, no BLAS threads to wake), where a product and a row sum were two."""
-    return np.einsum("ij,ij->i", a, b, out=out)
-
-
 class BrierSums:
     """The mean Brier score at ``beta`` with its first three derivatives in beta (only the
     score with ``loss_only``) and, with ``quadratic=True``, ETS's Gram matrix and linear term
     with their derivatives in beta."""
 
     def __init__(self, shifted: ShiftedLogits, beta: float, quadratic: bool = False,
-                 loss_only: bool = False):
+                 loss_only: bool = False, scout: bool = False):
+        if scout and quadratic:
+            raise ValueError("ETS's quadratic is taken in float64, not by a scouting pass")
         n, k = shifted.n, shifted.k
         self.beta, self.k = beta, k
         # row sums, filled block by block: s0..s3, a0..a3, then t = exp(d): t, t^2, e t, e t d, e t d^2
         row_sums = np.empty((13 if quadratic else 8, n))
         block_rows = max(1, BLOCK_ELEMENTS // k)
-        e, ed, edd, exp_d = (np.empty((block_rows, k) if j < 3 or quadratic else 0) for j in range(4))
-        for rows, d in shifted.blocks(block_rows):
+        dtype = np.float32 if scout else np.float64
+        e, ed, edd, exp_d = (np.empty((block_rows, k) if j < 3 or quadratic else 0, dtype) for j in range(4))
+        for rows, d in shifted.blocks(block_rows, dtype):
             eb, q1, q2 = e[: len(d)], ed[: len(d)], edd[: len(d)]
             np.multiply(d, beta, out=eb)
             np.exp(eb, out=eb)
@@ -153,6 +161,15 @@ class BrierSums:
         return gram, np.array([p_y + delta * p_y_slope + p_y_curve, q_y, 1.0 / k])
 
 
+def scouted(shifted: ShiftedLogits, beta: float, loss_only: bool = False) -> BrierSums:
+    """The scouting pass's ``BrierSums`` (float32, module docstring), or float64's where its
+    values are not finite (an entry of ``d`` beyond float32's range: ``0 * inf`` in ``e d``)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # the cases retaken in float64
+        sums = BrierSums(shifted, beta, loss_only=loss_only, scout=True)
+    values = [sums.loss] if loss_only else [sums.loss, sums.slope, sums.curvature, sums.third]
+    return sums if np.all(np.isfinite(values)) else BrierSums(shifted, beta, loss_only=loss_only)
+
+
 def _halley_step(sums: BrierSums) -> float | None:
     if not sums.curvature > 0:
         return None
@@ -202,7 +219,8 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
     step_before, near, before = np.inf, False, None
     lo, hi = beta / 4, 4 * beta
     for iteration in range(1, MAX_STEPS + 1):
-        sums = BrierSums(shifted, beta, quadratic=quadratic and near)
+        final = (quadratic and near) or (not quadratic and rtol < SCOUT_RTOL)  # a pass that can end the solve
+        sums = BrierSums(shifted, beta, quadratic=quadratic and near) if final else scouted(shifted, beta)
         step = _halley_step(sums)
         if step is None or not (lo < beta - step < hi and _settles(step, step_before)):
             return None
@@ -249,7 +267,7 @@ def warm_brier_beta(shifted: ShiftedLogits) -> float | None:
     coarse = shifted.subsample(subsample_rows(shifted, COARSE_ROWS, MIN_COARSE_ROWS))
     try:
         centre, _ = solve_nll_temperature(coarse)
-        grid, _, best = grid_minimum(lambda t: BrierSums(coarse, 1.0 / t, loss_only=True).loss, centre)
+        grid, _, best = grid_minimum(lambda t: scouted(coarse, 1.0 / t, loss_only=True).loss, centre)
     except ValueError:
         return None
     warm_rows = subsample_rows(shifted, WARM_START_ROWS, MIN_WARM_ROWS)

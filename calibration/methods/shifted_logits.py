@@ -85,15 +85,17 @@ class ShiftedLogits:
         sub.n = sub.z.shape[0]
         return sub
 
-    def blocks(self, rows: int | None = None):
+    def blocks(self, rows: int | None = None, dtype=np.float64):
         """``(rows, d_block)`` over all rows, ``rows`` (default ``self.rows``) at a time;
-        ``d_block`` is a reused buffer."""
+        ``d_block`` is a reused buffer of ``dtype`` (float32: ``d`` rounded to it, for passes that
+        only scout, ``brier_temperature``)."""
         step = rows or self.rows
-        buffer = np.empty((step, self.k))
+        buffer = np.empty((step, self.k), dtype)
         for start in range(0, self.n, step):
             block = self.z[start:start + step]
             d = buffer[: len(block)]
-            np.subtract(block, self.top[start:start + len(block), None], out=d)
+            top = self.top[start:start + len(block), None]
+            np.subtract(block, top if dtype == np.float64 else top.astype(dtype), out=d, casting="unsafe")
             yield slice(start, start + len(block)), d
 
     def d_rows(self, rows: np.ndarray) -> np.ndarray:

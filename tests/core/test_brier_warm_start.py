@@ -1,8 +1,11 @@
 """ETS's Brier temperature on large inputs: the subsample's warm start lands within
 ``WARM_DISTANCE`` of the full-data optimum, and from there the solve reads the logits at most three
-times (the last pass with ETS's quadratic), the later steps taken to the root of the two-point
-Hermite quintic (``hermite_root``), which is exact for a slope that is a quintic."""
+times (the last pass with ETS's quadratic, in float64; the passes before it scout in float32),
+the later steps taken to the root of the two-point Hermite quintic (``hermite_root``), which is
+exact for a slope that is a quintic. The scouting passes' sums agree with float64's, and the row
+dot products with exact sums."""
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,8 +13,15 @@ import pytest
 
 import calibration as cal
 from calibration.methods import brier_temperature
-from calibration.methods.brier_temperature import WARM_DISTANCE, BrierSums, hermite_root, warm_brier_beta
+from calibration.methods.brier_temperature import (
+    WARM_DISTANCE,
+    BrierSums,
+    hermite_root,
+    scouted,
+    warm_brier_beta,
+)
 from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
+from calibration.methods.row_dots import dot_rows
 from calibration.methods.shifted_logits import ShiftedLogits
 
 
@@ -26,14 +36,14 @@ def drawn_set(n, k, seed, temperature=2.0):
 
 
 def counted_passes(monkeypatch, n):
-    """The real ``BrierSums``, recording ``(beta, quadratic)`` of each pass over all ``n`` rows."""
+    """The real ``BrierSums``, recording ``(beta, quadratic, scout)`` of each pass over all ``n`` rows."""
     passes = []
 
     class Counted(BrierSums):
-        def __init__(self, shifted, beta, quadratic=False, loss_only=False):
-            super().__init__(shifted, beta, quadratic, loss_only)
+        def __init__(self, shifted, beta, quadratic=False, loss_only=False, scout=False):
+            super().__init__(shifted, beta, quadratic, loss_only, scout)
             if shifted.n == n:
-                passes.append((beta, quadratic))
+                passes.append((beta, quadratic, scout))
 
     monkeypatch.setattr(brier_temperature, "BrierSums", Counted)
     return passes
@@ -53,7 +63,9 @@ def test_the_warm_start_is_near_the_optimum_and_the_solve_reads_the_logits_at_mo
     beta = 1 / ets.temperature_
     assert abs(BrierSums(shifted, beta).slope) < 1e-12  # the full-data root, not the subsample's
     assert warm is not None and abs(warm / beta - 1) <= WARM_DISTANCE
-    assert 2 <= len(passes) <= 3 and [q for _, q in passes].count(True) == 1 and passes[-1][1]
+    assert 2 <= len(passes) <= 3 and [q for _, q, _ in passes].count(True) == 1 and passes[-1][1]
+    # every pass before the last scouts in float32; the last, which ends the solve, is float64
+    assert [scout for *_, scout in passes] == [True] * (len(passes) - 1) + [False]
     gram, linear = BrierSums(shifted, beta, quadratic=True).quadratic()
     np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
 
@@ -85,3 +97,51 @@ def test_the_hermite_root_improves_on_halley_by_the_cube_of_the_first_error():
     halley_error = abs(second.beta - halley(second) - root)
     hermite_error = abs(hermite_root(first, second, second.beta - halley(second)) - root)
     assert 0 < hermite_error <= 0.15 ** 3 * halley_error
+
+
+@pytest.mark.parametrize(("n", "k"), [(40, 50257), (300, 1000), (2000, 20)])
+@pytest.mark.parametrize("offset", [0.7, 0.95, 1.3])
+def test_a_scouting_pass_agrees_with_float64(n, k, offset):
+    """float32 sums (pieces of 512 entries for dot products, pairwise row sums) against float64's,
+    away from the root, where the scouts' steps are taken: the loss, slope, curvature and third
+    derivative to a few float32 ulps (float64's own agree with an exact ``math.fsum`` of the rows)."""
+    logits, labels = drawn_set(n, k, seed=3)
+    shifted = ShiftedLogits(logits, labels)
+    beta = offset / 2.0
+    exact, scout = BrierSums(shifted, beta), scouted(shifted, beta)
+    for name in ("loss", "slope", "curvature", "third"):
+        assert getattr(scout, name) == pytest.approx(getattr(exact, name), rel=2e-5), name
+
+
+def test_a_scouting_pass_beyond_float32s_range_is_taken_in_float64():
+    """An entry of ``d`` below -3.4e38 is ``-inf`` in float32 (``e d`` is ``0 * inf``): the pass is
+    taken again in float64, and the fit ends where the float64 grid finds the optimum."""
+    logits, labels = drawn_set(1000, 17000, seed=4)  # over 4 * 4096 * 1000 entries: Halley from subsamples
+    logits = logits.astype(np.float64)
+    logits[::7, 11] = -1e39
+    shifted = ShiftedLogits(logits, labels)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert not np.isfinite(BrierSums(shifted, 0.5, scout=True).slope)
+    found, exact = scouted(shifted, 0.5), BrierSums(shifted, 0.5)
+    for name in ("loss", "slope", "curvature", "third"):
+        assert getattr(found, name) == getattr(exact, name), name
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    assert "Halley" in ets.diagnostics_.message
+    assert abs(BrierSums(shifted, 1 / ets.temperature_).slope) < 1e-12
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(("rows", "k"), [(1, 1), (3, 7), (2, 512), (2, 513), (1, 8192), (1, 8193), (1, 50257),
+                                         (5, 20011)])
+def test_row_dot_products_equal_exact_sums(dtype, rows, k):
+    """``dot_rows`` in pieces (of 8192 float64 or 512 float32 entries, the rest by ``einsum``) against
+    ``math.fsum`` of the exact products, for lengths at, around and between the pieces."""
+    rng = np.random.default_rng(k)
+    a, b = (rng.standard_normal((rows, k)).astype(dtype) for _ in range(2))
+    out = np.empty(rows)
+    dot_rows(a, b, out)
+    products = [[x * y for x, y in zip(r.tolist(), s.tolist(), strict=True)] for r, s in zip(a, b, strict=True)]
+    exact = [math.fsum(row) for row in products]  # float32 products are exact in float64
+    scale = [math.fsum(map(abs, row)) for row in products]
+    bound = 1e-14 if dtype == np.float64 else 2e-6
+    assert np.all(np.abs(out - exact) <= bound * np.array(scale))
