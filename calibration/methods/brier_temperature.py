@@ -34,15 +34,12 @@ entries, the full-data grid is used. The solve stops after a step below ``STEP_T
 relative; after a Halley step of 1e-6 the iterate is exact to O(1e-18) (1e-12 where the Newton
 step had to be taken).
 
-Scouting passes: a pass whose sums cannot end the solve (the full-data passes before the one
-that takes ETS's quadratic, and every pass of the subsamples) computes ``d``, ``exp(beta d)``
-and their products in float32, each row sum by numpy's pairwise summation in float32, widened
-(``scout=True``). Its slope, curvature and third derivative agree with float64's to ~1e-6
-relative (the slope's error grows, relative to it, only as the slope cancels near the root), so
-its steps land where float64's land to ~1e-9 relative, within what the next step corrects; the
-pass that ends the solve, its step and ETS's quadratic are float64, so the result is float64's
-to the solve's own error. A scouting pass whose sums are not finite (``d`` beyond float32's
-range) is taken again in float64 (``scouted``).
+Scouting passes (``scout=True``): the passes whose sums cannot end the solve (the full-data ones
+before the pass that takes ETS's quadratic, and the subsamples') compute in float32, row sums
+and dot products accumulated as ``row_dots`` says. Their derivatives agree with float64's to
+~1e-6 of their scale, so their steps land where float64's would to ~1e-9 relative; the pass that
+ends the solve is float64, so the result is float64's to the solve's own error. A scout whose
+sums are not finite (``d`` beyond float32's range) is taken again in float64 (``scouted``).
 
 ``BrierSums.quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
 ``<p_a, p_b>`` over the components ``softmax(beta d)``, ``softmax(d)``, ``1/k``) and ``h``
@@ -59,7 +56,7 @@ import numpy as np
 from numpy.polynomial import Polynomial
 
 from ..base import FitDiagnostics
-from .row_dots import add_rows, dot_rows
+from .row_dots import add_rows, dot_rows, padded_width
 from .shifted_logits import DeviceShiftedLogits, ShiftedLogits
 from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature, solve_nll_temperature
 
@@ -94,26 +91,31 @@ class BrierSums:
         row_sums = np.empty((13 if quadratic else 8, n))
         block_rows = max(1, BLOCK_ELEMENTS // k)
         dtype = np.float32 if scout else np.float64
-        e, ed, edd, exp_d = (np.empty((block_rows, k) if j < 3 or quadratic else 0, dtype) for j in range(4))
-        for rows, d in shifted.blocks(block_rows, dtype):
-            eb, q1, q2 = e[: len(d)], ed[: len(d)], edd[: len(d)]
-            np.multiply(d, beta, out=eb)
-            np.exp(eb, out=eb)
+        # buffers of padded_width columns, zero past k: the elementwise steps write the first k, the
+        # row sums and dot products read whole rows (in equal BLAS pieces, the zeros adding nothing)
+        width = padded_width(k, dtype)
+        d_buffer, e, ed, edd, exp_d = (np.zeros((block_rows, width) if j < 4 or quadratic else 0, dtype)
+                                       for j in range(5))
+        for rows, d in shifted.blocks(block_rows, out=d_buffer):
+            count = len(d)
+            dw, eb, q1, q2 = d_buffer[:count], e[:count], ed[:count], edd[:count]  # whole padded rows
+            np.multiply(d, beta, out=eb[:, :k])
+            np.exp(eb[:, :k], out=eb[:, :k])
             add_rows(eb, row_sums[0, rows])
             dot_rows(eb, eb, row_sums[4, rows])
             if loss_only:
                 continue
-            np.multiply(eb, d, out=q1)  # e d
-            np.multiply(q1, d, out=q2)  # e d^2
+            np.multiply(eb[:, :k], d, out=q1[:, :k])  # e d
+            np.multiply(q1[:, :k], d, out=q2[:, :k])  # e d^2
             add_rows(q1, row_sums[1, rows])
             add_rows(q2, row_sums[2, rows])
-            dot_rows(q2, d, row_sums[3, rows])
+            dot_rows(q2, dw, row_sums[3, rows])
             dot_rows(eb, q1, row_sums[5, rows])
             dot_rows(q1, q1, row_sums[6, rows])
             dot_rows(q1, q2, row_sums[7, rows])
             if quadratic:
-                t = exp_d[: len(d)]
-                np.exp(d, out=t)
+                t = exp_d[:count]
+                np.exp(d, out=t[:, :k])
                 add_rows(t, row_sums[8, rows])
                 dot_rows(t, t, row_sums[9, rows])
                 dot_rows(eb, t, row_sums[10, rows])

@@ -6,7 +6,8 @@ Brier passes (``brier_temperature``), in float64 or, for a scouting pass, in flo
   float64 accumulator costs a cast an entry), widened.
 * ``dot_rows``: BLAS dot products (``matmul`` of 1 x w by w x 1 pieces of the rows) of at most
   ``DOT_ENTRIES`` float64 or ``SCOUT_DOT_ENTRIES`` float32 entries, their partial sums added in
-  float64, and each row's last ``k mod pieces`` entries by ``einsum``. OpenBLAS takes a dot
+  float64, and each row's last ``k mod pieces`` entries by ``einsum`` (none for rows of
+  ``padded_width``). OpenBLAS takes a dot
   product of up to 10000 entries on the calling thread, so no BLAS thread is woken (on a loaded
   machine those waits were most of a fit), and these are about twice as fast as ``einsum``'s
   fused loop (docs/benchmarks.md). In float32 the short pieces keep the accumulation's error at
@@ -22,6 +23,14 @@ from .shifted_logits import row_sums
 
 DOT_ENTRIES = 8192  # the longest float64 BLAS dot product taken at once (OpenBLAS threads those over 10000)
 SCOUT_DOT_ENTRIES = 512  # the longest float32 one (accumulated in float32)
+
+
+def padded_width(k: int, dtype) -> int:
+    """The row length, at least ``k``, that ``dot_rows`` splits into equal pieces with no entries
+    left over (``ceil(k / pieces) * pieces``, fewer than ``pieces`` more than ``k``): buffers that
+    wide, zero past ``k``, take each dot product in one BLAS call."""
+    parts = -(-k // (DOT_ENTRIES if np.dtype(dtype) == np.float64 else SCOUT_DOT_ENTRIES))
+    return parts * -(-k // parts)
 
 
 def add_rows(block: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -85,17 +85,19 @@ class ShiftedLogits:
         sub.n = sub.z.shape[0]
         return sub
 
-    def blocks(self, rows: int | None = None, dtype=np.float64):
+    def blocks(self, rows: int | None = None, out: np.ndarray | None = None):
         """``(rows, d_block)`` over all rows, ``rows`` (default ``self.rows``) at a time;
-        ``d_block`` is a reused buffer of ``dtype`` (float32: ``d`` rounded to it, for passes that
-        only scout, ``brier_temperature``)."""
+        ``d_block`` is a reused buffer: float64 of ``rows x k``, or ``out[:, :k]`` (``out`` of
+        ``rows`` rows of at least ``k`` columns; float32: ``d`` rounded to it, for the passes that
+        only scout, ``brier_temperature``; its further columns are left as they are)."""
         step = rows or self.rows
-        buffer = np.empty((step, self.k), dtype)
+        buffer = np.empty((step, self.k)) if out is None else out[:step, : self.k]
+        cast = None if buffer.dtype == np.float64 else buffer.dtype
         for start in range(0, self.n, step):
             block = self.z[start:start + step]
             d = buffer[: len(block)]
             top = self.top[start:start + len(block), None]
-            np.subtract(block, top if dtype == np.float64 else top.astype(dtype), out=d, casting="unsafe")
+            np.subtract(block, top if cast is None else top.astype(cast), out=d, casting="unsafe")
             yield slice(start, start + len(block)), d
 
     def d_rows(self, rows: np.ndarray) -> np.ndarray:

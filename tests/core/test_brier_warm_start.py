@@ -103,14 +103,17 @@ def test_the_hermite_root_improves_on_halley_by_the_cube_of_the_first_error():
 @pytest.mark.parametrize("offset", [0.7, 0.95, 1.3])
 def test_a_scouting_pass_agrees_with_float64(n, k, offset):
     """float32 sums (pieces of 512 entries for dot products, pairwise row sums) against float64's,
-    away from the root, where the scouts' steps are taken: the loss, slope, curvature and third
-    derivative to a few float32 ulps (float64's own agree with an exact ``math.fsum`` of the rows)."""
+    away from the root, where the scouts' steps are taken: the loss to 1e-7 relative, and the
+    slope, curvature and third derivative each to a few float32 ulps of the three's scale (a
+    derivative that cancels, as the curvature near an inflection, keeps that absolute error)."""
     logits, labels = drawn_set(n, k, seed=3)
     shifted = ShiftedLogits(logits, labels)
     beta = offset / 2.0
     exact, scout = BrierSums(shifted, beta), scouted(shifted, beta)
-    for name in ("loss", "slope", "curvature", "third"):
-        assert getattr(scout, name) == pytest.approx(getattr(exact, name), rel=2e-5), name
+    assert scout.loss == pytest.approx(exact.loss, rel=1e-7)
+    scale = abs(exact.slope) + abs(exact.curvature) + abs(exact.third)
+    for name in ("slope", "curvature", "third"):
+        assert abs(getattr(scout, name) - getattr(exact, name)) <= 2e-6 * scale, name
 
 
 def test_a_scouting_pass_beyond_float32s_range_is_taken_in_float64():
