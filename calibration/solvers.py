@@ -6,7 +6,9 @@
   scaling (the NLL derivative is increasing: the NLL is convex in 1/T) and of expectation
   consistency (mean confidence is increasing in 1/T). The tolerance comes from the dtype:
   the iteration stops after a step below eps^(1/3) relative (Halley) or sqrt(eps) (Newton),
-  after which the error is of order eps.
+  after which the error is of order eps. Given a ``scout`` (a cheaper ``g``, here float32
+  passes over the logits), the steps are taken on it until one is below ``SCOUT_STEP``
+  relative; then ``g`` takes over and ends the solve, so the root is ``g``'s.
 * ``minimize_smooth``: L-BFGS-B with an analytic gradient, run to a tight gradient tolerance;
   the fit counts as converged when the final gradient's largest entry is below ``gtol``.
 * ``minimize_newton``: trust-region Newton with the exact Hessian (``trust-exact``) or
@@ -33,6 +35,7 @@ from .base import FitDiagnostics
 EPS = float(np.finfo(np.float64).eps)
 RTOL = math.sqrt(EPS)
 RTOL_HALLEY = EPS ** (1 / 3)
+SCOUT_STEP = 1e-3  # a scout's step below this (relative) hands the solve to g
 
 
 @dataclass
@@ -51,6 +54,7 @@ def increasing_root(
     hi: float,
     rtol: float | None = None,
     maxiter: int = 200,
+    scout: Callable[[float], tuple[float, ...]] | None = None,
 ) -> RootResult:
     """Root of an increasing ``g`` on ``[lo, hi]`` (``0 < lo < hi``); ``g(x)`` returns the value,
     the derivative and optionally the second derivative. The caller must know that
@@ -61,20 +65,26 @@ def increasing_root(
     that is not at most half of the step before the last, is replaced by bisection in log x,
     so the bracket shrinks geometrically whatever the function does. A step too small to move
     ``x`` (below half its ulp) ends the solve there, converged.
+
+    ``scout``: an approximation of ``g`` (to ~1e-6 of its scale) that costs less. It is evaluated
+    instead of ``g`` until a step is below ``SCOUT_STEP`` relative, or its bracket closes; its
+    values never end the solve, and bracket only the scouting steps (near the root their signs
+    may be wrong): ``g`` takes over from the scouts' last iterate with the whole ``[lo, hi]``.
     """
     a, b = lo, hi
     seen_negative = seen_positive = False
     x = min(max(x0, a), b)
     value = math.nan
     step_before = step_last = math.inf
+    scouting = scout is not None
     for iteration in range(1, maxiter + 1):
-        value, slope, *rest = g(x)
-        if value == 0.0:
+        value, slope, *rest = (scout if scout is not None and scouting else g)(x)
+        if value == 0.0 and not scouting:
             return RootResult(x, iteration, True, value, "exact root")
         if value < 0:
-            a, seen_negative = x, True
+            a, seen_negative = x, not scouting
         else:
-            b, seen_positive = x, True
+            b, seen_positive = x, not scouting
         step, name, tolerance = math.nan, "Newton", RTOL
         if slope > 0:
             step = value / slope
@@ -85,16 +95,18 @@ def increasing_root(
         candidate = x - step
         # a step below half an ulp leaves x where it is (possibly on a bracket end): x is the root
         if (a < candidate < b or candidate == x) and abs(step) <= 0.5 * step_before:
-            if abs(step) <= (rtol or tolerance) * candidate:
+            if not scouting and abs(step) <= (rtol or tolerance) * candidate:
                 return RootResult(candidate, iteration, True, value, f"{name} step below tolerance")
         else:
-            if b / a - 1.0 <= (rtol or RTOL):
+            if b / a - 1.0 <= (rtol or RTOL) and not scouting:
                 if seen_negative and seen_positive:
                     return RootResult(math.sqrt(a * b), iteration, True, value, "bracket below tolerance")
                 side = "below" if seen_positive else "above"
                 return RootResult(math.sqrt(a * b), iteration, False, value,
                                   f"the root lies {side} [{lo:g}, {hi:g}]")
             candidate = math.sqrt(a * b)
+        if scouting and (abs(candidate - x) <= SCOUT_STEP * x or b / a - 1.0 <= SCOUT_STEP):
+            scouting, a, b = False, lo, hi  # g takes over; the scouts' signs bracket nothing for it
         step_before, step_last = step_last, abs(candidate - x)
         x = candidate
     return RootResult(x, maxiter, False, value, f"no convergence in {maxiter} iterations")

@@ -23,6 +23,8 @@ the row sums (and the label ranks and top-N entries) on the device.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..backend import to_host
@@ -77,11 +79,12 @@ class _TopConfidence:
         else:
             self.top = np.partition(z, k - top_n, axis=1)[:, k - top_n:] - shifted.top[:, None]
 
-    def __call__(self, beta: float) -> tuple[float, float, float]:
+    def __call__(self, beta: float, scout: bool = False) -> tuple[float, float, float]:
         """The gap and its first two derivatives in ``beta``. With ``s_j = sum e d^j`` over the
         row and ``a_j`` the same over its top N entries, the top-N confidence is ``c = a_0/s_0``,
-        ``c' = (a_1 - c s_1)/s_0`` and ``c" = (a_2 - c s_2 - 2 c' s_1)/s_0``."""
-        s0, s1, s2 = self.shifted.moments(beta, 2)
+        ``c' = (a_1 - c s_1)/s_0`` and ``c" = (a_2 - c s_2 - 2 c' s_1)/s_0``. ``scout``: the
+        row sums in float32 (``ShiftedLogits.moments``)."""
+        s0, s1, s2 = self.shifted.moments(beta, 2, scout)
         if self.top is None:  # the top entry of d is 0: a_0 = 1, a_1 = a_2 = 0
             c = 1.0 / s0
             c1 = -c * s1 / s0
@@ -141,9 +144,10 @@ class ExpectationConsistency(TemperatureCalibrator):
             warm = _TopConfidence(warm_shifted, top_n, accuracy)
             step = max(1, shifted.n // WARM_START_ROWS)  # as subsample takes its rows
             if top_n / scores.k < accuracy < warm.limit_at_zero_temperature(ties[::step]):
-                guess = increasing_root(warm, 1.0, *BETA_LIMITS, rtol=1e-3)
+                guess = increasing_root(partial(warm, scout=True), 1.0, *BETA_LIMITS, rtol=1e-3)
                 beta0 = guess.x if guess.converged else 1.0
-        root = increasing_root(gap, beta0, *BETA_LIMITS)
+        scout = None if isinstance(shifted, DeviceShiftedLogits) else partial(gap, scout=True)
+        root = increasing_root(gap, beta0, *BETA_LIMITS, scout=scout)
         self.temperature_ = 1.0 / root.x
         return FitDiagnostics(
             converged=root.converged,

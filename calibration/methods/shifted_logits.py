@@ -6,11 +6,14 @@ on the host a block of rows at a time, never materialising ``d``; on an Array AP
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..backend import device, label_entries, namespace, on_cpu, to_host
 from ..inputs import PROBABILITY_FLOOR, InputBatch
 from ..softmax import softmax
+from .row_dots import add_rows, padded_width, row_sums
 
 CHUNK_ELEMENTS = 1 << 15
 
@@ -40,14 +43,6 @@ class FlooredLogProbabilities:
     def __array__(self, dtype=None, copy=None):
         logs = self[:]
         return logs if dtype is None else logs.astype(dtype)
-
-
-def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """The float64 sums of a block's rows, by numpy's pairwise summation, not a BLAS matrix-vector
-    product: called once per small block, a BLAS product wakes the library's threads each time,
-    and on a loaded machine that wait was most of a fit (2048 x 32000: 9.2 s against 0.83 s with
-    one BLAS thread)."""
-    return np.add.reduce(block, axis=1, dtype=np.float64, out=out)
 
 
 class ShiftedLogits:
@@ -103,23 +98,36 @@ class ShiftedLogits:
     def d_rows(self, rows: np.ndarray) -> np.ndarray:
         return self.z[rows] - self.top[rows, None]
 
-    def moments(self, beta: float, order: int) -> list[np.ndarray]:
-        """``[sum e, sum e d, sum e d^2, sum e d^3][:order + 1]`` per row, ``e = exp(beta d)``."""
+    def moments(self, beta: float, order: int, scout: bool = False) -> list[np.ndarray]:
+        """``[sum e, sum e d, sum e d^2, sum e d^3][:order + 1]`` per row, ``e = exp(beta d)``.
+        With ``scout``, in float32 (``row_dots``: rows of ``padded_width``, zero past ``k``), for
+        the steps of a solve that a float64 evaluation ends (``solvers.increasing_root``); in
+        float64 where those sums are not finite (``d`` beyond float32's range)."""
+        dtype = np.float32 if scout else np.float64
+        width = padded_width(self.k, dtype) if scout else self.k
         out = [np.empty(self.n) for _ in range(order + 1)]
-        e = np.empty((self.rows, self.k))
-        power = np.empty((self.rows, self.k))
-        for rows, d in self.blocks():
-            weights, term = e[: len(d)], power[: len(d)]
-            np.multiply(d, beta, out=weights)
-            np.exp(weights, out=weights)
-            row_sums(weights, out[0][rows])
-            if order >= 1:
-                np.multiply(weights, d, out=term)
-                row_sums(term, out[1][rows])
-                for degree in range(2, order + 1):
-                    np.multiply(term, d, out=term)
-                    row_sums(term, out[degree][rows])
+        d_buffer, e, power = (np.zeros((self.rows, width), dtype) for _ in range(3))
+        with np.errstate(over="ignore", invalid="ignore") if scout else contextlib.nullcontext():
+            self._add_moments(beta, order, d_buffer, e, power, out)
+        if scout and not all(np.isfinite(sums).all() for sums in out):
+            return self.moments(beta, order)
         return out
+
+    def _add_moments(self, beta: float, order: int, d_buffer: np.ndarray, e: np.ndarray, power: np.ndarray,
+                     out: list[np.ndarray]) -> None:
+        """``moments``' row sums into ``out``, block by block through the buffers given."""
+        k = self.k
+        for rows, d in self.blocks(out=d_buffer):
+            weights, term = e[: len(d)], power[: len(d)]
+            np.multiply(d, beta, out=weights[:, :k])
+            np.exp(weights[:, :k], out=weights[:, :k])
+            add_rows(weights, out[0][rows])
+            if order >= 1:
+                np.multiply(weights[:, :k], d, out=term[:, :k])
+                add_rows(term, out[1][rows])
+                for degree in range(2, order + 1):
+                    np.multiply(term[:, :k], d, out=term[:, :k])
+                    add_rows(term, out[degree][rows])
 
     def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
         """``sum_j exp(beta d_j)`` per row for each ``beta``, in one pass over the row blocks."""
@@ -140,11 +148,11 @@ class ShiftedLogits:
             ties[rows] = np.count_nonzero(d == 0, axis=1)
         return ties
 
-    def nll_gradient(self, beta: float) -> tuple[float, float, float]:
+    def nll_gradient(self, beta: float, scout: bool = False) -> tuple[float, float, float]:
         """First, second and third derivative of the mean NLL in ``beta = 1/T``: the means of
         the first three cumulants of ``d`` under ``softmax(beta d)`` (``d_y`` subtracted from
-        the first). The NLL itself is kept in ``last_objective``."""
-        s0, s1, s2, s3 = self.moments(beta, 3)
+        the first). The NLL itself is kept in ``last_objective``. ``scout``: ``moments``'."""
+        s0, s1, s2, s3 = self.moments(beta, 3, scout)
         m1, m2, m3 = s1 / s0, s2 / s0, s3 / s0
         self.last_objective = float(np.mean(np.log(s0) - beta * self.d_label))
         return (float(np.mean(m1 - self.d_label)), float(np.mean(m2 - m1**2)),
@@ -173,7 +181,8 @@ class DeviceShiftedLogits(ShiftedLogits):
         step = max(1, self.n // rows)
         return DeviceShiftedLogits(self.z[::step, :], self.labels[::step])
 
-    def moments(self, beta: float, order: int) -> list[np.ndarray]:
+    def moments(self, beta: float, order: int, scout: bool = False) -> list[np.ndarray]:
+        """As on the host, always in float64 (a device's passes cost too little to scout)."""
         xp, beta = self.xp, float(beta)
         parts: list[list] = [[] for _ in range(order + 1)]  # per degree, the row sums of each block
         for start in range(0, self.n, self.rows):

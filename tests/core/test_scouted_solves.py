@@ -1,0 +1,114 @@
+"""Solves whose early steps are taken on float32 passes (``solvers.increasing_root``'s scout):
+the scout never ends a solve, a scout whose sign is wrong near the root does not move the root,
+and temperature scaling and expectation consistency find the float64 solve's temperature while
+reading the logits in float64 once."""
+
+import math
+from functools import partial
+
+import numpy as np
+import pytest
+
+import calibration as cal
+from calibration.methods import shifted_logits
+from calibration.methods.shifted_logits import ShiftedLogits
+from calibration.methods.temperature import BETA_LIMITS
+from calibration.solvers import SCOUT_STEP, increasing_root
+
+
+def logistic(x, root=0.37):
+    """An increasing function with its first two derivatives (no polynomial: Halley is not exact)."""
+    t = math.tanh(3.0 * math.log(x / root))
+    return t, 3.0 * (1 - t * t) / x, 3.0 * (1 - t * t) * (-6.0 * t - 1.0) / (x * x)
+
+
+def counted(f, calls):
+    def wrapped(x):
+        calls.append(x)
+        return f(x)
+    return wrapped
+
+
+@pytest.mark.parametrize("bias", [0.0, 1e-7, -1e-7, 1e-6, 2e-2, -2e-2])
+def test_the_root_is_gs_whatever_the_scouts_error(bias):
+    """A scout off by ``bias`` (its own root about ``bias / 3`` away relative, its sign wrong between
+    the two) takes the early steps; g ends the solve at its own root, in at most three evaluations
+    from a scout within its error of the root (2e-2 is far beyond a float32 pass's ~1e-6)."""
+    g_calls, scout_calls = [], []
+    scout = counted(lambda x: (logistic(x)[0] + bias, *logistic(x)[1:]), scout_calls)
+    found = increasing_root(counted(logistic, g_calls), 5.0, *BETA_LIMITS, scout=scout)
+    plain = increasing_root(logistic, 5.0, *BETA_LIMITS)
+    assert found.converged and plain.converged
+    assert found.x == pytest.approx(0.37, rel=1e-15) and found.x == pytest.approx(plain.x, rel=1e-15)
+    assert len(scout_calls) >= 2 and 1 <= len(g_calls) <= (3 if abs(bias) < 1e-3 else 5)
+    assert abs(g_calls[0] / 0.37 - 1) <= 10 * SCOUT_STEP + abs(bias)  # g starts where the scouts stopped
+
+
+def test_a_scout_never_ends_the_solve():
+    """The scout equal to g: its last step is below every tolerance, and still g is evaluated."""
+    g_calls = []
+    found = increasing_root(counted(logistic, g_calls), 0.4, *BETA_LIMITS, scout=logistic)
+    assert found.converged and g_calls and found.x == pytest.approx(0.37, rel=1e-15)
+
+
+def test_a_root_outside_the_bracket_is_reported_with_scouts():
+    found = increasing_root(lambda x: logistic(x, root=1e7), 1.0, *BETA_LIMITS,
+                            scout=lambda x: logistic(x, root=1e7))
+    assert not found.converged and "above" in found.message
+
+
+def drawn_set(n, k, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = 3.0 * rng.standard_normal((n, k))
+    e = np.exp(logits / 2.0)
+    cumulative = (e / e.sum(axis=1, keepdims=True)).cumsum(axis=1)
+    labels = (cumulative < rng.random(n)[:, None]).sum(axis=1).clip(0, k - 1)
+    return logits.astype(np.float32), labels
+
+
+def passes(monkeypatch, n):
+    """The real ``ShiftedLogits.moments``, recording whether each pass over all ``n`` rows scouted."""
+    seen, moments = [], ShiftedLogits.moments
+
+    def recorded(self, beta, order, scout=False):
+        if self.n == n:
+            seen.append(scout)
+        return moments(self, beta, order, scout)
+
+    monkeypatch.setattr(shifted_logits.ShiftedLogits, "moments", recorded)
+    return seen
+
+
+@pytest.mark.parametrize(("n", "k"), [(300, 20000), (20000, 40)])  # one solve from 1, one warm-started
+@pytest.mark.parametrize("method", ["temperature", "expectation_consistency", "expectation_consistency top 3"])
+def test_fits_end_on_one_float64_pass_at_the_float64_solves_temperature(monkeypatch, method, n, k):
+    logits, labels = drawn_set(n, k)
+    top_n = 3 if method.endswith("top 3") else 1
+    fit = (cal.TemperatureScaling() if method == "temperature" else cal.ExpectationConsistency(top_n=top_n))
+    seen = passes(monkeypatch, n)
+    fitted = fit.fit(logits, labels)
+    assert fitted.diagnostics_.converged
+    assert seen.count(False) == 1 and seen[-1] is False and seen.count(True) >= 1
+    # the same solve with float64 passes only, from the same start
+    shifted = ShiftedLogits(logits, labels)
+    if method == "temperature":
+        g = shifted.nll_gradient
+    else:
+        from calibration.methods.expectation_consistency import _TopConfidence, top_n_hits_and_top_ties
+        hits, _ = top_n_hits_and_top_ties(shifted, top_n)
+        g = _TopConfidence(shifted, top_n, float(np.mean(hits)))
+    scouted_root = increasing_root(g, 1.0, *BETA_LIMITS, scout=partial(g, scout=True))
+    plain = increasing_root(g, 1.0, *BETA_LIMITS)
+    assert scouted_root.x == pytest.approx(plain.x, rel=1e-14)
+    assert 1 / fitted.temperature_ == pytest.approx(plain.x, rel=1e-14)
+    assert abs(g(1 / fitted.temperature_)[0]) < 1e-12
+
+
+def test_a_scouting_pass_beyond_float32s_range_is_taken_in_float64():
+    logits, labels = drawn_set(200, 300, seed=1)
+    logits = logits.astype(np.float64)
+    logits[::5, 7] = -1e39
+    shifted = ShiftedLogits(logits, labels)
+    assert [s.tolist() for s in shifted.moments(0.5, 3, scout=True)] == [s.tolist() for s in shifted.moments(0.5, 3)]
+    ts = cal.TemperatureScaling().fit(logits, labels)
+    assert ts.diagnostics_.converged and abs(shifted.nll_gradient(1 / ts.temperature_)[0]) < 1e-12
