@@ -35,7 +35,7 @@ from .base import FitDiagnostics
 EPS = float(np.finfo(np.float64).eps)
 RTOL = math.sqrt(EPS)
 RTOL_HALLEY = EPS ** (1 / 3)
-SCOUT_STEP = 1e-3  # a scout's step below this (relative) hands the solve to g
+SCOUT_STEP = 1e-2  # a scout's step below this (relative) hands the solve to g
 
 
 @dataclass

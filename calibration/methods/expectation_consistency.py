@@ -15,7 +15,8 @@ Accuracy-preserving, as temperature scaling.
 
 Cost: on the host the top-N hits and top ties come from one pass over row
 blocks (``top_n_hits_and_top_ties``), then a Halley solve warm-started on a subsample takes two
-row-sum passes over all rows (figures in docs/benchmarks.md).
+row-sum passes over all rows; without a warm start (at most 16384 rows) its steps down to 1e-2
+are taken on float32 passes (``solvers.increasing_root``'s scout; figures in docs/benchmarks.md).
 
 Backends: prediction on the input's device; the fit keeps its solver on the host and computes
 the row sums (and the label ranks and top-N entries) on the device.
@@ -139,14 +140,15 @@ class ExpectationConsistency(TemperatureCalibrator):
                 f"{ceiling:.6g}, the highest mean confidence any temperature reaches (T -> 0)"
             )
         beta0 = 1.0
+        scout = None if isinstance(shifted, DeviceShiftedLogits) else partial(gap, scout=True)
         if shifted.n > 4 * WARM_START_ROWS:
             warm_shifted = shifted.subsample(WARM_START_ROWS)
             warm = _TopConfidence(warm_shifted, top_n, accuracy)
             step = max(1, shifted.n // WARM_START_ROWS)  # as subsample takes its rows
             if top_n / scores.k < accuracy < warm.limit_at_zero_temperature(ties[::step]):
                 guess = increasing_root(partial(warm, scout=True), 1.0, *BETA_LIMITS, rtol=1e-3)
-                beta0 = guess.x if guess.converged else 1.0
-        scout = None if isinstance(shifted, DeviceShiftedLogits) else partial(gap, scout=True)
+                if guess.converged:  # from there two float64 passes end the solve: nothing to scout
+                    beta0, scout = guess.x, None
         root = increasing_root(gap, beta0, *BETA_LIMITS, scout=scout)
         self.temperature_ = 1.0 / root.x
         return FitDiagnostics(

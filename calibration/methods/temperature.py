@@ -8,8 +8,8 @@
   the optimum is the unique root of ``NLL'``, found by safeguarded Halley iteration (the
   third derivative is the mean third cumulant of ``d`` under ``p``) on a bracket
   ``T in [1e-6, 1e6]`` to a relative step of eps^(1/3), after which the error is of order eps
-  (on the host the steps down to 1e-3 are taken on float32 passes, ``solvers.increasing_root``'s
-  scout; the last is float64). An optimum exists iff
+  (on the host, without a warm start, the steps down to 1e-2 are taken on float32 passes,
+  ``solvers.increasing_root``'s scout; the last is float64). An optimum exists iff
   ``NLL'(0) < 0 < NLL'(inf)``; otherwise, or if it lies outside the bracket, the fit raises
   ``ValueError`` saying which way it runs.
 * ``objective="brier"``: ``T`` minimises the mean squared error ``mean ||p - y||^2`` (as
@@ -66,12 +66,13 @@ def solve_nll_temperature(shifted: ShiftedLogits) -> tuple[float, FitDiagnostics
             "so the NLL keeps falling as T shrinks to 0"
         )
     beta0 = 1.0
+    scout = None if isinstance(shifted, DeviceShiftedLogits) else partial(shifted.nll_gradient, scout=True)
     if shifted.n > 4 * WARM_START_ROWS:
         warm = shifted.subsample(WARM_START_ROWS)
         if np.any(warm.d_label < 0):  # a warm start to 1e-3 from float32 passes (their error is ~1e-6)
             guess = increasing_root(partial(warm.nll_gradient, scout=True), 1.0, *BETA_LIMITS, rtol=1e-3)
-            beta0 = guess.x if guess.converged else 1.0
-    scout = None if isinstance(shifted, DeviceShiftedLogits) else partial(shifted.nll_gradient, scout=True)
+            if guess.converged:  # from there two float64 passes end the solve: nothing to scout
+                beta0, scout = guess.x, None
     root = increasing_root(shifted.nll_gradient, beta0, *BETA_LIMITS, scout=scout)
     if "lies" in root.message:
         raise ValueError(f"the NLL-optimal temperature is outside [1e-6, 1e6] (for the inverse "
