@@ -56,7 +56,7 @@ import numpy as np
 from numpy.polynomial import Polynomial
 
 from ..base import FitDiagnostics
-from .row_dots import add_rows, dot_rows, padded_width
+from .row_dots import padded_width, row_products
 from .shifted_logits import DeviceShiftedLogits, ShiftedLogits
 from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature, solve_nll_temperature
 
@@ -73,6 +73,9 @@ GROWTH = 2.0  # the largest growth of a step on the side of the one before
 WARM_DISTANCE = 0.2  # the warm start's expected distance from the full-data optimum (relative)
 WARM_RTOL = 1e-2  # the warm subsample's solve: its optimum is itself WARM_DISTANCE from the full data's
 HERMITE_NEWTON_STEPS = 20
+# (left, right) of each row sum in BrierSums' products: s_0..s_3 = sum e d^j, a_0..a_3 = sum e^2 d^j,
+# then sum t, sum t^2, sum e t, sum e t d, sum e t d^2 (left: e, e d, e d^2, t; right: 1, d, e, e d, e d^2, t)
+SUMS = ((0, 0), (0, 1), (1, 1), (2, 1), (0, 2), (0, 3), (1, 3), (1, 4), (3, 0), (3, 5), (0, 5), (1, 5), (2, 5))
 EPS = float(np.finfo(np.float64).eps)
 
 
@@ -87,40 +90,27 @@ class BrierSums:
             raise ValueError("ETS's quadratic is taken in float64, not by a scouting pass")
         n, k = shifted.n, shifted.k
         self.beta, self.k = beta, k
-        # row sums, filled block by block: s0..s3, a0..a3, then t = exp(d): t, t^2, e t, e t d, e t d^2
-        row_sums = np.empty((13 if quadratic else 8, n))
         block_rows = max(1, BLOCK_ELEMENTS // k)
         dtype = np.float32 if scout else np.float64
-        # buffers of padded_width columns, zero past k: the elementwise steps write the first k, the
-        # row sums and dot products read whole rows (in equal BLAS pieces, the zeros adding nothing)
-        width = padded_width(k, dtype)
-        d_buffer, e, ed, edd, exp_d = (np.zeros((block_rows, width) if j < 4 or quadratic else 0, dtype)
-                                       for j in range(5))
-        for rows, d in shifted.blocks(block_rows, out=d_buffer):
-            count = len(d)
-            dw, eb, q1, q2 = d_buffer[:count], e[:count], ed[:count], edd[:count]  # whole padded rows
-            np.multiply(d, beta, out=eb[:, :k])
-            np.exp(eb[:, :k], out=eb[:, :k])
-            add_rows(eb, row_sums[0, rows])
-            dot_rows(eb, eb, row_sums[4, rows])
-            if loss_only:
-                continue
-            np.multiply(eb[:, :k], d, out=q1[:, :k])  # e d
-            np.multiply(q1[:, :k], d, out=q2[:, :k])  # e d^2
-            add_rows(q1, row_sums[1, rows])
-            add_rows(q2, row_sums[2, rows])
-            dot_rows(q2, dw, row_sums[3, rows])
-            dot_rows(eb, q1, row_sums[5, rows])
-            dot_rows(q1, q1, row_sums[6, rows])
-            dot_rows(q1, q2, row_sums[7, rows])
+        # the pass's vectors, stacked (rows of padded_width, zero past k): 1, d, e = exp(beta d),
+        # e d, e d^2 and, for the quadratic, t = exp(d); each row sum is the product of one of e,
+        # e d, e d^2, t (left) with one of them all (right): SUMS, one BLAS product a block
+        vectors = 3 if loss_only else 6 if quadratic else 5
+        stack = np.zeros((vectors, block_rows, padded_width(k, dtype)), dtype)
+        stack[0, :, :k] = 1.0
+        products = np.empty((n, vectors - 2, vectors))
+        for rows, d in shifted.blocks(block_rows, out=stack[1]):
+            e = stack[2, : len(d), :k]
+            np.multiply(d, beta, out=e)
+            np.exp(e, out=e)
+            if not loss_only:
+                np.multiply(e, d, out=stack[3, : len(d), :k])
+                np.multiply(stack[3, : len(d), :k], d, out=stack[4, : len(d), :k])
             if quadratic:
-                t = exp_d[:count]
-                np.exp(d, out=t[:, :k])
-                add_rows(t, row_sums[8, rows])
-                dot_rows(t, t, row_sums[9, rows])
-                dot_rows(eb, t, row_sums[10, rows])
-                dot_rows(q1, t, row_sums[11, rows])
-                dot_rows(q2, t, row_sums[12, rows])
+                np.exp(d, out=stack[5, : len(d), :k])
+            products[rows] = row_products(stack[2:, : len(d)], stack[:, : len(d)])
+        row_sums = {j: products[:, left, right] for j, (left, right) in enumerate(SUMS)
+                    if left < vectors - 2 and right < vectors}
         s0 = row_sums[0]
         d_y = shifted.d_label
         p_y = np.exp(beta * d_y) / s0

@@ -5,14 +5,14 @@ scouting pass, in float32.
 * ``add_rows``: float64 blocks accumulate in float64 (``row_sums``); float32 blocks
   by numpy's pairwise summation in float32 (error ~1e-7 relative at 50000 classes, where a
   float64 accumulator costs a cast an entry), or, one long row at a time, as dots with ones.
-* ``dot_rows``: BLAS dot products (``matmul`` of 1 x w by w x 1 pieces of the rows) of at most
-  ``DOT_ENTRIES`` float64 or ``SCOUT_DOT_ENTRIES`` float32 entries, their partial sums added in
-  float64, and each row's last ``k mod pieces`` entries by ``einsum`` (none for rows of
-  ``padded_width``). OpenBLAS takes a dot product of up to 10000 entries on the calling thread,
-  so no BLAS thread is woken (on a loaded machine those waits were most of a fit), and these are
-  about twice as fast as ``einsum``'s fused loop (docs/benchmarks.md). In float32 the short
-  pieces keep the accumulation's error at pairwise summation's: ``einsum`` along a whole row of
-  50000 classes moved the Brier scouts' Hermite root 40% further from the optimum.
+* ``row_products``: the sums of products of the rows of several vectors with several others,
+  each a BLAS matrix product of pieces of the rows of at most ``DOT_ENTRIES`` float64 or
+  ``SCOUT_DOT_ENTRIES`` float32 entries (``padded_width``), their partial sums added in float64.
+  OpenBLAS runs these small products on the calling thread, so no BLAS thread is woken (on a
+  loaded machine those waits were most of a fit), and they cost about a third of the separate
+  sums and ``einsum`` dots they replace (docs/benchmarks.md). In float32 the short pieces keep
+  the accumulation's error near pairwise summation's: ``einsum`` along a whole row of 50000
+  classes moved the Brier scouts' Hermite root 40% further from the optimum.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def padded_width(k: int, dtype) -> int:
-    """The row length, at least ``k``, that ``dot_rows`` splits into equal pieces with no entries
-    left over (``ceil(k / pieces) * pieces``, fewer than ``pieces`` more than ``k``): buffers that
-    wide, zero past ``k``, take each dot product in one BLAS call."""
+    """The row length, at least ``k``, that ``row_products`` splits into equal pieces with no
+    entries left over (``ceil(k / pieces) * pieces``, fewer than ``pieces`` more than ``k``):
+    buffers that wide, zero past ``k``, take each block's products in one BLAS call."""
     parts = -(-k // (DOT_ENTRIES if np.dtype(dtype) == np.float64 else SCOUT_DOT_ENTRIES))
     return parts * -(-k // parts)
 
@@ -63,14 +63,20 @@ def _ones(width: int) -> np.ndarray:
     return np.ones(width, np.float32)
 
 
-def dot_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``sum_j a_ij b_ij`` per row into float64 ``out`` (module docstring)."""
-    rows, k = a.shape
-    parts = -(-k // (DOT_ENTRIES if a.dtype == np.float64 else SCOUT_DOT_ENTRIES))
+def row_products(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Every product of a row of one vector of ``left`` with the same row of one of ``right``:
+    ``out[r, i, j] = sum_c left[i, r, c] right[j, r, c]``, float64 of shape ``(rows, m, n)`` for
+    ``left`` of shape ``(m, rows, k)`` and ``right`` of ``(n, rows, k)``, ``k`` a ``padded_width``
+    (equal pieces, no entry left over; else ``ValueError``). One BLAS matrix product an
+    ``(m x w) (w x n)`` piece (``matmul`` over a strided view: nothing copied), its partial sums
+    added in float64: the m x n sums of a row block cost about one read of the vectors (1.1 ns an
+    entry for the 4 x 6 of ETS's quadratic pass, where 13 separate sums and dots took 3.0).
+    OpenBLAS runs a product of at most 4 x 6 x 8192 on the calling thread (measured)."""
+    m, rows, k = left.shape
+    parts = -(-k // (DOT_ENTRIES if left.dtype == np.float64 else SCOUT_DOT_ENTRIES))
+    if k % parts:
+        raise ValueError(f"rows of {k} entries are not a padded_width")
     width = k // parts
-    split = parts * width
-    partial = np.matmul(a[:, :split].reshape(rows, parts, 1, width), b[:, :split].reshape(rows, parts, width, 1))
-    np.add.reduce(partial.reshape(rows, parts), axis=1, dtype=np.float64, out=out)
-    if split < k:
-        out += np.einsum("ij,ij->i", a[:, split:], b[:, split:])
-    return out
+    pieces = left.reshape(m, rows, parts, width).transpose(1, 2, 0, 3)
+    others = right.reshape(len(right), rows, parts, width).transpose(1, 2, 3, 0)
+    return np.add.reduce(np.matmul(pieces, others), axis=1, dtype=np.float64)

@@ -21,7 +21,7 @@ from calibration.methods.brier_temperature import (
     warm_brier_beta,
 )
 from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
-from calibration.methods.row_dots import add_rows, dot_rows, padded_width
+from calibration.methods.row_dots import add_rows, padded_width, row_products
 from calibration.methods.shifted_logits import ShiftedLogits
 
 
@@ -151,15 +151,20 @@ def test_row_sums_equal_exact_sums(dtype, rows, k):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize(("rows", "k"), [(1, 1), (3, 7), (2, 512), (2, 513), (1, 8192), (1, 8193), (1, 50257),
                                          (5, 20011)])
-def test_row_dot_products_equal_exact_sums(dtype, rows, k):
-    """``dot_rows`` in pieces (of 8192 float64 or 512 float32 entries, the rest by ``einsum``) against
-    ``math.fsum`` of the exact products, for lengths at, around and between the pieces."""
+def test_row_products_equal_exact_sums(dtype, rows, k):
+    """``row_products`` of 3 vectors with 4 (rows padded to ``padded_width`` with zeros, in pieces of
+    8192 float64 or 512 float32 entries) against ``math.fsum`` of the exact products, for lengths at,
+    around and between the pieces; a width that is not a ``padded_width`` is refused."""
     rng = np.random.default_rng(k)
-    a, b = (rng.standard_normal((rows, k)).astype(dtype) for _ in range(2))
-    out = np.empty(rows)
-    dot_rows(a, b, out)
-    products = [[x * y for x, y in zip(r.tolist(), s.tolist(), strict=True)] for r, s in zip(a, b, strict=True)]
-    exact = [math.fsum(row) for row in products]  # float32 products are exact in float64
-    scale = [math.fsum(map(abs, row)) for row in products]
-    bound = 1e-14 if dtype == np.float64 else 2e-6
-    assert np.all(np.abs(out - exact) <= bound * np.array(scale))
+    width = padded_width(k, dtype)
+    vectors = np.zeros((4, rows, width), dtype)
+    vectors[:, :, :k] = rng.standard_normal((4, rows, k))
+    found = row_products(vectors[1:], vectors)
+    assert found.shape == (rows, 3, 4) and found.dtype == np.float64
+    for r, i, j in np.ndindex(rows, 3, 4):
+        terms = [x * y for x, y in zip(vectors[1 + i, r].tolist(), vectors[j, r].tolist(), strict=True)]
+        exact, scale = math.fsum(terms), math.fsum(map(abs, terms))  # float32 products are exact in float64
+        assert abs(found[r, i, j] - exact) <= (1e-14 if dtype == np.float64 else 2e-6) * scale
+    if width > (8192 if dtype == np.float64 else 512):
+        with pytest.raises(ValueError, match="padded_width"):
+            row_products(vectors[1:, :, :-1], vectors[:, :, :-1])
