@@ -1,10 +1,7 @@
-"""Row sums and row dot products of a block of rows, into float64 vectors: the reductions of the
+"""Row sums and sums of products of the rows of a block, into float64: the reductions of the
 passes over the logits (``shifted_logits.moments``, ``brier_temperature``), in float64 or, for a
 scouting pass, in float32.
 
-* ``add_rows``: float64 blocks accumulate in float64 (``row_sums``); float32 blocks
-  by numpy's pairwise summation in float32 (error ~1e-7 relative at 50000 classes, where a
-  float64 accumulator costs a cast an entry), or, one long row at a time, as dots with ones.
 * ``row_products``: the sums of products of the rows of several vectors with several others,
   each a BLAS matrix product of pieces of the rows of at most ``DOT_ENTRIES`` float64 or
   ``SCOUT_DOT_ENTRIES`` float32 entries (``padded_width``), their partial sums added in float64.
@@ -17,8 +14,6 @@ scouting pass, in float32.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 DOT_ENTRIES = 8192  # the longest float64 BLAS dot product taken at once (OpenBLAS threads those over 10000)
@@ -26,10 +21,10 @@ SCOUT_DOT_ENTRIES = 512  # the longest float32 one (accumulated in float32)
 
 
 def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """The float64 sums of a block's rows, by numpy's pairwise summation, not a BLAS matrix-vector
-    product: called once per small block, a BLAS product wakes the library's threads each time,
-    and on a loaded machine that wait was most of a fit (2048 x 32000: 9.2 s against 0.83 s with
-    one BLAS thread)."""
+    """The float64 sums of a block's rows, by numpy's pairwise summation (``ShiftedLogits``' row
+    means), not one BLAS matrix-vector product a block: over rows of more than 10000 entries that
+    wakes the library's threads each time, and on a loaded machine that wait was most of a fit
+    (2048 x 32000: 9.2 s against 0.83 s with one BLAS thread)."""
     return np.add.reduce(block, axis=1, dtype=np.float64, out=out)
 
 
@@ -39,28 +34,6 @@ def padded_width(k: int, dtype) -> int:
     buffers that wide, zero past ``k``, take each block's products in one BLAS call."""
     parts = -(-k // (DOT_ENTRIES if np.dtype(dtype) == np.float64 else SCOUT_DOT_ENTRIES))
     return parts * -(-k // parts)
-
-
-def add_rows(block: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """The sums of ``block``'s rows into float64 ``out`` (module docstring). A float32 block of one
-    row in equal pieces (``padded_width``) is summed as BLAS dots of its pieces with ones, at half
-    the time of the pairwise sum over 50000 classes (5 against 9 us); over many short rows the
-    pairwise sum is the faster (6.7 against 8.1 us for 32 x 1000)."""
-    if block.dtype == np.float64:
-        return row_sums(block, out)
-    rows, k = block.shape
-    parts = -(-k // SCOUT_DOT_ENTRIES)
-    if rows == 1 and parts > 1 and k % parts == 0:
-        partial = np.matmul(block.reshape(parts, k // parts), _ones(k // parts))
-        out[0] = np.add.reduce(partial, dtype=np.float64)
-        return out
-    out[...] = np.add.reduce(block, axis=1)
-    return out
-
-
-@functools.cache
-def _ones(width: int) -> np.ndarray:
-    return np.ones(width, np.float32)
 
 
 def row_products(left: np.ndarray, right: np.ndarray) -> np.ndarray:

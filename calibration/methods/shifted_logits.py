@@ -13,9 +13,13 @@ import numpy as np
 from ..backend import device, label_entries, namespace, on_cpu, to_host
 from ..inputs import PROBABILITY_FLOOR, InputBatch
 from ..softmax import softmax
-from .row_dots import add_rows, padded_width, row_sums
+from .row_dots import padded_width, row_products, row_sums
 
 CHUNK_ELEMENTS = 1 << 15
+# the moments' row sums as products of e, e d (left) with 1, d, d^2 (right): the vectors each order
+# needs, (left, right), and which product each s_j = sum e d^j is
+MOMENT_VECTORS = {0: (1, 1), 1: (1, 2), 2: (2, 2), 3: (2, 3)}
+MOMENTS = {0: ((0, 0),), 1: ((0, 0), (0, 1)), 2: ((0, 0), (0, 1), (1, 1)), 3: ((0, 0), (0, 1), (0, 2), (1, 2))}
 
 
 class FlooredLogProbabilities:
@@ -99,35 +103,32 @@ class ShiftedLogits:
         return self.z[rows] - self.top[rows, None]
 
     def moments(self, beta: float, order: int, scout: bool = False) -> list[np.ndarray]:
-        """``[sum e, sum e d, sum e d^2, sum e d^3][:order + 1]`` per row, ``e = exp(beta d)``.
-        With ``scout``, in float32 (``row_dots``: rows of ``padded_width``, zero past ``k``), for
-        the steps of a solve that a float64 evaluation ends (``solvers.increasing_root``); in
-        float64 where those sums are not finite (``d`` beyond float32's range)."""
+        """``[sum e, sum e d, sum e d^2, sum e d^3][:order + 1]`` per row, ``e = exp(beta d)``: the
+        products of ``e`` and ``e d`` with ``1``, ``d`` and ``d^2`` (``MOMENTS``), one BLAS product
+        a block (``row_dots.row_products``, rows of ``padded_width`` zero past ``k``). With
+        ``scout``, in float32, for the steps of a solve that a float64 evaluation ends
+        (``solvers.increasing_root``); in float64 where those sums are not finite (``d`` beyond
+        float32's range)."""
         dtype = np.float32 if scout else np.float64
-        width = padded_width(self.k, dtype) if scout else self.k
-        out = [np.empty(self.n) for _ in range(order + 1)]
-        d_buffer, e, power = (np.zeros((self.rows, width), dtype) for _ in range(3))
+        k, (lefts, rights) = self.k, MOMENT_VECTORS[order]
+        # 1, d, d^2 (the right vectors), then e, e d (the left ones)
+        stack = np.zeros((5, self.rows, padded_width(k, dtype)), dtype)
+        stack[0, :, :k] = 1.0
+        products = np.empty((self.n, lefts, rights))
         with np.errstate(over="ignore", invalid="ignore") if scout else contextlib.nullcontext():
-            self._add_moments(beta, order, d_buffer, e, power, out)
+            for rows, d in self.blocks(out=stack[1]):
+                e = stack[3, : len(d), :k]
+                np.multiply(d, beta, out=e)
+                np.exp(e, out=e)
+                if order >= 2:
+                    np.multiply(e, d, out=stack[4, : len(d), :k])
+                if order >= 3:
+                    np.multiply(d, d, out=stack[2, : len(d), :k])
+                products[rows] = row_products(stack[3:3 + lefts, : len(d)], stack[:rights, : len(d)])
+        out = [products[:, left, right] for left, right in MOMENTS[order]]
         if scout and not all(np.isfinite(sums).all() for sums in out):
             return self.moments(beta, order)
         return out
-
-    def _add_moments(self, beta: float, order: int, d_buffer: np.ndarray, e: np.ndarray, power: np.ndarray,
-                     out: list[np.ndarray]) -> None:
-        """``moments``' row sums into ``out``, block by block through the buffers given."""
-        k = self.k
-        for rows, d in self.blocks(out=d_buffer):
-            weights, term = e[: len(d)], power[: len(d)]
-            np.multiply(d, beta, out=weights[:, :k])
-            np.exp(weights[:, :k], out=weights[:, :k])
-            add_rows(weights, out[0][rows])
-            if order >= 1:
-                np.multiply(weights[:, :k], d, out=term[:, :k])
-                add_rows(term, out[1][rows])
-                for degree in range(2, order + 1):
-                    np.multiply(term[:, :k], d, out=term[:, :k])
-                    add_rows(term, out[degree][rows])
 
     def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
         """``sum_j exp(beta d_j)`` per row for each ``beta``, in one pass over the row blocks."""

@@ -21,7 +21,7 @@ from calibration.methods.brier_temperature import (
     warm_brier_beta,
 )
 from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
-from calibration.methods.row_dots import add_rows, padded_width, row_products
+from calibration.methods.row_dots import padded_width, row_products
 from calibration.methods.shifted_logits import ShiftedLogits
 
 
@@ -131,21 +131,6 @@ def test_a_scouting_pass_beyond_float32s_range_is_taken_in_float64():
     ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
     assert "Halley" in ets.diagnostics_.message
     assert abs(BrierSums(shifted, 1 / ets.temperature_).slope) < 1e-12
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize(("rows", "k"), [(1, 1), (1, 600), (40, 1000), (1, 50292), (1, 50257), (3, 20011)])
-def test_row_sums_equal_exact_sums(dtype, rows, k):
-    """``add_rows`` (float32: pairwise, or one row of equal pieces as BLAS dots with ones; 50292 is
-    ``padded_width(50257)``) against ``math.fsum``."""
-    assert padded_width(50257, np.float32) == 50292
-    values = np.random.default_rng(k).standard_normal((rows, k)).astype(dtype)
-    out = np.empty(rows)
-    add_rows(values, out)
-    exact = [math.fsum(row.tolist()) for row in values]
-    scale = [math.fsum(np.abs(row).tolist()) for row in values]
-    bound = 1e-14 if dtype == np.float64 else 2e-6
-    assert np.all(np.abs(out - exact) <= bound * np.array(scale))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
