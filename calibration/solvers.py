@@ -68,8 +68,9 @@ def increasing_root(
 
     ``scout``: an approximation of ``g`` (to ~1e-6 of its scale) that costs less. It is evaluated
     instead of ``g`` until a step is below ``SCOUT_STEP`` relative, or its bracket closes; its
-    values never end the solve, and bracket only the scouting steps (near the root their signs
-    may be wrong): ``g`` takes over from the scouts' last iterate with the whole ``[lo, hi]``.
+    values never end the solve, and bracket and bound only the scouting steps (near the root
+    their signs may be wrong): ``g`` takes over from the scouts' last iterate with the whole
+    ``[lo, hi]`` and no step before it.
     """
     a, b = lo, hi
     seen_negative = seen_positive = False
@@ -106,8 +107,10 @@ def increasing_root(
                                   f"the root lies {side} [{lo:g}, {hi:g}]")
             candidate = math.sqrt(a * b)
         if scouting and (abs(candidate - x) <= SCOUT_STEP * x or b / a - 1.0 <= SCOUT_STEP):
-            scouting, a, b = False, lo, hi  # g takes over; the scouts' signs bracket nothing for it
-        step_before, step_last = step_last, abs(candidate - x)
+            scouting, a, b = False, lo, hi  # g takes over; the scouts' signs bracket nothing for it,
+            step_before = step_last = math.inf  # nor do their steps bound g's
+        else:
+            step_before, step_last = step_last, abs(candidate - x)
         x = candidate
     return RootResult(x, maxiter, False, value, f"no convergence in {maxiter} iterations")
 

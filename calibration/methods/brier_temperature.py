@@ -37,9 +37,9 @@ step had to be taken).
 Scouting passes (``scout=True``): the passes whose sums cannot end the solve (the full-data ones
 before the pass that takes ETS's quadratic, and the subsamples') compute in float32, row sums
 and dot products accumulated as ``row_dots`` says. Their derivatives agree with float64's to
-~1e-6 of their scale, so their steps land where float64's would to ~1e-9 relative; the pass that
-ends the solve is float64, so the result is float64's to the solve's own error. A scout whose
-sums are not finite (``d`` beyond float32's range) is taken again in float64 (``scouted``).
+~1e-6 of their scale, so their steps land where float64's would to 1e-8-1e-7 relative; the pass that
+ends the solve is float64, so the result is float64's to the solve's own error. Entries of
+``d`` far below the row's maximum are floored (``ShiftedLogits.blocks``): their ``exp`` is 0 either way.
 
 ``BrierSums.quadratic``: ETS's mse weight problem ``w' G w - 2 h' w + 1`` needs ``G`` (means of
 ``<p_a, p_b>`` over the components ``softmax(beta d)``, ``softmax(d)``, ``1/k``) and ``h``
@@ -154,12 +154,10 @@ class BrierSums:
 
 
 def scouted(shifted: ShiftedLogits, beta: float, loss_only: bool = False) -> BrierSums:
-    """The scouting pass's ``BrierSums`` (float32, module docstring), or float64's where its
-    values are not finite (an entry of ``d`` beyond float32's range: ``0 * inf`` in ``e d``)."""
-    with np.errstate(over="ignore", invalid="ignore"):  # the cases retaken in float64
-        sums = BrierSums(shifted, beta, loss_only=loss_only, scout=True)
-    values = [sums.loss] if loss_only else [sums.loss, sums.slope, sums.curvature, sums.third]
-    return sums if np.all(np.isfinite(values)) else BrierSums(shifted, beta, loss_only=loss_only)
+    """The scouting pass's ``BrierSums`` (float32, module docstring); float32 logits whose ``d``
+    overflows are floored as ``ShiftedLogits.blocks`` says, silently."""
+    with np.errstate(over="ignore"):
+        return BrierSums(shifted, beta, loss_only=loss_only, scout=True)
 
 
 def _halley_step(sums: BrierSums) -> float | None:
@@ -208,20 +206,21 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
     sums include ETS's quadratic; they are taken from the iterate after a step below ``NEAR``,
     or after a Hermite step whose predicted error (its correction of the Halley step, which
     estimates Halley's error, times the cube of the step before, relative) is below ``rtol``."""
-    step_before, near, before = np.inf, False, None
+    step_before, near, before, scouting = np.inf, False, None, True
     lo, hi = beta / 4, 4 * beta
     for iteration in range(1, MAX_STEPS + 1):
         final = (quadratic and near) or (not quadratic and rtol < SCOUT_RTOL)  # a pass that can end the solve
+        if final and scouting and iteration > 1:  # float64 takes over: the scouts' steps bound nothing
+            step_before, before = np.inf, None
+        scouting = not final
         sums = BrierSums(shifted, beta, quadratic=quadratic and near) if final else scouted(shifted, beta)
         step = _halley_step(sums)
         if step is None or not (lo < beta - step < hi and _settles(step, step_before)):
             return None
         if abs(step) <= rtol * beta:
-            if quadratic and not near:  # the quadratic's sums were not taken at this iterate
-                sums = BrierSums(shifted, beta, quadratic=True)
-                step, iteration = _halley_step(sums), iteration + 1
-                if step is None:  # the same beta's curvature, positive above; kept as the safeguard
-                    return None
+            if quadratic and not final:  # a scout's step: the float64 pass at this iterate decides
+                near = True
+                continue
             return beta - step, sums, -step, iteration
         near = abs(step) <= NEAR * beta
         root = None if before is None else hermite_root(before, sums, beta - step)

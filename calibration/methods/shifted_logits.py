@@ -16,6 +16,9 @@ from ..softmax import softmax
 from .row_dots import padded_width, row_products, row_sums
 
 CHUNK_ELEMENTS = 1 << 15
+# d's floor in float32 passes: below it exp(beta d) is 0 for every beta the solvers try (>= 1e-6),
+# as at d itself, and d^2 stays finite in float32 (masked entries of -1e30 or -3.4e38 would not)
+SCOUT_D_FLOOR = -1e18
 # the moments' row sums as products of e, e d (left) with 1, d, d^2 (right): the vectors each order
 # needs, (left, right), and which product each s_j = sum e d^j is
 MOMENT_VECTORS = {0: (1, 1), 1: (1, 2), 2: (2, 2), 3: (2, 3)}
@@ -66,11 +69,13 @@ class ShiftedLogits:
         self.rows = max(1, CHUNK_ELEMENTS // self.k)
         self.top = np.empty(self.n)
         self.mean_d = np.empty(self.n)
+        self.deep = False  # an entry of d below SCOUT_D_FLOOR: float32 passes floor d (blocks)
         for start in range(0, self.n, self.rows):
             block = logits[start:start + self.rows]
             rows = slice(start, start + len(block))
             self.top[rows] = block.max(axis=1)
             self.mean_d[rows] = row_sums(block) / self.k - self.top[rows]
+            self.deep = self.deep or bool(np.any(block.min(axis=1) - self.top[rows] < SCOUT_D_FLOOR))
         self.labels = labels
         self.d_label = logits[np.arange(self.n), labels] - self.top
         self.last_objective = float("nan")
@@ -87,16 +92,25 @@ class ShiftedLogits:
     def blocks(self, rows: int | None = None, out: np.ndarray | None = None):
         """``(rows, d_block)`` over all rows, ``rows`` (default ``self.rows``) at a time;
         ``d_block`` is a reused buffer: float64 of ``rows x k``, or ``out[:, :k]`` (``out`` of
-        ``rows`` rows of at least ``k`` columns; float32: ``d`` rounded to it, for the passes that
-        only scout, ``brier_temperature``; its further columns are left as they are)."""
+        ``rows`` rows of at least ``k`` columns; its further columns are left as they are). A
+        float32 ``out`` (the passes that only scout) gets float32 logits minus their row maxima
+        (exact in float32), or float64 ``d`` rounded once (a float32 maximum of float64 logits
+        would shift the row by up to 6e-8 of it), either kept at or above ``SCOUT_D_FLOOR`` where
+        the logits reach below it (``deep``)."""
         step = rows or self.rows
         buffer = np.empty((step, self.k)) if out is None else out[:step, : self.k]
-        cast = None if buffer.dtype == np.float64 else buffer.dtype
         for start in range(0, self.n, step):
             block = self.z[start:start + step]
             d = buffer[: len(block)]
             top = self.top[start:start + len(block), None]
-            np.subtract(block, top if cast is None else top.astype(cast), out=d, casting="unsafe")
+            if d.dtype == np.float64 or (block.dtype != d.dtype and not self.deep):
+                np.subtract(block, top, out=d, casting="unsafe")
+            elif block.dtype != d.dtype:
+                np.maximum(block - top, SCOUT_D_FLOOR, out=d, casting="unsafe")
+            else:
+                np.subtract(block, top.astype(d.dtype), out=d)
+                if self.deep:
+                    np.maximum(d, SCOUT_D_FLOOR, out=d)
             yield slice(start, start + len(block)), d
 
     def d_rows(self, rows: np.ndarray) -> np.ndarray:
@@ -106,16 +120,15 @@ class ShiftedLogits:
         """``[sum e, sum e d, sum e d^2, sum e d^3][:order + 1]`` per row, ``e = exp(beta d)``: the
         products of ``e`` and ``e d`` with ``1``, ``d`` and ``d^2`` (``MOMENTS``), one BLAS product
         a block (``row_dots.row_products``, rows of ``padded_width`` zero past ``k``). With
-        ``scout``, in float32, for the steps of a solve that a float64 evaluation ends
-        (``solvers.increasing_root``); in float64 where those sums are not finite (``d`` beyond
-        float32's range)."""
+        ``scout``, in float32 (``d`` floored as ``blocks`` says), for the steps of a solve that a
+        float64 evaluation ends (``solvers.increasing_root``)."""
         dtype = np.float32 if scout else np.float64
         k, (lefts, rights) = self.k, MOMENT_VECTORS[order]
         # 1, d, d^2 (the right vectors), then e, e d (the left ones)
         stack = np.zeros((5, self.rows, padded_width(k, dtype)), dtype)
         stack[0, :, :k] = 1.0
         products = np.empty((self.n, lefts, rights))
-        with np.errstate(over="ignore", invalid="ignore") if scout else contextlib.nullcontext():
+        with np.errstate(over="ignore") if scout else contextlib.nullcontext():
             for rows, d in self.blocks(out=stack[1]):
                 e = stack[3, : len(d), :k]
                 np.multiply(d, beta, out=e)
@@ -125,10 +138,7 @@ class ShiftedLogits:
                 if order >= 3:
                     np.multiply(d, d, out=stack[2, : len(d), :k])
                 products[rows] = row_products(stack[3:3 + lefts, : len(d)], stack[:rights, : len(d)])
-        out = [products[:, left, right] for left, right in MOMENTS[order]]
-        if scout and not all(np.isfinite(sums).all() for sums in out):
-            return self.moments(beta, order)
-        return out
+        return [products[:, left, right] for left, right in MOMENTS[order]]
 
     def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
         """``sum_j exp(beta d_j)`` per row for each ``beta``, in one pass over the row blocks."""

@@ -6,6 +6,7 @@ exact for a slope that is a quintic. The scouting passes' sums agree with float6
 dot products with exact sums."""
 
 import math
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -116,19 +117,26 @@ def test_a_scouting_pass_agrees_with_float64(n, k, offset):
         assert abs(getattr(scout, name) - getattr(exact, name)) <= 2e-6 * scale, name
 
 
-def test_a_scouting_pass_beyond_float32s_range_is_taken_in_float64():
-    """An entry of ``d`` below -3.4e38 is ``-inf`` in float32 (``e d`` is ``0 * inf``): the pass is
-    taken again in float64, and the fit ends where the float64 grid finds the optimum."""
+@pytest.mark.parametrize("mask", [np.float64(-1e39), np.float32(-3.4e38), np.float32(-1e30)])
+def test_masked_entries_beyond_float32s_range_are_floored_in_the_scouts(mask):
+    """Masked entries (-1e39 in float64 logits, float32's lowest, -1e30) are ``-inf`` or square to
+    ``inf`` in float32 (``0 * inf`` is NaN): the scouts floor ``d`` where ``exp`` is 0 either way,
+    agree with float64's sums, warn of nothing, and the fit ends by Halley's method at the root
+    (a NaN scout sent it to the full-data grid)."""
     logits, labels = drawn_set(1000, 17000, seed=4)  # over 4 * 4096 * 1000 entries: Halley from subsamples
-    logits = logits.astype(np.float64)
-    logits[::7, 11] = -1e39
+    logits = logits.astype(mask.dtype)
+    logits[::7, 11] = mask
+    labels[::7] = np.where(labels[::7] == 11, 12, labels[::7])
     shifted = ShiftedLogits(logits, labels)
-    with np.errstate(over="ignore", invalid="ignore"):
-        assert not np.isfinite(BrierSums(shifted, 0.5, scout=True).slope)
-    found, exact = scouted(shifted, 0.5), BrierSums(shifted, 0.5)
-    for name in ("loss", "slope", "curvature", "third"):
-        assert getattr(found, name) == getattr(exact, name), name
-    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = scouted(shifted, 0.5)
+        ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    exact = BrierSums(shifted, 0.5)
+    assert found.loss == pytest.approx(exact.loss, rel=1e-7)
+    scale = abs(exact.slope) + abs(exact.curvature) + abs(exact.third)
+    for name in ("slope", "curvature", "third"):
+        assert abs(getattr(found, name) - getattr(exact, name)) <= 2e-6 * scale, name
     assert "Halley" in ets.diagnostics_.message
     assert abs(BrierSums(shifted, 1 / ets.temperature_).slope) < 1e-12
 
@@ -153,3 +161,25 @@ def test_row_products_equal_exact_sums(dtype, rows, k):
     if width > (8192 if dtype == np.float64 else 512):
         with pytest.raises(ValueError, match="padded_width"):
             row_products(vectors[1:, :, :-1], vectors[:, :, :-1])
+
+
+@pytest.mark.parametrize(("offset", "repeat"), [(1e9, 1), (1e6, 5)])
+def test_ets_on_float64_logits_far_from_zero_ends_on_one_float64_pass_at_the_root(monkeypatch, offset, repeat):
+    """float64 logits around 1e6-1e9 (each scouting pass takes ``d`` in float64, rounded once: a
+    float32 row maximum shifted rows by up to 60 and sent the solve to the full-data grid), and
+    rows repeated 5 times (a scout's step below the tolerance, where the float64 pass at that
+    iterate must decide: its larger step was taken unchecked, 2.4e-10 off the root): Halley's
+    method, one float64 pass, the float64 root and its weights."""
+    rng = np.random.default_rng(2)
+    base = 3.0 * rng.standard_normal((20000 // repeat, 20))
+    labels = np.repeat((base / 2 + rng.gumbel(size=base.shape)).argmax(axis=1), repeat)
+    logits = np.repeat(base, repeat, axis=0) + offset
+    passes = counted_passes(monkeypatch, len(labels))
+    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
+    assert "Halley" in ets.diagnostics_.message
+    assert [scout for *_, scout in passes].count(False) == 1 and not passes[-1][2] and len(passes) <= 3
+    shifted = ShiftedLogits(logits, labels)
+    beta = 1 / ets.temperature_
+    assert abs(BrierSums(shifted, beta).slope) < 1e-13
+    gram, linear = BrierSums(shifted, beta, quadratic=True).quadratic()
+    np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
