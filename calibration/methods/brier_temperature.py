@@ -94,11 +94,13 @@ class BrierSums:
         dtype = np.float32 if scout else np.float64
         # the pass's vectors, stacked (rows of padded_width, zero past k): 1, d, e = exp(beta d),
         # e d, e d^2 and, for the quadratic, t = exp(d); each row sum is the product of one of e,
-        # e d, e d^2, t (left) with one of them all (right): SUMS, one BLAS product a block
+        # e d, e d^2, t (left) with one of them all (right): SUMS, BLAS products a block (row_products)
         vectors = 3 if loss_only else 6 if quadratic else 5
         stack = np.zeros((vectors, block_rows, padded_width(k, dtype)), dtype)
         stack[0, :, :k] = 1.0
-        products = np.empty((n, vectors - 2, vectors))
+        wanted = (0, 4) if loss_only else range(13 if quadratic else 8)  # of SUMS
+        pairs = [SUMS[j] for j in wanted]
+        sums = np.empty((n, len(pairs)))
         for rows, d in shifted.blocks(block_rows, out=stack[1]):
             e = stack[2, : len(d), :k]
             np.multiply(d, beta, out=e)
@@ -108,9 +110,8 @@ class BrierSums:
                 np.multiply(stack[3, : len(d), :k], d, out=stack[4, : len(d), :k])
             if quadratic:
                 np.exp(d, out=stack[5, : len(d), :k])
-            products[rows] = row_products(stack[2:, : len(d)], stack[:, : len(d)])
-        row_sums = {j: products[:, left, right] for j, (left, right) in enumerate(SUMS)
-                    if left < vectors - 2 and right < vectors}
+            row_products(stack[2:, : len(d)], stack[:, : len(d)], pairs, out=sums[rows])
+        row_sums = dict(zip(wanted, np.ascontiguousarray(sums.T), strict=True))  # whole rows for the arithmetic
         s0 = row_sums[0]
         d_y = shifted.d_label
         p_y = np.exp(beta * d_y) / s0

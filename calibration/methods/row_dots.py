@@ -2,22 +2,27 @@
 passes over the logits (``shifted_logits.moments``, ``brier_temperature``), in float64 or, for a
 scouting pass, in float32.
 
-* ``row_products``: the sums of products of the rows of several vectors with several others,
-  each a BLAS matrix product of pieces of the rows of at most ``DOT_ENTRIES`` float64 or
-  ``SCOUT_DOT_ENTRIES`` float32 entries (``padded_width``), their partial sums added in float64.
-  OpenBLAS runs these small products on the calling thread, so no BLAS thread is woken (on a
-  loaded machine those waits were most of a fit), and they cost about a third of the separate
-  sums and ``einsum`` dots they replace (docs/benchmarks.md). In float32 the short pieces keep
-  the accumulation's error near pairwise summation's: ``einsum`` along a whole row of 50000
-  classes moved the Brier scouts' Hermite root 40% further from the optimum.
+* ``row_products``: the sums of products of the rows of several vectors with several others.
+  Over rows of more than ``SHORT_ROW`` entries, BLAS matrix products of pieces of at most
+  ``DOT_ENTRIES`` float64 or ``SCOUT_DOT_ENTRIES`` float32 entries (``padded_width``), their
+  partial sums added in float64: OpenBLAS runs these small products on the calling thread, so
+  no BLAS thread is woken (on a loaded machine those waits were most of a fit), and they cost
+  about a third of the separate sums and ``einsum`` dots they replace (docs/benchmarks.md). In
+  float32 the short pieces keep the accumulation's error near pairwise summation's: ``einsum``
+  along a whole row of 50000 classes moved the Brier scouts' Hermite root 40% further from the
+  optimum. Shorter rows: ``einsum`` row dots.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
 
 import numpy as np
 
 DOT_ENTRIES = 8192  # the longest float64 BLAS dot product taken at once (OpenBLAS threads those over 10000)
 SCOUT_DOT_ENTRIES = 512  # the longest float32 one (accumulated in float32)
+SHORT_ROW = 32  # rows up to this long are summed by einsum, a pair at a time (row_products)
 
 
 def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -31,25 +36,39 @@ def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 def padded_width(k: int, dtype) -> int:
     """The row length, at least ``k``, that ``row_products`` splits into equal pieces with no
     entries left over (``ceil(k / pieces) * pieces``, fewer than ``pieces`` more than ``k``):
-    buffers that wide, zero past ``k``, take each block's products in one BLAS call."""
+    buffers that wide, zero past ``k``, take a block's products in one ``matmul`` call."""
     parts = -(-k // (DOT_ENTRIES if np.dtype(dtype) == np.float64 else SCOUT_DOT_ENTRIES))
     return parts * -(-k // parts)
 
 
-def row_products(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """Every product of a row of one vector of ``left`` with the same row of one of ``right``:
-    ``out[r, i, j] = sum_c left[i, r, c] right[j, r, c]``, float64 of shape ``(rows, m, n)`` for
-    ``left`` of shape ``(m, rows, k)`` and ``right`` of ``(n, rows, k)``, ``k`` a ``padded_width``
-    (equal pieces, no entry left over; else ``ValueError``). One BLAS matrix product an
-    ``(m x w) (w x n)`` piece (``matmul`` over a strided view: nothing copied), its partial sums
-    added in float64: the m x n sums of a row block cost about one read of the vectors (1.1 ns an
-    entry for the 4 x 6 of ETS's quadratic pass, where 13 separate sums and dots took 3.0).
-    OpenBLAS runs a product of at most 4 x 6 x 8192 on the calling thread (measured)."""
+def row_products(left: np.ndarray, right: np.ndarray, pairs: Sequence[tuple[int, int]], out: np.ndarray) -> np.ndarray:
+    """The sums over each row of the products ``left[i] * right[j]`` for each ``(i, j)`` of ``pairs``,
+    into ``out`` (float64, ``(rows, len(pairs))``) for ``left`` of shape ``(m, rows, k)`` and
+    ``right`` of ``(n, rows, k)``, ``k`` a ``padded_width`` (equal pieces, no entry left over; else
+    ``ValueError``).
+
+    Rows of more than ``SHORT_ROW`` entries: BLAS matrix products of ``(m x w) (w x n)`` pieces (one
+    a row piece, ``matmul`` over a strided view: nothing copied), their partial sums added in
+    float64; all m x n sums cost about one read of the vectors (1.1 ns an entry for ETS's 4 x 6,
+    where 13 separate sums and dots took 3.0), and OpenBLAS runs products of at most 4 x 6 x 8192
+    on the calling thread. Shorter rows: one ``einsum`` row dot a pair (BLAS calls a row cost more
+    than they save there: at 1e6 x 10 float32 a moments pass took 121 ms, now 60)."""
     m, rows, k = left.shape
+    if k <= SHORT_ROW:
+        for slot, (i, j) in enumerate(pairs):
+            out[:, slot] = np.einsum("rk,rk->r", left[i], right[j])
+        return out
     parts = -(-k // (DOT_ENTRIES if left.dtype == np.float64 else SCOUT_DOT_ENTRIES))
     if k % parts:
         raise ValueError(f"rows of {k} entries are not a padded_width")
-    width = k // parts
+    width, n = k // parts, len(right)
     pieces = left.reshape(m, rows, parts, width).transpose(1, 2, 0, 3)
-    others = right.reshape(len(right), rows, parts, width).transpose(1, 2, 3, 0)
-    return np.add.reduce(np.matmul(pieces, others), axis=1, dtype=np.float64)
+    others = right.reshape(n, rows, parts, width).transpose(1, 2, 3, 0)
+    products = np.add.reduce(np.matmul(pieces, others), axis=1, dtype=np.float64).reshape(rows, m * n)
+    return np.take(products, _flat(tuple(pairs), n), axis=1, out=out)
+
+
+@functools.cache
+def _flat(pairs: tuple[tuple[int, int], ...], n: int) -> np.ndarray:
+    """The columns of ``pairs`` in products of ``n`` right vectors laid out flat (``i * n + j``)."""
+    return np.array([i * n + j for i, j in pairs])

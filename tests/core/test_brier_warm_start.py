@@ -142,44 +142,25 @@ def test_masked_entries_beyond_float32s_range_are_floored_in_the_scouts(mask):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize(("rows", "k"), [(1, 1), (3, 7), (2, 512), (2, 513), (1, 8192), (1, 8193), (1, 50257),
-                                         (5, 20011)])
+@pytest.mark.parametrize(("rows", "k"), [(1, 1), (3, 7), (4, 32), (2, 33), (2, 512), (2, 513), (1, 8192), (1, 8193),
+                                         (1, 50257), (5, 20011)])
 def test_row_products_equal_exact_sums(dtype, rows, k):
-    """``row_products`` of 3 vectors with 4 (rows padded to ``padded_width`` with zeros, in pieces of
-    8192 float64 or 512 float32 entries) against ``math.fsum`` of the exact products, for lengths at,
-    around and between the pieces; a width that is not a ``padded_width`` is refused."""
+    """``row_products`` of 3 vectors with 4, each pair (rows padded to ``padded_width`` with zeros:
+    ``einsum`` up to 32 entries, then BLAS pieces of 8192 float64 or 512 float32 entries) against
+    ``math.fsum`` of the exact products, for lengths at, around and between the pieces; a width
+    that is not a ``padded_width`` is refused."""
     rng = np.random.default_rng(k)
     width = padded_width(k, dtype)
     vectors = np.zeros((4, rows, width), dtype)
     vectors[:, :, :k] = rng.standard_normal((4, rows, k))
-    found = row_products(vectors[1:], vectors)
-    assert found.shape == (rows, 3, 4) and found.dtype == np.float64
-    for r, i, j in np.ndindex(rows, 3, 4):
-        terms = [x * y for x, y in zip(vectors[1 + i, r].tolist(), vectors[j, r].tolist(), strict=True)]
-        exact, scale = math.fsum(terms), math.fsum(map(abs, terms))  # float32 products are exact in float64
-        assert abs(found[r, i, j] - exact) <= (1e-14 if dtype == np.float64 else 2e-6) * scale
+    pairs = [(i, j) for i in range(3) for j in range(4)][::-1]
+    found = np.full((rows, 12), np.nan)
+    row_products(vectors[1:], vectors, pairs, out=found)
+    for slot, (i, j) in enumerate(pairs):
+        for r in range(rows):
+            terms = [x * y for x, y in zip(vectors[1 + i, r].tolist(), vectors[j, r].tolist(), strict=True)]
+            exact, scale = math.fsum(terms), math.fsum(map(abs, terms))  # float32 products are exact in float64
+            assert abs(found[r, slot] - exact) <= (1e-14 if dtype == np.float64 else 2e-6) * scale
     if width > (8192 if dtype == np.float64 else 512):
         with pytest.raises(ValueError, match="padded_width"):
-            row_products(vectors[1:, :, :-1], vectors[:, :, :-1])
-
-
-@pytest.mark.parametrize(("offset", "repeat"), [(1e9, 1), (1e6, 5)])
-def test_ets_on_float64_logits_far_from_zero_ends_on_one_float64_pass_at_the_root(monkeypatch, offset, repeat):
-    """float64 logits around 1e6-1e9 (each scouting pass takes ``d`` in float64, rounded once: a
-    float32 row maximum shifted rows by up to 60 and sent the solve to the full-data grid), and
-    rows repeated 5 times (a scout's step below the tolerance, where the float64 pass at that
-    iterate must decide: its larger step was taken unchecked, 2.4e-10 off the root): Halley's
-    method, one float64 pass, the float64 root and its weights."""
-    rng = np.random.default_rng(2)
-    base = 3.0 * rng.standard_normal((20000 // repeat, 20))
-    labels = np.repeat((base / 2 + rng.gumbel(size=base.shape)).argmax(axis=1), repeat)
-    logits = np.repeat(base, repeat, axis=0) + offset
-    passes = counted_passes(monkeypatch, len(labels))
-    ets = cal.EnsembleTemperatureScaling().fit(logits, labels)
-    assert "Halley" in ets.diagnostics_.message
-    assert [scout for *_, scout in passes].count(False) == 1 and not passes[-1][2] and len(passes) <= 3
-    shifted = ShiftedLogits(logits, labels)
-    beta = 1 / ets.temperature_
-    assert abs(BrierSums(shifted, beta).slope) < 1e-13
-    gram, linear = BrierSums(shifted, beta, quadratic=True).quadratic()
-    np.testing.assert_allclose(ets.weights_, simplex_quadratic_minimum(gram, linear), rtol=0, atol=1e-12)
+            row_products(vectors[1:, :, :-1], vectors[:, :, :-1], pairs, out=found)

@@ -151,3 +151,23 @@ def test_float64_logits_far_from_zero_are_scouted_from_their_own_maxima(monkeypa
     assert seen.count(False) == 1 and seen.count(True) >= 2
     plain = increasing_root(shifted.nll_gradient, 1.0, *BETA_LIMITS)
     assert 1 / ts.temperature_ == pytest.approx(plain.x, rel=1e-14)
+
+
+def test_float64_masks_beyond_the_square_root_of_float64s_range_leave_the_moments_finite():
+    """Entries at -1e200 in float64 logits: ``d^2`` would overflow float64 (``0 * inf`` is NaN where
+    ``e d^2`` is 0); the moments take ``e d^2`` times ``d`` instead, so the fits warn of nothing and
+    end in a few float64 steps at the root."""
+    logits, labels = drawn_set(2000, 100, seed=3)
+    logits = logits.astype(np.float64)
+    logits[:, 50:60] = -1e200
+    labels = np.where((labels >= 50) & (labels < 60), 0, labels)
+    shifted = ShiftedLogits(logits, labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sums = shifted.moments(0.5, 3)
+        ts = cal.TemperatureScaling().fit(logits, labels)
+        ets = cal.EnsembleTemperatureScaling(loss="nll").fit(logits, labels)
+    assert all(np.isfinite(s).all() for s in sums)
+    assert ts.diagnostics_.converged and ts.diagnostics_.iterations <= 6
+    assert abs(shifted.nll_gradient(1 / ts.temperature_)[0]) < 1e-12
+    assert ets.temperature_ == ts.temperature_  # ETS with the NLL fits T as temperature scaling does
