@@ -61,6 +61,16 @@ def make_reference_input(n=5000, k=10, seed=0):
     return logits, labels
 
 
+def drawn_set(n, k, seed=0, temperature=2.0):
+    """float32 logits 3 N(0, 1) and labels drawn from their softmax at ``temperature``."""
+    rng = np.random.default_rng(seed)
+    logits = 3.0 * rng.standard_normal((n, k))
+    e = np.exp(logits / temperature)
+    cumulative = (e / e.sum(axis=1, keepdims=True)).cumsum(axis=1)
+    labels = (cumulative < rng.random(n)[:, None]).sum(axis=1).clip(0, k - 1)
+    return logits.astype(np.float32), labels
+
+
 def load_split(name: str, split: str) -> tuple[str, np.ndarray, np.ndarray]:
     """``(input kind, array, labels)`` of one split of a data set in ../shared/data."""
     with np.load(DATA / f"{name}_{split}.npz") as data:

@@ -24,16 +24,7 @@ from calibration.methods.brier_temperature import (
 from calibration.methods.ensemble_temperature import simplex_quadratic_minimum
 from calibration.methods.row_dots import padded_width, row_products
 from calibration.methods.shifted_logits import ShiftedLogits
-
-
-def drawn_set(n, k, seed, temperature=2.0):
-    """float32 logits 3 N(0, 1) and labels drawn from their softmax at ``temperature``."""
-    rng = np.random.default_rng(seed)
-    logits = 3.0 * rng.standard_normal((n, k))
-    e = np.exp(logits / temperature)
-    cumulative = (e / e.sum(axis=1, keepdims=True)).cumsum(axis=1)
-    labels = (cumulative < rng.random(n)[:, None]).sum(axis=1).clip(0, k - 1)
-    return logits.astype(np.float32), labels
+from tests.helpers import drawn_set
 
 
 def counted_passes(monkeypatch, n):

@@ -15,6 +15,7 @@ from calibration.methods import shifted_logits
 from calibration.methods.shifted_logits import ShiftedLogits
 from calibration.methods.temperature import BETA_LIMITS
 from calibration.solvers import SCOUT_STEP, increasing_root
+from tests.helpers import drawn_set
 
 
 def logistic(x, root=0.37):
@@ -57,15 +58,6 @@ def test_a_root_outside_the_bracket_is_reported_with_scouts():
     found = increasing_root(lambda x: logistic(x, root=1e7), 1.0, *BETA_LIMITS,
                             scout=lambda x: logistic(x, root=1e7))
     assert not found.converged and "above" in found.message
-
-
-def drawn_set(n, k, seed=0):
-    rng = np.random.default_rng(seed)
-    logits = 3.0 * rng.standard_normal((n, k))
-    e = np.exp(logits / 2.0)
-    cumulative = (e / e.sum(axis=1, keepdims=True)).cumsum(axis=1)
-    labels = (cumulative < rng.random(n)[:, None]).sum(axis=1).clip(0, k - 1)
-    return logits.astype(np.float32), labels
 
 
 def passes(monkeypatch, n):
