@@ -105,14 +105,10 @@ class ShiftedLogits:
             block = self.z[start:start + step]
             d = buffer[: len(block)]
             top = self.top[start:start + len(block), None]
-            if d.dtype == np.float64 or (block.dtype != d.dtype and not self.deep):
-                np.subtract(block, top, out=d, casting="unsafe")
-            elif block.dtype != d.dtype:
-                np.maximum(block - top, SCOUT_D_FLOOR, out=d, casting="unsafe")
-            else:
-                np.subtract(block, top.astype(d.dtype), out=d)
-                if self.deep:
-                    np.maximum(d, SCOUT_D_FLOOR, out=d)
+            in_float64 = d.dtype == np.float64 or block.dtype == np.float64  # then rounded once into d
+            np.subtract(block, top if in_float64 else top.astype(d.dtype), out=d, casting="unsafe")
+            if self.deep and d.dtype != np.float64:
+                np.maximum(d, SCOUT_D_FLOOR, out=d)
             yield slice(start, start + len(block)), d
 
     def d_rows(self, rows: np.ndarray) -> np.ndarray:
