@@ -26,7 +26,8 @@ logits, not two dozen. The warm start is expected within ``WARM_DISTANCE`` of th
 optimum (the subsample's own optimum differs from it by sampling error). From the second
 full-data pass on, the step goes to the root of the quintic that matches ``L'``, ``L''`` and
 ``L'''`` at the last two iterates (``hermite_root``; error ``O(e0^3 e1^3)``, where Halley's is
-``O(e1^3)``), so that from ``WARM_DISTANCE`` the solve reads the logits at most three times.
+``O(e1^3)``), so that from ``WARM_DISTANCE`` the solve reads the logits two or three times (four
+from the far end), the last pass taking ETS's quadratic.
 Each step must stay within ``[beta0 / 4, 4 beta0]``, at most halve the step before (or, on the
 same side, at most ``GROWTH`` times it) and see ``L'' > 0``; where a safeguard fails, and on
 batches of at most ``4 * WARM_START_ROWS`` rows and ``4 * WARM_START_ROWS * ENTRY_CLASSES``
@@ -62,7 +63,8 @@ from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature,
 
 STEP_TOLERANCE = 1e-6
 SCOUT_RTOL = 1e-3  # a solve to at least this (relative) may end on a scouting pass (the warm start's)
-NEAR = 1e-2  # a Halley step below this (relative) is followed by one of about its cube
+NEAR = 5e-3  # a Halley step below this (relative) is followed by one of about K times its cube
+NEAR_ERROR = 0.1  # the next pass takes the quadratic where its step is predicted below this times the tolerance
 COARSE_ROWS = 1024
 MIN_COARSE_ROWS = 64
 MIN_WARM_ROWS = 256
@@ -204,9 +206,11 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
     first taken to the two-point Hermite root (``hermite_root``) where that lies within half the
     Halley step of the Halley iterate: ``(beta, sums at the last iterate, the final step,
     iterations)``, or ``None`` where a safeguard fails. With ``quadratic``, the last iterate's
-    sums include ETS's quadratic; they are taken from the iterate after a step below ``NEAR``,
-    or after a Hermite step whose predicted error (its correction of the Halley step, which
-    estimates Halley's error, times the cube of the step before, relative) is below ``rtol``."""
+    sums include ETS's quadratic, in float64; they are taken after a scout's step below ``rtol``
+    (taken: a step's error is the scout's, ~1e-7), or after a step whose predicted error is below
+    ``NEAR_ERROR * rtol``: a Halley step below ``NEAR`` (``_halley_error``), or a Hermite step (its
+    correction of the Halley step, which estimates Halley's error, times the cube of the step
+    before, relative). So one pass takes the quadratic: its step ends the solve."""
     step_before, near, before, scouting = np.inf, False, None, True
     lo, hi = beta / 4, 4 * beta
     for iteration in range(1, MAX_STEPS + 1):
@@ -219,19 +223,24 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
         if step is None or not (lo < beta - step < hi and _settles(step, step_before)):
             return None
         if abs(step) <= rtol * beta:
-            if quadratic and not final:  # a scout's step: the float64 pass at this iterate decides
-                near = True
-                continue
-            return beta - step, sums, -step, iteration
-        near = abs(step) <= NEAR * beta
+            if final or not quadratic:
+                return beta - step, sums, -step, iteration
+            near, beta = True, beta - step  # a scout's step, taken: a float64 pass at its end decides
+            continue
+        near = abs(step) <= NEAR * beta and _halley_error(sums, step) <= NEAR_ERROR * rtol * beta
         root = None if before is None else hermite_root(before, sums, beta - step)
         if root is not None and lo < root < hi and abs(root - (beta - step)) <= 0.5 * abs(step):
             # Halley's error is about the correction; Hermite's about that times e0^3
-            near = near or abs(root - (beta - step)) * abs(step_before / beta) ** 3 <= rtol * beta
+            near = near or abs(root - (beta - step)) * abs(step_before / beta) ** 3 <= NEAR_ERROR * rtol * beta
             step = beta - root
         step_before, before = step, sums
         beta -= step
     return None
+
+
+def _halley_error(sums: BrierSums, step: float) -> float:
+    """The error a Halley ``step`` leaves: about ``(L''' / (2 L''))^2 step^3`` (its constant without the L'''' term)."""
+    return (sums.third / (2.0 * sums.curvature)) ** 2 * abs(step) ** 3
 
 
 def _settles(step: float, step_before: float) -> bool:
