@@ -27,7 +27,8 @@ optimum (the subsample's own optimum differs from it by sampling error). From th
 full-data pass on, the step goes to the root of the quintic that matches ``L'``, ``L''`` and
 ``L'''`` at the last two iterates (``hermite_root``; error ``O(e0^3 e1^3)``, where Halley's is
 ``O(e1^3)``), so that from ``WARM_DISTANCE`` the solve reads the logits two or three times (four
-from the far end), the last pass taking ETS's quadratic.
+from the far end), the last pass taking ETS's quadratic (where the slope's fourth derivative, which
+no pass computes, makes Halley's error K e^3 larger than predicted, twice).
 Each step must stay within ``[beta0 / 4, 4 beta0]``, at most halve the step before (or, on the
 same side, at most ``GROWTH`` times it) and see ``L'' > 0``; where a safeguard fails, and on
 batches of at most ``4 * WARM_START_ROWS`` rows and ``4 * WARM_START_ROWS * ENTRY_CLASSES``
@@ -63,8 +64,8 @@ from .temperature import WARM_START_ROWS, grid_minimum, solve_brier_temperature,
 
 STEP_TOLERANCE = 1e-6
 SCOUT_RTOL = 1e-3  # a solve to at least this (relative) may end on a scouting pass (the warm start's)
-NEAR = 5e-3  # a Halley step below this (relative) is followed by one of about K times its cube
-NEAR_ERROR = 0.1  # the next pass takes the quadratic where its step is predicted below this times the tolerance
+NEAR = 1e-2  # a Halley step below this (relative) is followed by one of about K times its cube
+HERMITE_MARGIN = 0.1  # a Hermite step's predicted error (rough: within 10x) is held to this times the tolerance
 COARSE_ROWS = 1024
 MIN_COARSE_ROWS = 64
 MIN_WARM_ROWS = 256
@@ -112,7 +113,7 @@ class BrierSums:
                 np.multiply(stack[3, : len(d), :k], d, out=stack[4, : len(d), :k])
             if quadratic:
                 np.exp(d, out=stack[5, : len(d), :k])
-            row_products(stack[2:, : len(d)], stack[:, : len(d)], pairs, out=sums[rows])
+            row_products(stack[2:, : len(d)], stack[:, : len(d)], pairs, out=sums[rows], ones=(None, 0))
         row_sums = dict(zip(wanted, np.ascontiguousarray(sums.T), strict=True))  # whole rows for the arithmetic
         s0 = row_sums[0]
         d_y = shifted.d_label
@@ -208,9 +209,9 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
     iterations)``, or ``None`` where a safeguard fails. With ``quadratic``, the last iterate's
     sums include ETS's quadratic, in float64; they are taken after a scout's step below ``rtol``
     (taken: a step's error is the scout's, ~1e-7), or after a step whose predicted error is below
-    ``NEAR_ERROR * rtol``: a Halley step below ``NEAR`` (``_halley_error``), or a Hermite step (its
-    correction of the Halley step, which estimates Halley's error, times the cube of the step
-    before, relative). So one pass takes the quadratic: its step ends the solve."""
+    ``rtol``: a Halley step below ``NEAR`` (``_halley_error``), or a Hermite step (its correction of
+    the Halley step, which estimates Halley's error, times the cube of the step before, relative,
+    below ``HERMITE_MARGIN * rtol``). So one pass takes the quadratic: its step ends the solve."""
     step_before, near, before, scouting = np.inf, False, None, True
     lo, hi = beta / 4, 4 * beta
     for iteration in range(1, MAX_STEPS + 1):
@@ -227,11 +228,11 @@ def halley_brier(shifted: ShiftedLogits, beta: float, rtol: float, quadratic: bo
                 return beta - step, sums, -step, iteration
             near, beta = True, beta - step  # a scout's step, taken: a float64 pass at its end decides
             continue
-        near = abs(step) <= NEAR * beta and _halley_error(sums, step) <= NEAR_ERROR * rtol * beta
+        near = abs(step) <= NEAR * beta and _halley_error(sums, step) <= rtol * beta
         root = None if before is None else hermite_root(before, sums, beta - step)
         if root is not None and lo < root < hi and abs(root - (beta - step)) <= 0.5 * abs(step):
             # Halley's error is about the correction; Hermite's about that times e0^3
-            near = near or abs(root - (beta - step)) * abs(step_before / beta) ** 3 <= NEAR_ERROR * rtol * beta
+            near = near or abs(root - (beta - step)) * abs(step_before / beta) ** 3 <= HERMITE_MARGIN * rtol * beta
             step = beta - root
         step_before, before = step, sums
         beta -= step

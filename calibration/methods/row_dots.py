@@ -6,8 +6,10 @@ scouting pass, in float32.
   Over rows of more than ``SHORT_ROW`` entries, BLAS matrix products of pieces of at most
   ``DOT_ENTRIES`` float64 or ``SCOUT_DOT_ENTRIES`` float32 entries (``padded_width``), their
   partial sums added in float64: OpenBLAS runs these small products on the calling thread, so
-  no BLAS thread is woken (on a loaded machine those waits were most of a fit), and they cost
-  about a third of the separate sums and ``einsum`` dots they replace (docs/benchmarks.md). In
+  no BLAS thread is woken (on a loaded machine those waits were most of a fit), and on a CPU with
+  AVX-512 (``BLAS_ROW_PRODUCTS``: OpenBLAS's small-matrix kernels) they cost about a third of the
+  separate sums and ``einsum`` dots they replace; on one without, half as much again as ``einsum``
+  dots, which float64 rows take there (docs/benchmarks.md). In
   float32 the short pieces keep the accumulation's error near pairwise summation's: ``einsum``
   along a whole row of 50000 classes moved the Brier scouts' Hermite root 40% further from the
   optimum. Shorter rows: ``einsum`` row dots.
@@ -23,6 +25,18 @@ import numpy as np
 DOT_ENTRIES = 8192  # the longest float64 BLAS dot product taken at once (OpenBLAS threads those over 10000)
 SCOUT_DOT_ENTRIES = 512  # the longest float32 one (accumulated in float32)
 SHORT_ROW = 32  # rows up to this long are summed by einsum, a pair at a time (row_products)
+
+
+def _has_avx512() -> bool:
+    """Whether numpy found AVX-512 (``AVX512F``) on this CPU; ``False`` where it cannot say."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # numpy's internal module moved: the products every CPU takes well
+        return False
+    return bool(__cpu_features__.get("AVX512F", False))
+
+
+BLAS_ROW_PRODUCTS = _has_avx512()  # float64 row products by BLAS pieces (else einsum row dots)
 
 
 def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -41,7 +55,8 @@ def padded_width(k: int, dtype) -> int:
     return parts * -(-k // parts)
 
 
-def row_products(left: np.ndarray, right: np.ndarray, pairs: Sequence[tuple[int, int]], out: np.ndarray) -> np.ndarray:
+def row_products(left: np.ndarray, right: np.ndarray, pairs: Sequence[tuple[int, int]], out: np.ndarray,
+                 ones: tuple[int | None, int | None] = (None, None)) -> np.ndarray:
     """The sums over each row of the products ``left[i] * right[j]`` for each ``(i, j)`` of ``pairs``,
     into ``out`` (float64, ``(rows, len(pairs))``) for ``left`` of shape ``(m, rows, k)`` and
     ``right`` of ``(n, rows, k)``, ``k`` a ``padded_width`` (equal pieces, no entry left over; else
@@ -52,11 +67,17 @@ def row_products(left: np.ndarray, right: np.ndarray, pairs: Sequence[tuple[int,
     float64; all m x n sums cost about one read of the vectors (1.1 ns an entry for ETS's 4 x 6,
     where 13 separate sums and dots took 3.0), and OpenBLAS runs products of at most 4 x 6 x 8192
     on the calling thread. Shorter rows: one ``einsum`` row dot a pair (BLAS calls a row cost more
-    than they save there: at 1e6 x 10 float32 a moments pass took 121 ms, now 60)."""
+    than they save there: at 1e6 x 10 float32 a moments pass took 121 ms, now 60), and float64
+    rows where ``BLAS_ROW_PRODUCTS`` is off; there a pair with the vector ``ones`` names (its index
+    in ``left``, in ``right``; ``None``: none), all ones where the other is not zero, is the row
+    sum of the other (``row_sums``: one read where a dot takes two)."""
     m, rows, k = left.shape
-    if k <= SHORT_ROW:
+    if k <= SHORT_ROW or (left.dtype == np.float64 and not BLAS_ROW_PRODUCTS):
         for slot, (i, j) in enumerate(pairs):
-            out[:, slot] = np.einsum("rk,rk->r", left[i], right[j])
+            if i == ones[0] or j == ones[1]:
+                row_sums(right[j] if i == ones[0] else left[i], out[:, slot])
+            else:
+                out[:, slot] = np.einsum("rk,rk->r", left[i], right[j])
         return out
     parts = -(-k // (DOT_ENTRIES if left.dtype == np.float64 else SCOUT_DOT_ENTRIES))
     if k % parts:

@@ -132,7 +132,7 @@ class ShiftedLogits:
                 np.exp(np.multiply(d, beta, out=e), out=e)
                 for j in range(1, rights):  # e d, e d^2
                     np.multiply(stack[1 + j, : len(d), :k], d, out=stack[2 + j, : len(d), :k])
-                row_products(stack[:lefts, : len(d)], stack[2:, : len(d)], pairs, out=sums[rows])
+                row_products(stack[:lefts, : len(d)], stack[2:, : len(d)], pairs, out=sums[rows], ones=(0, None))
         return list(np.ascontiguousarray(sums.T))
 
     def exp_sums(self, betas: tuple[float, ...]) -> list[np.ndarray]:
