@@ -7,9 +7,10 @@ scouting pass, in float32.
   ``DOT_ENTRIES`` float64 or ``SCOUT_DOT_ENTRIES`` float32 entries (``padded_width``), their
   partial sums added in float64: OpenBLAS runs these small products on the calling thread, so
   no BLAS thread is woken (on a loaded machine those waits were most of a fit), and on a CPU with
-  AVX-512 (``BLAS_ROW_PRODUCTS``: OpenBLAS's small-matrix kernels) they cost about a third of the
-  separate sums and ``einsum`` dots they replace; on one without, half as much again as ``einsum``
-  dots, which float64 rows take there (docs/benchmarks.md). In
+  AVX-512 (OpenBLAS's small-matrix kernels) they cost about a third of the separate sums and
+  ``einsum`` dots they replace. Without it a BLAS product a row costs about what four dots do, so
+  float64 rows of at most ``ROW_DOT_PAIRS`` pairs (the moments' four) take ``vecdot`` dots and row
+  sums there, and ETS's thirteen BLAS pieces (docs/benchmarks.md). In
   float32 the short pieces keep the accumulation's error near pairwise summation's: ``einsum``
   along a whole row of 50000 classes moved the Brier scouts' Hermite root 40% further from the
   optimum. Shorter rows: ``einsum`` row dots.
@@ -36,7 +37,7 @@ def _has_avx512() -> bool:
     return bool(__cpu_features__.get("AVX512F", False))
 
 
-BLAS_ROW_PRODUCTS = _has_avx512()  # float64 row products by BLAS pieces (else einsum row dots)
+ROW_DOT_PAIRS = 0 if _has_avx512() else 4  # float64 row products of at most this many pairs: vecdot row dots
 
 
 def row_sums(block: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -67,17 +68,26 @@ def row_products(left: np.ndarray, right: np.ndarray, pairs: Sequence[tuple[int,
     float64; all m x n sums cost about one read of the vectors (1.1 ns an entry for ETS's 4 x 6,
     where 13 separate sums and dots took 3.0), and OpenBLAS runs products of at most 4 x 6 x 8192
     on the calling thread. Shorter rows: one ``einsum`` row dot a pair (BLAS calls a row cost more
-    than they save there: at 1e6 x 10 float32 a moments pass took 121 ms, now 60), and float64
-    rows where ``BLAS_ROW_PRODUCTS`` is off; there a pair with the vector ``ones`` names (its index
-    in ``left``, in ``right``; ``None``: none), all ones where the other is not zero, is the row
-    sum of the other (``row_sums``: one read where a dot takes two)."""
+    than they save there: at 1e6 x 10 float32 a moments pass took 121 ms, now 60); float64 rows of
+    at most ``ROW_DOT_PAIRS`` pairs: ``vecdot`` row dots in pieces of ``DOT_ENTRIES``. There a
+    pair with the vector ``ones`` names (its index in ``left``, in ``right``; ``None``: none), all
+    ones where the other is not zero, is the row sum of the other (``row_sums``: one read where a
+    dot takes two)."""
     m, rows, k = left.shape
-    if k <= SHORT_ROW or (left.dtype == np.float64 and not BLAS_ROW_PRODUCTS):
+    if k <= SHORT_ROW:
+        for slot, (i, j) in enumerate(pairs):
+            out[:, slot] = np.einsum("rk,rk->r", left[i], right[j])
+        return out
+    if left.dtype == np.float64 and len(pairs) <= ROW_DOT_PAIRS:
+        parts = -(-k // DOT_ENTRIES)  # dots of at most DOT_ENTRIES: OpenBLAS threads longer ones
         for slot, (i, j) in enumerate(pairs):
             if i == ones[0] or j == ones[1]:
                 row_sums(right[j] if i == ones[0] else left[i], out[:, slot])
+            elif parts == 1:
+                np.vecdot(left[i], right[j], out=out[:, slot])
             else:
-                out[:, slot] = np.einsum("rk,rk->r", left[i], right[j])
+                shape = (rows, parts, k // parts)
+                np.add.reduce(np.vecdot(left[i].reshape(shape), right[j].reshape(shape)), axis=1, out=out[:, slot])
         return out
     parts = -(-k // (DOT_ENTRIES if left.dtype == np.float64 else SCOUT_DOT_ENTRIES))
     if k % parts:

@@ -143,11 +143,12 @@ def test_masked_entries_beyond_float32s_range_are_floored_in_the_scouts(mask):
 def test_row_products_equal_exact_sums(monkeypatch, ones, blas, dtype, rows, k):
     """``row_products`` of 3 vectors with 4, each pair (rows padded to ``padded_width`` with zeros:
     ``einsum`` up to 32 entries, then BLAS pieces of 8192 float64 or 512 float32 entries, or
-    ``einsum`` for float64 where ``BLAS_ROW_PRODUCTS`` is off, as on CPUs without AVX-512) against
+    ``vecdot`` dots in pieces of 8192 for float64 of at most ``ROW_DOT_PAIRS`` pairs, as on CPUs
+    without AVX-512) against
     ``math.fsum`` of the exact products, for lengths at, around and between the pieces; a width
     that is not a ``padded_width`` is refused where pieces are taken. With ``ones``, the first vector
-    of each side is all ones and named so (its pairs row sums where dots are ``einsum``'s)."""
-    monkeypatch.setattr(row_dots, "BLAS_ROW_PRODUCTS", blas)
+    of each side is all ones and named so (its pairs row sums where dots are ``vecdot``'s)."""
+    monkeypatch.setattr(row_dots, "ROW_DOT_PAIRS", 0 if blas else 12)
     rng = np.random.default_rng(k)
     width = padded_width(k, dtype)
     vectors = np.zeros((4, rows, width), dtype)
