@@ -10,10 +10,10 @@ scouting pass, in float32.
   AVX-512 (OpenBLAS's small-matrix kernels) they cost about a third of the separate sums and
   ``einsum`` dots they replace. Without it a BLAS product a row costs about what four dots do, so
   float64 rows of at most ``ROW_DOT_PAIRS`` pairs (the moments' four) take ``vecdot`` dots and row
-  sums there, and ETS's thirteen BLAS pieces (docs/benchmarks.md). In
-  float32 the short pieces keep the accumulation's error near pairwise summation's: ``einsum``
-  along a whole row of 50000 classes moved the Brier scouts' Hermite root 40% further from the
-  optimum. Shorter rows: ``einsum`` row dots.
+  sums there, and ETS's thirteen BLAS pieces (docs/benchmarks.md). In float32 the short pieces
+  keep the accumulation's error near pairwise summation's: ``einsum`` along a whole row of 50000
+  classes moved the Brier scouts' Hermite root 40% further from the optimum. Shorter rows:
+  ``einsum`` row dots.
 """
 
 from __future__ import annotations
@@ -78,8 +78,10 @@ def row_products(left: np.ndarray, right: np.ndarray, pairs: Sequence[tuple[int,
         for slot, (i, j) in enumerate(pairs):
             out[:, slot] = np.einsum("rk,rk->r", left[i], right[j])
         return out
-    if left.dtype == np.float64 and len(pairs) <= ROW_DOT_PAIRS:
-        parts = -(-k // DOT_ENTRIES)  # dots of at most DOT_ENTRIES: OpenBLAS threads longer ones
+    parts = -(-k // (DOT_ENTRIES if left.dtype == np.float64 else SCOUT_DOT_ENTRIES))
+    if k % parts:
+        raise ValueError(f"rows of {k} entries are not a padded_width")
+    if left.dtype == np.float64 and len(pairs) <= ROW_DOT_PAIRS:  # pieces of DOT_ENTRIES: OpenBLAS threads longer dots
         for slot, (i, j) in enumerate(pairs):
             if i == ones[0] or j == ones[1]:
                 row_sums(right[j] if i == ones[0] else left[i], out[:, slot])
@@ -89,9 +91,6 @@ def row_products(left: np.ndarray, right: np.ndarray, pairs: Sequence[tuple[int,
                 shape = (rows, parts, k // parts)
                 np.add.reduce(np.vecdot(left[i].reshape(shape), right[j].reshape(shape)), axis=1, out=out[:, slot])
         return out
-    parts = -(-k // (DOT_ENTRIES if left.dtype == np.float64 else SCOUT_DOT_ENTRIES))
-    if k % parts:
-        raise ValueError(f"rows of {k} entries are not a padded_width")
     width, n = k // parts, len(right)
     pieces = left.reshape(m, rows, parts, width).transpose(1, 2, 0, 3)
     others = right.reshape(n, rows, parts, width).transpose(1, 2, 3, 0)

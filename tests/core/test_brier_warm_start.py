@@ -146,7 +146,7 @@ def test_row_products_equal_exact_sums(monkeypatch, ones, blas, dtype, rows, k):
     ``vecdot`` dots in pieces of 8192 for float64 of at most ``ROW_DOT_PAIRS`` pairs, as on CPUs
     without AVX-512) against
     ``math.fsum`` of the exact products, for lengths at, around and between the pieces; a width
-    that is not a ``padded_width`` is refused where pieces are taken. With ``ones``, the first vector
+    that is not a ``padded_width`` is refused on either path. With ``ones``, the first vector
     of each side is all ones and named so (its pairs row sums where dots are ``vecdot``'s)."""
     monkeypatch.setattr(row_dots, "ROW_DOT_PAIRS", 0 if blas else 12)
     rng = np.random.default_rng(k)
@@ -163,6 +163,6 @@ def test_row_products_equal_exact_sums(monkeypatch, ones, blas, dtype, rows, k):
             terms = [x * y for x, y in zip(vectors[1 + i, r].tolist(), vectors[j, r].tolist(), strict=True)]
             exact, scale = math.fsum(terms), math.fsum(map(abs, terms))  # float32 products are exact in float64
             assert abs(found[r, slot] - exact) <= (1e-14 if dtype == np.float64 else 2e-6) * scale
-    if width > (8192 if dtype == np.float64 else 512) and (blas or dtype == np.float32):
+    if width > (8192 if dtype == np.float64 else 512):
         with pytest.raises(ValueError, match="padded_width"):
             row_products(vectors[1:, :, :-1], vectors[:, :, :-1], pairs, out=found)
